@@ -1,0 +1,174 @@
+"""Reading Debian suites other than the host's through a private apt configuration.
+
+The host's own sources are never touched: apt runs with its own sources list, lists and cache
+directories under the harness cache.  The archive's address is taken at run time from the
+machine's apt sources, so no mirror host name is written into the repository.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cache import ImageError, cache_root, progress
+
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+APT_TIMEOUT = 600
+
+
+def _sources_entries() -> list[tuple[str, list[str]]]:
+    """(uri, suites) pairs from /etc/apt/sources.list{,.d/*.list,.d/*.sources}."""
+    entries: list[tuple[str, list[str]]] = []
+    files = ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*"))]
+    for name in files:
+        try:
+            text = Path(name).read_text()
+        except OSError:
+            continue
+        if name.endswith(".sources"):
+            for stanza in re.split(r"\n\s*\n", text):
+                fields: dict[str, str] = {}
+                for line in stanza.splitlines():
+                    if line.startswith("#") or ":" not in line:
+                        continue
+                    k, v = line.split(":", 1)
+                    fields[k.strip().lower()] = v.strip()
+                if "deb" in fields.get("types", "").split() and "uris" in fields:
+                    for uri in fields["uris"].split():
+                        entries.append((uri, fields.get("suites", "").split()))
+        else:
+            for line in text.splitlines():
+                line = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+                if len(line) >= 3 and line[0] == "deb":
+                    entries.append((line[1], [line[2]]))
+    return entries
+
+
+def debian_archive_uri() -> str:
+    """The Debian archive the host already uses (the one serving its release, not -security)."""
+    for uri, suites in _sources_entries():
+        if any(s.split("-")[0] in DEBIAN_CODENAMES and not s.endswith("-security") for s in suites):
+            return uri.rstrip("/")
+    raise ImageError(
+        "no Debian archive found in /etc/apt/sources.list{,.d}: the harness reads other suites "
+        "from the archive the host already uses"
+    )
+
+
+DEBIAN_CODENAMES = {"bookworm", "trixie", "forky", "sid", "duke"}
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    suite: str
+    filename: str  # path of the .deb inside the archive
+    sha256: str
+
+
+class PrivateApt:
+    """apt-get/apt-cache over chosen suites, with state kept under ``cache/apt``."""
+
+    def __init__(self, suites: tuple[str, ...] = ("bookworm", "trixie", "trixie-backports", "sid")):
+        self.suites = suites
+        self.root = cache_root() / "apt"
+        self.uri = debian_archive_uri()
+        for sub in ("lists/partial", "cache/archives/partial"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.sources = self.root / "sources.list"
+        text = "".join(f"deb [signed-by={KEYRING}] {self.uri} {s} main\n" for s in suites)
+        if not self.sources.exists() or self.sources.read_text() != text:
+            self.sources.write_text(text)
+            (self.root / "updated").unlink(missing_ok=True)
+
+    def _opts(self) -> list[str]:
+        return [
+            f"-o=Dir::Etc::sourcelist={self.sources}",
+            "-o=Dir::Etc::sourceparts=-",
+            f"-o=Dir::State::Lists={self.root / 'lists'}",
+            f"-o=Dir::Cache={self.root / 'cache'}",
+            # sid's Release file can read as expired against a machine clock that runs ahead.
+            "-o=Acquire::Check-Valid-Until=false",
+            "-o=APT::Get::AllowUnauthenticated=false",
+        ]
+
+    def _run(self, tool: str, *args: str, cwd: Path | None = None) -> str:
+        cmd = [tool, *self._opts(), *args]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=APT_TIMEOUT, cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            raise ImageError(f"{' '.join(cmd)} timed out after {APT_TIMEOUT}s") from exc
+        if r.returncode != 0:
+            raise ImageError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+        return r.stdout
+
+    def update(self, max_age: float = 6 * 3600) -> None:
+        stamp = self.root / "updated"
+        if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age:
+            return
+        progress(f"apt-get update for {', '.join(self.suites)} from the host's Debian archive")
+        self._run("apt-get", "update")
+        stamp.touch()
+
+    def versions(self, name: str) -> list[tuple[str, str]]:
+        """(version, suite) for every version of ``name`` the configured suites offer."""
+        self.update()
+        out = self._run("apt-cache", "madison", name)
+        found = []
+        for ln in out.splitlines():
+            cols = [c.strip() for c in ln.split("|")]
+            if len(cols) >= 3 and cols[0] == name:
+                m = re.search(r"\s(\S+)/main\s", " " + cols[2] + " ")
+                if m:
+                    found.append((cols[1], m.group(1)))
+        return found
+
+    def package(self, name: str, suite: str) -> Package:
+        """The newest version of ``name`` that ``suite`` itself offers."""
+        versions = sorted((v for v, s in self.versions(name) if s == suite), key=_vkey)
+        if not versions:
+            raise ImageError(f"package {name} not found in suite {suite} of {self.uri}")
+        version = versions[-1]
+        fields = self._fields(name, version)
+        return Package(name, version, suite, fields.get("Filename", ""), fields.get("SHA256", ""))
+
+    def _fields(self, name: str, version: str) -> dict[str, str]:
+        out = self._run("apt-cache", "show", f"{name}={version}")
+        stanza = out.strip().split("\n\n")[0]
+        return {
+            k.strip(): v.strip()
+            for k, v in (ln.split(":", 1) for ln in stanza.splitlines() if ":" in ln and not ln.startswith(" "))
+        }
+
+    def depends(self, name: str, version: str) -> list[str]:
+        deps = self._fields(name, version).get("Depends", "")
+        return [d.strip().split()[0] for d in deps.split(",") if d.strip()]
+
+    def download(self, pkg: Package, dest: Path) -> Path:
+        """Download the .deb of exactly ``pkg`` into ``dest`` and return its path."""
+        dest.mkdir(parents=True, exist_ok=True)
+        progress(f"downloading {pkg.name}={pkg.version} ({pkg.suite})")
+        self._run("apt-get", "download", f"{pkg.name}={pkg.version}", cwd=dest)
+        debs = sorted(dest.glob(f"{pkg.name}_*.deb"))
+        if not debs:
+            raise ImageError(f"apt-get download {pkg.name}={pkg.version} produced no .deb in {dest}")
+        return debs[-1]
+
+
+def _vkey(version: str):
+    """Sort key for Debian version strings, ordered by dpkg itself."""
+    return functools.cmp_to_key(_vercmp)(version)
+
+
+def _vercmp(a: str, b: str) -> int:
+    r = subprocess.run(["dpkg", "--compare-versions", a, "lt", b], timeout=30)
+    if r.returncode == 0:
+        return -1
+    r = subprocess.run(["dpkg", "--compare-versions", a, "eq", b], timeout=30)
+    return 0 if r.returncode == 0 else 1

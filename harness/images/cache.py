@@ -1,0 +1,109 @@
+"""The on-disk cache that every fetched or built artefact lives in.
+
+Entries are directories keyed by a content hash of their inputs (a package's resolved version
+and checksum, a recipe file's bytes, ...).  A build writes into a temporary sibling directory and
+renames it into place when it is complete, so an interrupted build never leaves a half entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+
+class ImageError(Exception):
+    """Fetching or building an image failed; the message names the step and its input."""
+
+
+def cache_root() -> Path:
+    """``$HARNESS_CACHE``, else ``$XDG_CACHE_HOME/unwind-harness``, else ``~/.cache/unwind-harness``."""
+    env = os.environ.get("HARNESS_CACHE")
+    if env:
+        root = Path(env)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = Path(xdg) / "unwind-harness"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def repo_root() -> Path:
+    """The checkout this package runs from (``images/`` and ``guest_programs/`` live there)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def content_key(*parts: object) -> str:
+    """A short stable hash of the inputs that define a cache entry."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Path):
+            part = part.read_bytes() if part.is_file() else str(part)
+        if isinstance(part, str):
+            part = part.encode()
+        if not isinstance(part, bytes):
+            part = json.dumps(part, sort_keys=True, default=str).encode()
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:16]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def progress(msg: str) -> None:
+    """One progress line on stderr, for downloads and builds that take a while."""
+    print(f"[images] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cached_dir(kind: str, key: str, build: Callable[[Path], None], *, what: str) -> Path:
+    """Return ``cache/kind/key``, running ``build(tmpdir)`` first when it does not exist yet.
+
+    Concurrent callers (two test processes) serialise on a lock file; the build writes into a
+    temporary directory that is renamed into place only on success.
+    """
+    final = cache_root() / kind / key
+    if (final / ".complete").exists():
+        return final
+    with _lock(cache_root() / kind / f".{key}.lock"):
+        if (final / ".complete").exists():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+        start = time.monotonic()
+        progress(f"building {what} -> {final}")
+        try:
+            build(tmp)
+            (tmp / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        progress(f"built {what} in {time.monotonic() - start:.1f}s")
+    return final

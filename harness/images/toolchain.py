@@ -1,0 +1,124 @@
+"""Toolchains that build the guest programs, one per SFrame generation.
+
+* ``host``: the machine's own gcc and binutils 2.40 (Debian 12): ``as --gsframe`` emits SFrame V1.
+* ``trixie``: a debootstrap root with binutils 2.44: SFrame V2 (FDE_SORTED) and PT_GNU_SFRAME.
+* ``sid``: a debootstrap root with binutils 2.46+: SFrame V3 (FDE_SORTED | FDE_FUNC_START_PCREL).
+
+Roots are built with ``debootstrap --variant=minbase`` from the host's own Debian archive and
+cached; commands run inside them through ``chroot``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .apt import debian_archive_uri
+from .cache import ImageError, cache_root, cached_dir, content_key
+
+# Packages of every toolchain root: the compiler, binutils, a libc to link against, 32-bit
+# multilib (gcc-multilib pulls in libc6-dev-i386), and make.
+ROOT_PACKAGES = ("gcc", "g++", "binutils", "libc6-dev", "gcc-multilib", "make", "file")
+ROOT_SUITES = {"trixie": "trixie", "sid": "sid"}
+DEBOOTSTRAP_TIMEOUT = 1200
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    name: str
+    root: Path  # "/" for the host
+    binutils_version: str
+    gcc_version: str
+
+    @property
+    def is_host(self) -> bool:
+        return str(self.root) == "/"
+
+    def sframe_version(self) -> int:
+        """The SFrame version this binutils emits (2.40: 1, 2.41-2.45: 2, 2.46+: 3)."""
+        major, minor = (int(x) for x in self.binutils_version.split(".")[:2])
+        if (major, minor) <= (2, 40):
+            return 1
+        return 2 if (major, minor) <= (2, 45) else 3
+
+    def run(self, argv: list[str], *, cwd: str = "/", timeout: float = 300) -> subprocess.CompletedProcess:
+        """Run ``argv`` with this toolchain (inside the chroot for a debootstrap root)."""
+        if self.is_host:
+            cmd = argv
+        else:
+            cmd = ["chroot", str(self.root), "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "LANG=C.UTF-8",
+                   "sh", "-c", 'cd "$0" && exec "$@"', cwd, *argv]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                               cwd=cwd if self.is_host else None)
+        except subprocess.TimeoutExpired as exc:
+            raise ImageError(f"{self.name}: {' '.join(argv)} timed out after {timeout}s") from exc
+        if r.returncode != 0:
+            raise ImageError(f"{self.name}: {' '.join(argv)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        return r
+
+    def host_path(self, path_in_root: str) -> Path:
+        """Where a path inside the toolchain root is seen from the host."""
+        return Path(path_in_root) if self.is_host else self.root / path_in_root.lstrip("/")
+
+    def workdir(self, name: str) -> tuple[Path, str]:
+        """A fresh build directory: (host path, path as seen by the toolchain)."""
+        inner = f"/tmp/harness-build/{name}"
+        outer = self.host_path(inner)
+        if outer.exists():
+            shutil.rmtree(outer)
+        outer.mkdir(parents=True)
+        return outer, inner
+
+
+def _versions(run) -> tuple[str, str]:
+    ld = run(["ld", "--version"]).stdout.splitlines()[0]
+    gcc = run(["gcc", "-dumpfullversion"]).stdout.strip()
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", ld.split(")")[-1]) or re.search(r"(\d+\.\d+)", ld)
+    if not m:
+        raise ImageError(f"cannot read the binutils version from {ld!r}")
+    return m.group(1), gcc
+
+
+def get_toolchain(name: str) -> Toolchain:
+    if name == "host":
+        tc = Toolchain("host", Path("/"), "", "")
+        b, g = _versions(tc.run)
+        return Toolchain("host", Path("/"), b, g)
+    if name not in ROOT_SUITES:
+        raise ImageError(f"unknown toolchain {name!r}; known: host, {', '.join(ROOT_SUITES)}")
+    suite = ROOT_SUITES[name]
+    # The root is keyed by recipe, not by date: a cached root is reused until the recipe changes
+    # or `harness images build --refresh` removes it.
+    key = content_key("toolchain-v1", suite, ROOT_PACKAGES)
+
+    def build(tmp: Path) -> None:
+        root = tmp / "root"
+        debs = cache_root() / "debootstrap-debs" / suite
+        debs.mkdir(parents=True, exist_ok=True)
+        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(ROOT_PACKAGES)}",
+               f"--cache-dir={debs}", suite, str(root), debian_archive_uri()]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT)
+        except FileNotFoundError as exc:
+            raise ImageError("debootstrap is not installed (apt-get install debootstrap)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ImageError(f"debootstrap {suite} timed out after {DEBOOTSTRAP_TIMEOUT}s") from exc
+        if r.returncode != 0:
+            log = root / "debootstrap/debootstrap.log"
+            tail = log.read_text()[-3000:] if log.exists() else r.stderr[-3000:]
+            raise ImageError(f"debootstrap {suite} failed ({r.returncode}):\n{tail}")
+        for sub in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man", "usr/share/locale"):
+            shutil.rmtree(root / sub, ignore_errors=True)
+
+    d = cached_dir("toolchains", key, build, what=f"{name} toolchain root (debootstrap {suite})")
+    tc = Toolchain(name, d / "root", "", "")
+    b, g = _versions(tc.run)
+    return Toolchain(name, d / "root", b, g)
+
+
+TOOLCHAINS = ("host", *ROOT_SUITES)

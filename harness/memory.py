@@ -1,0 +1,52 @@
+"""The one narrow interface through which domain code sees guest memory.
+
+``read(addr, size)`` returns exactly ``size`` bytes or raises :class:`MemoryFault` naming the first
+address that could not be read.  A live guest (through a debugger target), a captured snapshot
+and a unit test's byte buffer all implement it, so the unwinder runs the same on each.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class MemoryFault(Exception):
+    """A read touched an address that is not readable (unmapped, not present, or not user)."""
+
+    def __init__(self, addr: int, message: str = ""):
+        self.addr = addr
+        super().__init__(message or f"memory at {addr:#x} is not readable")
+
+
+class Memory(Protocol):
+    def read(self, addr: int, size: int) -> bytes: ...
+
+
+@dataclass
+class BufferMemory:
+    """Memory made of byte regions ``{base: data}``; anything else faults.  For tests and snapshots."""
+
+    regions: dict[int, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._bases = sorted(self.regions)
+
+    def add(self, base: int, data: bytes) -> None:
+        self.regions[base] = bytes(data)
+        self._bases = sorted(self.regions)
+
+    def read(self, addr: int, size: int) -> bytes:
+        if addr < 0 or size < 0:
+            raise MemoryFault(addr)
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0:
+            base = self._bases[i]
+            data = self.regions[base]
+            off = addr - base
+            if off + size <= len(data):
+                return data[off : off + size]
+            if off < len(data):
+                raise MemoryFault(base + len(data))
+        raise MemoryFault(addr)

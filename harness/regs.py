@@ -1,0 +1,67 @@
+"""x86-64 user registers as the kernel saves them: ``struct pt_regs`` (arch/x86/include/asm/ptrace.h).
+
+The layout is fixed by the entry code (168 bytes, 21 longs); BTF confirms it per kernel, and
+:func:`UserRegs.from_pt_regs` takes the offsets from there when it has them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+
+PT_REGS_FIELDS = (
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8",
+    "ax", "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss",
+)
+PT_REGS_SIZE = 8 * len(PT_REGS_FIELDS)
+
+USER_CS_64 = 0x33  # __USER_CS
+USER_CS_32 = 0x23  # __USER32_CS
+
+
+@dataclass(frozen=True)
+class UserRegs:
+    r15: int = 0
+    r14: int = 0
+    r13: int = 0
+    r12: int = 0
+    bp: int = 0
+    bx: int = 0
+    r11: int = 0
+    r10: int = 0
+    r9: int = 0
+    r8: int = 0
+    ax: int = 0
+    cx: int = 0
+    dx: int = 0
+    si: int = 0
+    di: int = 0
+    orig_ax: int = 0
+    ip: int = 0
+    cs: int = USER_CS_64
+    flags: int = 0
+    sp: int = 0
+    ss: int = 0x2B
+
+    @classmethod
+    def from_pt_regs(cls, raw: bytes, offsets: dict[str, int] | None = None) -> "UserRegs":
+        if len(raw) < PT_REGS_SIZE:
+            raise ValueError(f"pt_regs needs {PT_REGS_SIZE} bytes, got {len(raw)}")
+        if offsets is None:
+            return cls(*struct.unpack_from(f"<{len(PT_REGS_FIELDS)}Q", raw))
+        return cls(**{n: struct.unpack_from("<Q", raw, offsets[n])[0] for n in PT_REGS_FIELDS})
+
+    def to_pt_regs(self) -> bytes:
+        return struct.pack(f"<{len(PT_REGS_FIELDS)}Q", *(getattr(self, n) for n in PT_REGS_FIELDS))
+
+    @property
+    def user_mode(self) -> bool:
+        return (self.cs & 3) == 3
+
+    @property
+    def compat(self) -> bool:
+        """A 32-bit task: the saved CS is the 32-bit user code segment."""
+        return self.cs == USER_CS_32
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
