@@ -1,0 +1,335 @@
+"""The QEMU process: command line, serial console, QMP, the dump port and a bounded shutdown.
+
+Every socket is a Unix socket in a private temporary directory (no TCP listener).  QEMU runs
+with ``PR_SET_PDEATHSIG(SIGKILL)`` so it dies with the harness even when the harness is killed.
+The console is drained by a thread into a ring of recent lines and a log file; waits on it are
+bounded and look for kernel panics and oopses while they wait.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pexpect
+
+from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
+
+PANIC_RE = re.compile(
+    r"Kernel panic - not syncing|BUG: kernel NULL pointer|Oops: |general protection fault|"
+    r"BUG: unable to handle|kernel BUG at|Unable to mount root"
+)
+PROTOCOL_PREFIX = "@@H "
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the process that started it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died between fork and prctl.
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+def kvm_usable(qemu: list[str], vmlinux: Path, timeout: float = 30.0) -> tuple[bool, str]:
+    """Boot ``vmlinux`` under KVM with no root file system: a kernel that gets as far as
+    looking for its root has shown that KVM runs it.  Returns (usable, why)."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False, "/dev/kvm is missing or not accessible"
+    cmd = [*qemu, "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-display", "none",
+           "-no-reboot", "-serial", "stdio", "-kernel", str(vmlinux),
+           "-append", "console=ttyS0 panic=-1 loglevel=7"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=die_with_parent)
+        out = r.stdout + r.stderr
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    if re.search(r"VFS: Unable to mount root|Kernel panic - not syncing: VFS|Run /init|No working init", out):
+        return True, "KVM booted the guest kernel"
+    last = [ln for ln in out.splitlines() if ln.strip()][-3:]
+    return False, "KVM cannot boot this kernel: " + (" | ".join(last) if last else "no output")
+
+
+@dataclass
+class MachineConfig:
+    vmlinux: Path
+    initrd: Path
+    smp: int = 1
+    memory_mb: int = 512
+    accel: str = "tcg"  # "tcg" or "kvm" (resolve "auto" with kvm_usable before)
+    pti: bool = False
+    append: str = ""
+    qemu: list[str] = field(default_factory=lambda: ["qemu-system-x86_64"])
+    boot_timeout: float = 90.0
+
+    def command(self, workdir: Path) -> list[str]:
+        cpu = "host" if self.accel == "kvm" else "max,la57=off"  # pin 4-level paging
+        append = "console=ttyS0 panic=-1 loglevel=4 nokaslr rdinit=/init"
+        append += " pti=on" if self.pti else " pti=off"
+        if self.append:
+            append += " " + self.append
+        return [
+            *self.qemu,
+            "-accel", self.accel, "-cpu", cpu, "-smp", str(self.smp), "-m", str(self.memory_mb),
+            "-nodefaults", "-display", "none", "-no-reboot",
+            "-kernel", str(self.vmlinux), "-initrd", str(self.initrd), "-append", append,
+            # signal=off: a stray ^C on the console must not kill QEMU.
+            "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+            "-chardev", f"file,id=dump,path={workdir / 'dump.bin'}", "-serial", "chardev:dump",
+            "-chardev", f"socket,id=gdb0,path={workdir / 'gdb.sock'},server=on,wait=off", "-gdb", "chardev:gdb0",
+            "-qmp", f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        ]
+
+
+class Console:
+    """Drains QEMU's stdio (the guest's ttyS0) in a thread; waits for lines with a deadline."""
+
+    def __init__(self, child: pexpect.spawn, log_path: Path, keep: int = 400):
+        self.child = child
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self.protocol: collections.deque[str] = collections.deque()
+        self.panic: str | None = None
+        self.eof = False
+        self._cond = threading.Condition()
+        self._log = open(log_path, "w", buffering=1, errors="replace")
+        self._partial = ""
+        self._thread = threading.Thread(target=self._drain, name="qemu-console", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = self.child.read_nonblocking(65536, timeout=0.5)
+            except pexpect.TIMEOUT:
+                continue
+            except (pexpect.EOF, OSError, ValueError):
+                break
+            text = chunk.decode(errors="replace") if isinstance(chunk, bytes) else chunk
+            self._log.write(text)
+            data = self._partial + text.replace("\r", "")
+            *complete, self._partial = data.split("\n")
+            with self._cond:
+                for line in complete:
+                    self.lines.append(line)
+                    if line.startswith(PROTOCOL_PREFIX):
+                        self.protocol.append(line[len(PROTOCOL_PREFIX):])
+                    elif self.panic is None and PANIC_RE.search(line):
+                        self.panic = line
+                self._cond.notify_all()
+        with self._cond:
+            self.eof = True
+            self._cond.notify_all()
+        self._log.close()
+
+    def tail(self, n: int = 40) -> list[str]:
+        with self._cond:
+            return list(self.lines)[-n:]
+
+    def wait_protocol(self, pattern: str, timeout: float, what: str) -> re.Match:
+        """Wait for a protocol line matching ``pattern`` (consumed); raise on panic, EOF, timeout."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for i, line in enumerate(self.protocol):
+                    m = rx.match(line)
+                    if m:
+                        del self.protocol[i]
+                        return m
+                if self.panic is not None:
+                    # Give the kernel a moment to print the rest of the oops.
+                    self._cond.wait(0.5)
+                    raise GuestPanic(f"guest kernel failed while waiting for {what}: {self.panic}",
+                                     list(self.lines)[-60:])
+                if self.eof:
+                    raise GuestDied(f"QEMU exited while waiting for {what}", list(self.lines)[-60:])
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise GuestTimeout(f"no {what} from the guest within {timeout:.0f}s",
+                                       list(self.lines)[-60:])
+                self._cond.wait(min(left, 0.5))
+
+    def send(self, line: str) -> None:
+        self.child.send(line + "\n")
+
+
+@dataclass(frozen=True)
+class GuestProcess:
+    id: int
+    pid: int
+    argv: tuple[str, ...]
+
+
+class Machine:
+    """One QEMU guest.  Use as a context manager; :meth:`close` is bounded and idempotent."""
+
+    def __init__(self, config: MachineConfig, keep_workdir: bool = False):
+        self.config = config
+        self.workdir = Path(tempfile.mkdtemp(prefix="harness-qemu-"))
+        os.chmod(self.workdir, 0o700)
+        self.keep_workdir = keep_workdir
+        self.child: pexpect.spawn | None = None
+        self.console: Console | None = None
+        self.qmp = None
+        self.release = ""
+        self.cpus = 0
+        self._next_id = 0
+        self._dump_offset = 0
+        self.boot_seconds = 0.0
+
+    @property
+    def gdb_socket(self) -> Path:
+        return self.workdir / "gdb.sock"
+
+    @property
+    def qmp_socket(self) -> Path:
+        return self.workdir / "qmp.sock"
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid if self.child else None
+
+    def start(self) -> "Machine":
+        cmd = self.config.command(self.workdir)
+        (self.workdir / "cmdline").write_text(shlex.join(cmd) + "\n")
+        start = time.monotonic()
+        try:
+            self.child = pexpect.spawn(cmd[0], cmd[1:], echo=False, preexec_fn=die_with_parent,
+                                       env={**os.environ, "TERM": "dumb"})
+        except pexpect.ExceptionPexpect as exc:
+            raise QemuStartError(f"cannot start {cmd[0]}: {exc}", []) from exc
+        self.console = Console(self.child, self.workdir / "console.log")
+        try:
+            m = self.console.wait_protocol(r"ready (\S+) cpus=(\d+)", self.config.boot_timeout, "readiness")
+        except GuestError:
+            if not self.child.isalive() and self.child.exitstatus:
+                raise QemuStartError(f"QEMU exited with status {self.child.exitstatus}: {shlex.join(cmd)}",
+                                     self.console.tail()) from None
+            raise
+        self.release, self.cpus = m.group(1), int(m.group(2))
+        self.boot_seconds = time.monotonic() - start
+        self._connect_qmp()
+        return self
+
+    def _connect_qmp(self) -> None:
+        from qemu.qmp.legacy import QEMUMonitorProtocol
+
+        deadline = time.monotonic() + 10
+        while not self.qmp_socket.exists():
+            if time.monotonic() > deadline:
+                raise QemuStartError("QMP socket never appeared", self.console.tail())
+            time.sleep(0.05)
+        self.qmp = QEMUMonitorProtocol(str(self.qmp_socket))
+        self.qmp.settimeout(10)
+        self.qmp.connect()
+
+    def __enter__(self) -> "Machine":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- QMP --------------------------------------------------------------------------------
+    def qmp_command(self, name: str, **args):
+        if self.qmp is None:
+            raise GuestError("QMP is not connected", self.console.tail() if self.console else [])
+        try:
+            return self.qmp.cmd(name, **args)
+        except Exception as exc:  # qemu.qmp raises several types; name the command
+            raise GuestDied(f"QMP {name} failed: {exc}", self.console.tail()) from exc
+
+    def inject_nmi(self) -> None:
+        self.qmp_command("inject-nmi")
+
+    # -- the /init line protocol ------------------------------------------------------------
+    def _id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def run(self, argv: list[str], timeout: float = 30.0) -> GuestProcess:
+        """Start ``argv`` in the guest and return once it has a pid (it keeps running)."""
+        i = self._id()
+        self.console.send(f"run {i} " + " ".join(argv))
+        m = self.console.wait_protocol(rf"pid {i} (\d+)", timeout, f"pid of {argv[0]}")
+        return GuestProcess(i, int(m.group(1)), tuple(argv))
+
+    def wait_exit(self, proc: GuestProcess, timeout: float = 60.0) -> int:
+        m = self.console.wait_protocol(rf"exit {proc.id} (\d+)", timeout, f"exit of {proc.argv[0]}")
+        return int(m.group(1))
+
+    def shell(self, command: str, timeout: float = 60.0) -> int:
+        i = self._id()
+        self.console.send(f"sh {i} {command}")
+        return int(self.console.wait_protocol(rf"done {i} (\d+)", timeout, f"shell {command!r}").group(1))
+
+    def dump(self, path: str, timeout: float = 120.0) -> bytes:
+        """Copy a guest file (e.g. /proc/kallsyms) to the host through the second serial port."""
+        i = self._id()
+        self.console.send(f"dump {i} {path}")
+        size = int(self.console.wait_protocol(rf"dumped {i} (\d+)", timeout, f"dump of {path}").group(1))
+        f = self.workdir / "dump.bin"
+        deadline = time.monotonic() + timeout
+        while f.stat().st_size < self._dump_offset + size:
+            if time.monotonic() > deadline:
+                raise GuestTimeout(f"dump of {path}: {f.stat().st_size - self._dump_offset}/{size} bytes arrived",
+                                   self.console.tail())
+            time.sleep(0.02)
+        with open(f, "rb") as fh:
+            fh.seek(self._dump_offset)
+            data = fh.read(size)
+        self._dump_offset += size
+        return data
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return bool(self.child and self.child.isalive())
+
+    def close(self, timeout: float = 5.0) -> None:
+        """QMP quit, a bounded wait, then SIGTERM and SIGKILL; always reaps the process."""
+        if self.child is not None:
+            if self.child.isalive() and self.qmp is not None:
+                try:
+                    self.qmp.settimeout(2)
+                    self.qmp.cmd("quit")
+                except Exception:
+                    pass
+            deadline = time.monotonic() + timeout
+            while self.child.isalive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if not self.child.isalive():
+                    break
+                try:
+                    os.kill(self.child.pid, sig)
+                except ProcessLookupError:
+                    break
+                end = time.monotonic() + 2
+                while self.child.isalive() and time.monotonic() < end:
+                    time.sleep(0.05)
+            try:
+                self.child.close(force=True)
+            except Exception:
+                pass
+        if self.qmp is not None:
+            try:
+                self.qmp.close()
+            except Exception:
+                pass
+            self.qmp = None
+        if self.console is not None:
+            self.console._thread.join(timeout=2)
+        if not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
