@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .apt import PrivateApt
+from .apt import Package, PrivateApt
 from .cache import ImageError, cache_root, cached_dir, content_key, progress, sha256_file
 
 # Named kernels: (suite, meta package).  The meta package's dependency names the image package.
@@ -51,16 +51,7 @@ def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
         raise ImageError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)} or --kernel PATH")
     suite, meta = KERNELS[name]
     apt = PrivateApt()
-    meta_pkg = apt.package(meta, suite)
-    image_name = next((d for d in apt.depends(meta, meta_pkg.version) if d.startswith("linux-image-")), None)
-    if not image_name:
-        raise ImageError(f"{meta}={meta_pkg.version} in {suite} depends on no linux-image package")
-    pkg = apt.package(image_name, suite)
-    # Since 6.19 Debian splits the image: linux-image-X is a small package depending on
-    # linux-binary-X, which carries /boot/vmlinuz-X.
-    binary = next((d for d in apt.depends(image_name, pkg.version) if d.startswith("linux-binary-")), None)
-    if binary:
-        pkg = apt.package(binary, suite)
+    pkg = _resolve(apt, suite, meta)
     key = content_key("kernel-v1", pkg.name, pkg.version, pkg.sha256)
 
     def build(tmp: Path) -> None:
@@ -83,6 +74,30 @@ def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
     d = cached_dir("kernels", key, build, what=f"kernel {pkg.name}={pkg.version}")
     info = json.loads((d / "kernel.json").read_text())
     return Kernel(name, info["package"], info["version"], info["release"], d / "vmlinux", _sha_cached(d / "vmlinux"))
+
+
+def _resolve(apt: PrivateApt, suite: str, meta: str) -> Package:
+    """The package carrying the kernel behind ``meta`` in ``suite``; remembered until the next
+    ``apt-get update`` of the private lists (resolving costs several apt-cache calls)."""
+    apt.update()
+    memo = apt.root / f"resolved-{suite}-{meta}.json"
+    stamp = (apt.root / "updated").stat().st_mtime
+    if memo.exists():
+        d = json.loads(memo.read_text())
+        if d.get("stamp") == stamp:
+            return Package(**d["package"])
+    meta_pkg = apt.package(meta, suite)
+    image_name = next((d for d in apt.depends(meta, meta_pkg.version) if d.startswith("linux-image-")), None)
+    if not image_name:
+        raise ImageError(f"{meta}={meta_pkg.version} in {suite} depends on no linux-image package")
+    pkg = apt.package(image_name, suite)
+    # Since 6.19 Debian splits the image: linux-image-X is a small package depending on
+    # linux-binary-X, which carries the kernel as /usr/lib/modules/X/vmlinuz.
+    binary = next((d for d in apt.depends(image_name, pkg.version) if d.startswith("linux-binary-")), None)
+    if binary:
+        pkg = apt.package(binary, suite)
+    memo.write_text(json.dumps({"stamp": stamp, "package": asdict(pkg)}))
+    return pkg
 
 
 def _sha_cached(path: Path) -> str:

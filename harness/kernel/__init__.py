@@ -1,0 +1,125 @@
+"""Kernel introspection without debug info: symbols from kallsyms, layouts from BTF.
+
+Domain code: it reads guest memory only through a ``read(addr, size)`` callable and never
+imports the transport.  What it knows of a kernel build is collected once in :class:`KernelInfo`
+(cached per vmlinux hash by the session layer); what it reads at a stop is a :class:`TaskInfo`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from ..regs import PT_REGS_FIELDS, PT_REGS_SIZE, UserRegs
+
+PF_EXITING = 0x00000004
+PF_KTHREAD = 0x00200000
+THREAD_SIZE = 16384  # x86-64 without KASAN (arch/x86/include/asm/page_64_types.h)
+
+Read = Callable[[int, int], bytes]
+
+
+class KernelIntrospectionError(Exception):
+    """A symbol, type or member the harness needs is missing from this kernel build."""
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What the harness needs to know about one kernel build."""
+
+    release: str
+    symbols: Mapping[str, int]  # unique text/data symbols by name
+    task_offsets: Mapping[str, int]  # task_struct member -> byte offset
+    comm_len: int
+    pt_regs_offsets: Mapping[str, int]
+    current_task_sym: int  # address to add to gs_base to find `current_task`
+    top_of_stack_sym: int | None
+    thread_size: int = THREAD_SIZE
+    missing: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def build(cls, release: str, symbols: Mapping[str, int], btf) -> "KernelInfo":
+        """Collect offsets from ``btf`` (a :class:`harness.btf.Btf`) and per-CPU symbols."""
+
+        def off(struct_name: str, member: str) -> int:
+            try:
+                return btf.member_offset(struct_name, member)
+            except Exception as exc:
+                raise KernelIntrospectionError(f"BTF has no {struct_name}.{member}: {exc}") from exc
+
+        task = {m: off("task_struct", m) for m in ("pid", "tgid", "comm", "flags", "stack", "mm")}
+        comm_len = btf.sizeof(btf.member("task_struct", "comm").type_id)
+        if btf.sizeof("pt_regs") != PT_REGS_SIZE:
+            raise KernelIntrospectionError(f"struct pt_regs is {btf.sizeof('pt_regs')} bytes, expected {PT_REGS_SIZE}")
+        regs = {n: off("pt_regs", n) for n in PT_REGS_FIELDS}
+        # current_task moved into struct pcpu_hot in 6.2 and back out again in 6.15.
+        if "current_task" in symbols:
+            cur = symbols["current_task"]
+        elif "pcpu_hot" in symbols:
+            cur = symbols["pcpu_hot"] + off("pcpu_hot", "current_task")
+        else:
+            raise KernelIntrospectionError("neither current_task nor pcpu_hot is in kallsyms")
+        if "cpu_current_top_of_stack" in symbols:
+            tos = symbols["cpu_current_top_of_stack"]
+        elif "pcpu_hot" in symbols:
+            tos = symbols["pcpu_hot"] + off("pcpu_hot", "top_of_stack")
+        else:
+            tos = None
+        return cls(release, dict(symbols), task, comm_len, regs, cur, tos)
+
+    def sym(self, name: str) -> int:
+        try:
+            return self.symbols[name]
+        except KeyError:
+            raise KernelIntrospectionError(f"kernel {self.release} has no symbol {name}") from None
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    addr: int
+    pid: int
+    tgid: int
+    comm: str
+    flags: int
+    stack: int
+    mm: int
+
+    @property
+    def kthread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD)
+
+    @property
+    def exiting(self) -> bool:
+        return bool(self.flags & PF_EXITING)
+
+
+def _u64(read: Read, addr: int) -> int:
+    return struct.unpack("<Q", read(addr, 8))[0]
+
+
+def current_task(info: KernelInfo, read: Read, gs_base: int) -> TaskInfo:
+    """The task running on the stopped vCPU: ``*(gs_base + &current_task)`` (per-CPU variable)."""
+    return read_task(info, read, _u64(read, gs_base + info.current_task_sym))
+
+
+def read_task(info: KernelInfo, read: Read, addr: int) -> TaskInfo:
+    o = info.task_offsets
+    lo = min(o.values())
+    hi = max(o["comm"] + info.comm_len, *(v + 8 for v in o.values()))
+    raw = read(addr + lo, hi - lo)
+
+    def u(member: str, size: int = 8) -> int:
+        return int.from_bytes(raw[o[member] - lo : o[member] - lo + size], "little")
+
+    comm = raw[o["comm"] - lo : o["comm"] - lo + info.comm_len].split(b"\0", 1)[0].decode(errors="replace")
+    return TaskInfo(addr, u("pid", 4), u("tgid", 4), comm, u("flags", 4), u("stack"), u("mm"))
+
+
+def user_pt_regs_addr(info: KernelInfo, task: TaskInfo) -> int:
+    """``task_pt_regs(task)``: the user registers saved at the top of the task's kernel stack."""
+    return task.stack + info.thread_size - PT_REGS_SIZE
+
+
+def user_regs(info: KernelInfo, read: Read, task: TaskInfo) -> UserRegs:
+    return UserRegs.from_pt_regs(read(user_pt_regs_addr(info, task), PT_REGS_SIZE), info.pt_regs_offsets)

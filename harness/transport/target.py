@@ -1,0 +1,210 @@
+"""The narrow debugger-target interface, and what every implementation shares.
+
+Two implementations sit behind it: :mod:`harness.transport.rsp` (a direct GDB Remote Serial
+Protocol client: cheap, for automated runs) and :mod:`harness.transport.mi` (GDB/MI through
+pygdbmi: the reference, and what interactive sessions use).  Both pass the same contract tests.
+
+Shared here: stepping over a breakpoint before continuing (QEMU makes no progress on a plain
+continue from a breakpoint address), partial reads that say where they stopped, and reads of
+kernel memory through a software page walk of CR3 when the stop sits on user page tables (PTI).
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from .errors import TargetError
+
+PAGE = 4096
+
+# x86-64 page-table entry bits (Intel SDM vol. 3A, 4.5).
+_PTE_PRESENT = 1 << 0
+_PTE_PS = 1 << 7
+_PTE_ADDR = 0x000F_FFFF_FFFF_F000
+_CR4_LA57 = 1 << 12
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why and where the guest stopped: the vCPU (0-based) and its program counter."""
+
+    cpu: int
+    pc: int
+    signal: int = 5
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A read that may have stopped early: ``data`` is what was readable from the start address,
+    ``fault`` the first address that was not (None when the whole range was read)."""
+
+    data: bytes
+    fault: int | None = None
+
+
+class Target(ABC):
+    """A stopped-or-running guest seen through a debugger."""
+
+    #: registers every implementation must provide by these names
+    CORE_REGS = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+                 "r12", "r13", "r14", "r15", "rip", "eflags", "cs", "ss", "fs_base", "gs_base",
+                 "k_gs_base", "cr3", "cr4")
+
+    def __init__(self) -> None:
+        self.breakpoints: set[int] = set()
+        self.cpu = 0
+
+    # -- primitives each implementation provides ----------------------------------------------
+    @abstractmethod
+    def _insert(self, addr: int) -> None: ...
+
+    @abstractmethod
+    def _remove(self, addr: int) -> None: ...
+
+    @abstractmethod
+    def _resume(self, step: bool, timeout: float) -> Stop:
+        """Continue (or single-step the selected vCPU) and wait for the next stop."""
+
+    @abstractmethod
+    def interrupt(self, timeout: float = 5.0) -> Stop:
+        """Stop a running guest."""
+
+    @abstractmethod
+    def select_cpu(self, cpu: int) -> None: ...
+
+    @abstractmethod
+    def cpus(self) -> list[int]: ...
+
+    @abstractmethod
+    def read_registers(self) -> dict[str, int]:
+        """Registers of the selected vCPU, by GDB name (``rip``, ``rsp``, ``cr3``, ...)."""
+
+    @abstractmethod
+    def write_register(self, name: str, value: int) -> None: ...
+
+    @abstractmethod
+    def _read_chunk(self, addr: int, size: int, physical: bool) -> bytes | None:
+        """Read ``size`` bytes (at most one page) or return None when any of it is unreadable."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # -- shared behaviour ---------------------------------------------------------------------
+    def set_breakpoint(self, addr: int) -> None:
+        if addr not in self.breakpoints:
+            self._insert(addr)
+            self.breakpoints.add(addr)
+
+    def remove_breakpoint(self, addr: int) -> None:
+        if addr in self.breakpoints:
+            self._remove(addr)
+            self.breakpoints.discard(addr)
+
+    def cont(self, timeout: float) -> Stop:
+        """Continue until the next stop.  A vCPU sitting on one of our breakpoints is first
+        stepped over it with the breakpoint removed, since QEMU would report the same stop again."""
+        pc = self.read_registers()["rip"]
+        if pc in self.breakpoints:
+            self._remove(pc)
+            try:
+                stop = self._resume(step=True, timeout=timeout)
+            finally:
+                self._insert(pc)
+            if stop.pc in self.breakpoints and stop.pc != pc:
+                return stop  # the single step landed on another breakpoint
+        return self._resume(step=False, timeout=timeout)
+
+    def step(self, timeout: float = 5.0) -> Stop:
+        pc = self.read_registers()["rip"]
+        if pc in self.breakpoints:
+            self._remove(pc)
+            try:
+                return self._resume(step=True, timeout=timeout)
+            finally:
+                self._insert(pc)
+        return self._resume(step=True, timeout=timeout)
+
+    def read_partial(self, addr: int, size: int, physical: bool = False) -> ReadResult:
+        """Read up to ``size`` bytes; stop at the first unreadable page and say where."""
+        out = bytearray()
+        cur = addr
+        end = addr + size
+        while cur < end:
+            n = min(end - cur, PAGE - (cur % PAGE))
+            chunk = self._read_chunk(cur, n, physical)
+            if chunk is None:
+                return ReadResult(bytes(out), cur)
+            out += chunk
+            cur += n
+        return ReadResult(bytes(out))
+
+    def read_memory(self, addr: int, size: int, physical: bool = False) -> bytes:
+        """Read exactly ``size`` bytes or raise :class:`~harness.memory.MemoryFault`."""
+        r = self.read_partial(addr, size, physical)
+        if r.fault is not None:
+            from ..memory import MemoryFault
+
+            raise MemoryFault(r.fault)
+        return r.data
+
+    def read_u64(self, addr: int) -> int:
+        return struct.unpack("<Q", self.read_memory(addr, 8))[0]
+
+    # -- PTI: kernel memory through a page walk ------------------------------------------------
+    def translate(self, vaddr: int, cr3: int, la57: bool) -> int | None:
+        """Walk the page tables rooted at ``cr3`` (PCID and PTI bits are masked by the caller)
+        and return the physical address of ``vaddr``, or None if it is not mapped."""
+        levels = (48, 39, 30, 21, 12) if la57 else (39, 30, 21, 12)
+        table = cr3 & _PTE_ADDR
+        for depth, shift in enumerate(levels):
+            index = (vaddr >> shift) & 0x1FF
+            raw = self._read_chunk(table + index * 8, 8, True)
+            if raw is None:
+                return None
+            entry = struct.unpack("<Q", raw)[0]
+            if not entry & _PTE_PRESENT:
+                return None
+            last = depth == len(levels) - 1
+            if last or (shift in (30, 21) and entry & _PTE_PS):
+                base = entry & _PTE_ADDR & ~((1 << shift) - 1)
+                return base | (vaddr & ((1 << shift) - 1))
+            table = entry & _PTE_ADDR
+        return None
+
+    def read_kernel(self, vaddr: int, size: int, regs: dict[str, int] | None = None) -> bytes:
+        """Read kernel memory even when the stop sits on PTI's user page tables: try a plain
+        virtual read first, then walk the kernel half of CR3 (``cr3 & ~0x1fff``)."""
+        r = self.read_partial(vaddr, size)
+        if r.fault is None:
+            return r.data
+        regs = regs or self.read_registers()
+        cr3 = regs["cr3"] & ~0x1FFF & _PTE_ADDR
+        la57 = bool(regs.get("cr4", 0) & _CR4_LA57)
+        out = bytearray()
+        cur, end = vaddr, vaddr + size
+        while cur < end:
+            n = min(end - cur, PAGE - (cur % PAGE))
+            phys = self.translate(cur, cr3, la57)
+            chunk = self._read_chunk(phys, n, True) if phys is not None else None
+            if chunk is None:
+                from ..memory import MemoryFault
+
+                raise MemoryFault(cur, f"kernel address {cur:#x} is not mapped under CR3 {cr3:#x}")
+            out += chunk
+            cur += n
+        return bytes(out)
+
+
+class TargetMemory:
+    """Adapts a target to the domain's ``Memory.read`` interface (harness.memory)."""
+
+    def __init__(self, target: Target):
+        self.target = target
+
+    def read(self, addr: int, size: int) -> bytes:
+        return self.target.read_memory(addr, size)
+
+
+__all__ = ["Stop", "ReadResult", "Target", "TargetMemory", "TargetError", "PAGE"]
