@@ -67,35 +67,80 @@ def apply_rule(
     fp: int,
     read_word: Callable[[int], int],
     regs: Mapping[str, int] | None = None,
+    check_cfa: Callable[[int], int] | None = None,
 ) -> tuple[int, int | None, int]:
     """Evaluate ``rule`` and return ``(cfa, ra, fp')``; ``ra`` is None when it is undefined.
 
     ``read_word`` reads one word of user memory (and raises ``MemoryFault``); ``regs`` holds
-    extra registers by name ("rN") for the topmost frame only.
+    extra registers by name ("rN") for the topmost frame only.  ``check_cfa``, when given, sees
+    the CFA after it is computed and before RA or FP are read (the kernel's order in
+    ``unwind_user_next_common``: direction and alignment checks precede the user reads); it may
+    raise to stop the step and returns the CFA to continue with (e.g. wrapped to the word size).
+
+    The common shapes (base sp/fp/cfa) are evaluated inline: this is the hot loop of every walk.
     """
-
-    def base_value(name: str, cfa: int | None) -> int:
-        if name == "sp":
-            return sp
-        if name == "fp":
-            return fp
-        if name == "cfa" and cfa is not None:
-            return cfa
-        if regs is not None and name in regs:
-            return regs[name]
-        raise RuleError(f"rule needs register {name!r}, which is not known at this frame")
-
-    def value(r: ValueRule, cfa: int | None, keep: int | None) -> int | None:
-        if r.base == SAME:
-            return keep
-        if r.base == UNDEFINED:
-            return None
-        addr = base_value(r.base, cfa) + r.offset
-        return read_word(addr) if r.deref else addr
-
-    cfa = value(rule.cfa, None, None)
-    if cfa is None:
+    c = rule.cfa
+    base = c.base
+    if base == "sp":
+        cfa = sp + c.offset
+    elif base == "fp":
+        cfa = fp + c.offset
+    elif base == SAME or base == UNDEFINED:
         raise RuleError("the CFA rule is undefined")
-    ra = value(rule.ra, cfa, None)
-    new_fp = value(rule.fp, cfa, fp)
-    return cfa, ra, fp if new_fp is None else new_fp
+    else:
+        cfa = _base_value(base, sp, fp, None, regs) + c.offset
+    if c.deref:
+        cfa = read_word(cfa)
+    if check_cfa is not None:
+        cfa = check_cfa(cfa)
+
+    r = rule.ra
+    base = r.base
+    if base == "cfa":
+        ra: int | None = cfa + r.offset
+        if r.deref:
+            ra = read_word(ra)
+    elif base == SAME or base == UNDEFINED:
+        ra = None
+    else:
+        ra = _base_value(base, sp, fp, cfa, regs) + r.offset
+        if r.deref:
+            ra = read_word(ra)
+
+    f = rule.fp
+    base = f.base
+    if base == "cfa":
+        new_fp = cfa + f.offset
+        if f.deref:
+            new_fp = read_word(new_fp)
+    elif base == SAME or base == UNDEFINED:
+        new_fp = fp
+    else:
+        new_fp = _base_value(base, sp, fp, cfa, regs) + f.offset
+        if f.deref:
+            new_fp = read_word(new_fp)
+    return cfa, ra, new_fp
+
+
+def _base_value(name: str, sp: int, fp: int, cfa: int | None, regs: Mapping[str, int] | None) -> int:
+    if name == "sp":
+        return sp
+    if name == "fp":
+        return fp
+    if name == "cfa" and cfa is not None:
+        return cfa
+    if regs is not None and name in regs:
+        return regs[name]
+    raise RuleError(f"rule needs register {name!r}, which is not known at this frame")
+
+
+# DWARF register numbers of x86-64 (System V psABI, figure 3.36) -> struct pt_regs field names.
+DWARF_X86_64 = (
+    "ax", "dx", "cx", "bx", "si", "di", "bp", "sp",
+    "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "ip",
+)
+
+
+def dwarf_regs(regs: object) -> dict[str, int]:
+    """The topmost frame's registers as ``{"rN": value}`` for ValueRule bases, from a ``UserRegs``."""
+    return {f"r{n}": getattr(regs, name) for n, name in enumerate(DWARF_X86_64)}
