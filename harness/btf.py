@@ -412,10 +412,11 @@ class Btf:
     def find(self, name: str, kind: Kind | str | None = "struct") -> Type:
         """The one type called ``name`` of ``kind`` ("struct", "union", "enum", "typedef", "func", "var",
         ... or None for any).  Raises BtfLookupError if none, BtfAmbiguityError if several."""
-        found = self.find_all(name, kind)
+        k = self._kind(kind)
+        found = self.find_all(name, k)
         if len(found) == 1:
             return found[0]
-        what = f"{kind} {name!r}" if kind is not None else repr(name)
+        what = f"{k.name.lower()} {name!r}" if k is not None else repr(name)
         if not found:
             others = sorted({t.kind.name.lower() for t in self.find_all(name)})
             hint = f" (there is a {' and a '.join(others)} of that name)" if others else ""
@@ -442,6 +443,9 @@ class Btf:
             return self.find(rest, prefix)
         for k in _BARE_NAME_KINDS:
             found = self.find_all(t, k)
+            if k == Kind.INT and len(found) > 1:
+                # Old-style bitfields (btf.rst 2.2.4, no kind_flag) add narrow ints of the same name.
+                found = [i for i in found if self.int_info(i)[1:] == (0, 8 * (i.size or 0))] or found
             if len(found) == 1:
                 return found[0]
             if found:
@@ -570,8 +574,8 @@ class Btf:
                 cur = self.resolved(hit.type_id)
             if cur.kind not in _COMPOSITE:
                 raise BtfLookupError(
-                    f"{outer.kind.name.lower()} {outer.name or outer.id}: {'.'.join(done)} is a "
-                    f"{cur.kind.name.lower()}, not a struct or union, so it has no member {part!r}"
+                    f"{outer.kind.name.lower()} {outer.name or outer.id}: member {'.'.join(done)} is of type "
+                    f"{cur}, not a struct or union, so it has no member {part!r}"
                 )
             hit = self._find_member(cur.id, part) if part else None
             if hit is None:
