@@ -1,0 +1,183 @@
+"""``harness``: the command line.
+
+    harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...]
+    harness boot [--smp N] [--pti] ...   boot the default guest and leave it open for gdb
+    harness doctor                       what is installed, which accelerator, what is cached
+    harness bench transport|unwind       figures, printed
+    harness check LOG                    re-check a deferred-unwinding JSONL log offline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from .images.cache import cache_root
+from .images.programs import Variant
+
+DEFAULT_PROGRAMS = [
+    ("callchain", "host", Variant()),
+    ("callchain", "host", Variant(bits=32)),
+]
+
+
+def _guest_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", default="default", help="default (trixie-backports 7.x), trixie (6.12), bookworm (6.1)")
+    p.add_argument("--kernel-path", help="boot this bzImage or vmlinux instead")
+    p.add_argument("--smp", type=int, default=1)
+    p.add_argument("--accel", default="auto", choices=("auto", "tcg", "kvm"))
+    p.add_argument("--pti", action="store_true", help="boot with pti=on")
+    p.add_argument("--transport", default="rsp", choices=("rsp", "mi"))
+
+
+def _spec(args, programs=None):
+    from .session import GuestSpec
+
+    return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
+                     pti=args.pti, transport=getattr(args, "transport", "rsp"),
+                     programs=list(programs if programs is not None else DEFAULT_PROGRAMS))
+
+
+def cmd_images_build(args) -> int:
+    from .images.initramfs import build_initramfs
+    from .images.kernel import get_kernel
+    from .images.programs import build_program
+    from .images.toolchain import get_toolchain
+
+    for name in args.kernels:
+        k = get_kernel(name)
+        print(f"kernel {name}: {k.package}={k.version} sha256={k.sha256[:16]} {k.vmlinux}")
+    progs = []
+    for tc_name in args.toolchains:
+        tc = get_toolchain(tc_name)
+        print(f"toolchain {tc_name}: binutils {tc.binutils_version} (SFrame V{tc.sframe_version()}), gcc {tc.gcc_version}")
+        for v in (Variant(), Variant(frame_pointers=False), Variant(bits=32), Variant(static=False), Variant(shadow=True)):
+            progs.append(build_program("callchain", tc, v))
+    print(f"initramfs: {build_initramfs(progs)}")
+    return 0
+
+
+def cmd_boot(args) -> int:
+    from .session import Session
+
+    sess = Session(_spec(args)).start()
+    m = sess.machine
+    # The session's own debugger connection is released so that gdb can attach.
+    sess.target.close()
+    sess.target = None
+    print(json.dumps(sess.describe(), indent=1))
+    print(f"\nguest up in {m.boot_seconds:.1f}s ({sess.accel}); QEMU pid {m.pid}; QMP: {m.qmp_socket}")
+    print("attach with:")
+    print(f"  gdb -ex 'set architecture i386:x86-64' -ex 'target remote | socat STDIO UNIX-CONNECT:{m.gdb_socket}'")
+    print("programs in the guest:", ", ".join(sess.programs) or "none")
+    print("Ctrl-C (or SIGTERM) shuts the guest down.")
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    try:
+        while not stop and m.alive():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sess.close()
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .images.apt import debian_archive_uri
+    from .session import qemu_version
+
+    ok = True
+    for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc"):
+        path = shutil.which(tool)
+        ok &= path is not None
+        print(f"{tool:20} {path or 'MISSING'}")
+    print(f"{'qemu version':20} {qemu_version(['qemu-system-x86_64'])}")
+    kvm = os.path.exists("/dev/kvm")
+    print(f"{'/dev/kvm':20} {'present' if kvm else 'absent'} (whether it boots a kernel is probed at boot; verdicts below)")
+    probe = cache_root() / "kvm-probe.json"
+    if probe.exists():
+        for key, (usable, why) in json.loads(probe.read_text()).items():
+            print(f"{'':20} {'kvm' if usable else 'tcg'}: {why}  [{key[:60]}]")
+    try:
+        print(f"{'debian archive':20} {debian_archive_uri()}")
+    except Exception as exc:  # doctor reports, it does not fail on the first problem
+        ok = False
+        print(f"{'debian archive':20} {exc}")
+    root = cache_root()
+    print(f"{'cache':20} {root}")
+    for kind in ("kernels", "toolchains", "programs", "initramfs", "kallsyms"):
+        d = root / kind
+        entries = sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.exists() else []
+        print(f"  {kind:18} {len(entries)} cached")
+        if kind == "kernels":
+            for e in entries:
+                meta = d / e / "kernel.json"
+                if meta.exists():
+                    k = json.loads(meta.read_text())
+                    print(f"    {k['package']}={k['version']} ({k.get('suite', '')})")
+    return 0 if ok else 1
+
+
+def cmd_bench(args) -> int:
+    if args.what == "transport":
+        from .session import Session
+        from .transport.bench import bench_transport, format_bench
+
+        with Session(_spec(args)) as sess:
+            sess.target.close()
+            sess.target = None
+            print(format_bench(bench_transport(sess.machine, program=sess.program("callchain").guest_path)))
+        return 0
+    if args.what == "unwind":
+        from .unwind.bench import main as unwind_bench
+
+        return unwind_bench()
+    raise SystemExit(f"unknown benchmark {args.what}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="harness", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    images = sub.add_parser("images", help="fetch and build kernels, toolchain roots, programs, initramfs")
+    isub = images.add_subparsers(dest="images_cmd", required=True)
+    b = isub.add_parser("build")
+    b.add_argument("--kernel", dest="kernels", action="append", help="kernel name (repeatable)")
+    b.add_argument("--toolchain", dest="toolchains", action="append", help="host, trixie, sid (repeatable)")
+    b.set_defaults(func=cmd_images_build)
+
+    boot = sub.add_parser("boot", help="boot a guest and leave gdb and QMP sockets open")
+    _guest_args(boot)
+    boot.set_defaults(func=cmd_boot)
+
+    doctor = sub.add_parser("doctor", help="what is installed and cached")
+    doctor.set_defaults(func=cmd_doctor)
+
+    bench = sub.add_parser("bench", help="benchmarks that print figures")
+    bench.add_argument("what", choices=("transport", "unwind"))
+    _guest_args(bench)
+    bench.set_defaults(func=cmd_bench)
+
+    try:
+        from .deferred.cli import add_cli as add_deferred_cli
+
+        add_deferred_cli(sub)
+    except ImportError:
+        pass
+
+    args = ap.parse_args(argv)
+    if args.cmd == "images" and args.images_cmd == "build":
+        args.kernels = args.kernels or ["default"]
+        args.toolchains = args.toolchains or ["host", "trixie", "sid"]
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

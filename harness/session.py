@@ -1,0 +1,190 @@
+"""A booted guest with a debugger attached and its kernel understood: the platform in one call.
+
+This is the orchestration layer: it owns the images, the QEMU machine and the debugger target,
+and hands the domain code (kernel introspection, unwinder, deferred model) plain values and a
+``read(addr, size)`` callable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .btf import Btf
+from .images.cache import cache_root, progress
+from .images.initramfs import build_initramfs
+from .images.kernel import Kernel, get_kernel
+from .images.programs import Program, Variant, build_program
+from .images.toolchain import get_toolchain
+from .kallsyms import Kallsyms
+from .kernel import KernelInfo, TaskInfo, current_task, user_regs
+from .kernel.stops import StopPoint, StopPoints, find_stop_points
+from .regs import PT_REGS_SIZE, UserRegs
+from .transport.qemu import Machine, MachineConfig, kvm_usable
+from .transport.target import Target
+
+
+@dataclass
+class GuestSpec:
+    kernel: str = "default"
+    kernel_path: str | None = None
+    smp: int = 1
+    accel: str = "auto"  # auto | tcg | kvm
+    pti: bool = False
+    transport: str = "rsp"  # rsp | mi
+    programs: list[tuple[str, str, Variant]] = field(default_factory=list)  # (source, toolchain, variant)
+    qemu: list[str] = field(default_factory=lambda: ["qemu-system-x86_64"])
+    memory_mb: int = 512
+
+
+def qemu_version(qemu: list[str]) -> str:
+    try:
+        out = subprocess.run([*qemu, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    return out.splitlines()[0] if out else "unknown"
+
+
+def resolve_accel(spec: GuestSpec, kernel: Kernel) -> tuple[str, str]:
+    """(accelerator, why).  The KVM probe's verdict is cached per host kernel, QEMU and guest."""
+    if spec.accel in ("tcg", "kvm"):
+        return spec.accel, f"--accel {spec.accel} was asked for"
+    key = f"{platform.release()}|{qemu_version(spec.qemu)}|{kernel.sha256}"
+    memo_path = cache_root() / "kvm-probe.json"
+    memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
+    if key not in memo:
+        ok, why = kvm_usable(spec.qemu, kernel.vmlinux)
+        memo[key] = [ok, why]
+        memo_path.write_text(json.dumps(memo, indent=1))
+    ok, why = memo[key]
+    if not ok:
+        progress(f"using TCG: {why}")
+    return ("kvm" if ok else "tcg"), why
+
+
+def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
+    """The guest's /proc/kallsyms, dumped once per kernel build (about 20 s on TCG) and cached."""
+    path = cache_root() / "kallsyms" / f"{kernel.sha256}.txt"
+    if not path.exists():
+        progress(f"dumping /proc/kallsyms of {kernel.release or kernel.package} (once per kernel build)")
+        text = machine.dump("/proc/kallsyms").decode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return Kallsyms.parse(path.read_text())
+
+
+def make_target(kind: str, machine: Machine) -> Target:
+    if kind == "rsp":
+        from .transport.rsp import RspTarget
+
+        return RspTarget(machine.gdb_socket)
+    if kind == "mi":
+        from .transport.mi import MiTarget
+
+        return MiTarget(machine.gdb_socket)
+    raise ValueError(f"unknown transport {kind!r} (rsp or mi)")
+
+
+class Session:
+    def __init__(self, spec: GuestSpec):
+        self.spec = spec
+        self.kernel: Kernel | None = None
+        self.machine: Machine | None = None
+        self.target: Target | None = None
+        self.info: KernelInfo | None = None
+        self.stops: StopPoints | None = None
+        self.symbols: Kallsyms | None = None
+        self.programs: dict[str, Program] = {}
+        self.accel = ""
+        self.accel_why = ""
+
+    def start(self) -> "Session":
+        spec = self.spec
+        self.kernel = get_kernel(spec.kernel, spec.kernel_path)
+        for source, tc_name, variant in spec.programs:
+            p = build_program(source, get_toolchain(tc_name), variant)
+            self.programs[p.guest_path] = p
+        initrd = build_initramfs(list(self.programs.values()))
+        self.accel, self.accel_why = resolve_accel(spec, self.kernel)
+        cfg = MachineConfig(self.kernel.vmlinux, initrd, smp=spec.smp, accel=self.accel, pti=spec.pti,
+                            qemu=list(spec.qemu), memory_mb=spec.memory_mb)
+        self.machine = Machine(cfg)
+        try:
+            self.machine.start()
+            self.symbols = kernel_symbols(self.machine, self.kernel)
+            btf = Btf.from_elf(self.kernel.vmlinux)
+            self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
+            self.target = make_target(spec.transport, self.machine)
+            self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __enter__(self) -> "Session":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.target is not None:
+            try:
+                self.target.close()
+            except Exception:
+                pass
+            self.target = None
+        if self.machine is not None:
+            self.machine.close()
+
+    def describe(self) -> dict:
+        """What this run ran on: recorded with every run's results."""
+        return {
+            "kernel": self.kernel.describe() if self.kernel else None,
+            "release": self.machine.release if self.machine else None,
+            "qemu": qemu_version(self.spec.qemu),
+            "accel": self.accel,
+            "accel_why": self.accel_why,
+            "smp": self.spec.smp,
+            "pti": self.spec.pti,
+            "transport": self.spec.transport,
+            "python": sys.version.split()[0],
+            "programs": {g: {"toolchain": p.toolchain, "variant": p.variant.tag} for g, p in self.programs.items()},
+            "missing_stop_points": dict(self.stops.missing) if self.stops else {},
+        }
+
+    def program(self, source: str, toolchain: str = "host", variant: Variant = Variant()) -> Program:
+        for p in self.programs.values():
+            if p.name == source and p.toolchain == toolchain and p.variant == variant:
+                return p
+        raise KeyError(f"{source} [{variant.tag}] with {toolchain} is not in this guest's initramfs")
+
+    # -- reading the stopped guest -------------------------------------------------------------
+    def read(self, addr: int, size: int) -> bytes:
+        """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3)."""
+        return self.target.read_kernel(addr, size)
+
+    def current(self) -> TaskInfo:
+        regs = self.target.read_registers()
+        return current_task(self.info, self.read, regs["gs_base"])
+
+    def task_user_regs(self, task: TaskInfo) -> UserRegs:
+        return user_regs(self.info, self.read, task)
+
+    def regs_at(self, point: StopPoint) -> UserRegs:
+        """The ``struct pt_regs`` the stop point designates (interrupted or returning context)."""
+        regs = self.target.read_registers()
+        if point.regs == "rdi":
+            addr = regs["rdi"]
+        elif point.regs == "rsp":
+            addr = regs["rsp"]
+        else:
+            return self.task_user_regs(self.current())
+        return UserRegs.from_pt_regs(self.read(addr, PT_REGS_SIZE), self.info.pt_regs_offsets)
