@@ -166,6 +166,17 @@ class Session:
                 return p
         raise KeyError(f"{source} [{variant.tag}] with {toolchain} is not in this guest's initramfs")
 
+    def run_program(self, argv: list[str]):
+        """Start a guest program; the guest runs while /init answers, then stops again."""
+        running = self.target is not None and not getattr(self.target, "running", False)
+        if running:
+            self.target.resume()
+        try:
+            return self.machine.run(argv)
+        finally:
+            if running:
+                self.target.interrupt()
+
     # -- reading the stopped guest -------------------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:
         """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3)."""

@@ -345,20 +345,31 @@ class RspTarget(Target):
     def _resume(self, step: bool, timeout: float) -> Stop:
         self._regs_cache = None
         thread = self._cpu_thread[self.cpu]
-        deadline = time.monotonic() + timeout
-        self._send(f"vCont;s:{thread}".encode() if step else b"vCont;c", deadline)
+        self._send(f"vCont;s:{thread}".encode() if step else b"vCont;c", time.monotonic() + self.timeout)
         self.running = True
+        return self.wait_stop(timeout)
+
+    def _continue_nowait(self) -> None:
+        self._regs_cache = None
+        self._send(b"vCont;c", time.monotonic() + self.timeout)
+        self.running = True
+
+    def wait_stop(self, timeout: float) -> Stop:
+        if not self.running:
+            raise TargetError("wait_stop: the guest is not running")
         try:
-            reply = self._read_packet(deadline)
+            reply = self._read_packet(time.monotonic() + timeout)
         except TargetTimeout:
-            self.running = False
             self.interrupt_raw()
             raise TargetTimeout(f"no stop within {timeout:.1f}s (the guest was interrupted)") from None
         self.running = False
         return self._parse_stop(reply)
 
     def interrupt_raw(self, timeout: float = 5.0) -> Stop:
-        self.sock.sendall(b"\x03")
+        try:
+            self.sock.sendall(b"\x03")
+        except OSError as exc:
+            raise TargetDied(f"gdb stub connection failed: {exc}") from exc
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read_packet(deadline)

@@ -68,6 +68,14 @@ class Target(ABC):
         """Continue (or single-step the selected vCPU) and wait for the next stop."""
 
     @abstractmethod
+    def _continue_nowait(self) -> None:
+        """Continue all vCPUs and return at once; :meth:`wait_stop` or :meth:`interrupt` ends it."""
+
+    @abstractmethod
+    def wait_stop(self, timeout: float) -> Stop:
+        """Wait for the stop of a guest left running by :meth:`resume` (TargetTimeout if none)."""
+
+    @abstractmethod
     def interrupt(self, timeout: float = 5.0) -> Stop:
         """Stop a running guest."""
 
@@ -115,6 +123,18 @@ class Target(ABC):
             if stop.pc in self.breakpoints and stop.pc != pc:
                 return stop  # the single step landed on another breakpoint
         return self._resume(step=False, timeout=timeout)
+
+    def resume(self) -> None:
+        """Let the guest run (e.g. while the harness talks to /init on the console) without
+        waiting for a stop; a vCPU on one of our breakpoints is stepped over it first."""
+        pc = self.read_registers()["rip"]
+        if pc in self.breakpoints:
+            self._remove(pc)
+            try:
+                self._resume(step=True, timeout=5.0)
+            finally:
+                self._insert(pc)
+        self._continue_nowait()
 
     def step(self, timeout: float = 5.0) -> Stop:
         pc = self.read_registers()["rip"]
