@@ -168,13 +168,13 @@ class Session:
 
     def run_program(self, argv: list[str]):
         """Start a guest program; the guest runs while /init answers, then stops again."""
-        running = self.target is not None and not getattr(self.target, "running", False)
-        if running:
+        stopped = self.target is not None and not getattr(self.target, "running", False)
+        if stopped:
             self.target.resume()
         try:
             return self.machine.run(argv)
         finally:
-            if running:
+            if stopped:
                 self.target.interrupt()
 
     # -- reading the stopped guest -------------------------------------------------------------

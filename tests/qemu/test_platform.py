@@ -1,0 +1,100 @@
+"""The guest platform against real guests: stops at the return to user, NMIs, three kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.images.programs import Variant
+from harness.regs import USER_CS_32, USER_CS_64
+from harness.session import GuestSpec, Session
+
+pytestmark = pytest.mark.qemu
+
+PROGRAMS = [("callchain", "host", Variant()), ("callchain", "host", Variant(bits=32))]
+
+
+@pytest.fixture(scope="module", params=["default", "bookworm"])
+def session(request):
+    with Session(GuestSpec(kernel=request.param, programs=PROGRAMS)) as s:
+        yield s
+
+
+def collect_return_stops(sess: Session, program, points: list[str], n: int = 100):
+    """Run ``program`` and stop ``n`` times at the named return-to-user points while it is
+    the current task; return (task, user regs) for each such stop."""
+    proc = sess.run_program([program.guest_path, "100000000", "raw"])
+    addrs = {sess.stops[p].addr: sess.stops[p] for p in points if p in sess.stops.points}
+    assert addrs, f"none of {points} exists on {sess.machine.release}: {sess.stops.missing}"
+    for a in addrs:
+        sess.target.set_breakpoint(a)
+    got, other = [], 0
+    try:
+        while len(got) < n:
+            stop = sess.target.cont(timeout=30)
+            assert stop.pc in addrs, f"stopped at {stop.pc:#x}, not at a return point"
+            task = sess.current()
+            if task.tgid != proc.pid:
+                other += 1
+                assert other < 50 * n, "the program never returned to user space"
+                continue
+            got.append((task, sess.regs_at(addrs[stop.pc])))
+    finally:
+        for a in addrs:
+            sess.target.remove_breakpoint(a)
+        sess.target.resume()
+        sess.machine.shell(f"kill {proc.pid}")
+        sess.target.interrupt()
+    return proc, got
+
+
+def test_return_to_user_64(session):
+    prog = session.program("callchain", "host", Variant())
+    proc, got = collect_return_stops(session, prog, ["return_syscall64"])
+    assert len(got) == 100
+    for task, regs in got:
+        assert task.pid == proc.pid and task.comm == prog.guest_path.rsplit("/", 1)[1][:15]
+        assert regs.cs == USER_CS_64 and regs.user_mode and not regs.compat
+        assert 0 < regs.ip < 0x7FFFFFFFF000 and 0 < regs.sp < 0x7FFFFFFFF000
+        assert regs.orig_ax == 110  # getppid: the raw syscall the program makes
+
+
+def test_return_to_user_32(session):
+    prog = session.program("callchain", "host", Variant(bits=32))
+    proc, got = collect_return_stops(session, prog, ["return_irq", "return_syscall32"])
+    assert len(got) == 100
+    syscalls = 0
+    for task, regs in got:
+        assert task.pid == proc.pid
+        assert regs.cs == USER_CS_32 and regs.compat and regs.user_mode
+        assert regs.ip < 2**32 and regs.sp < 2**32
+        syscalls += regs.orig_ax == 64  # getppid on i386
+    assert syscalls > 50
+
+
+def test_nmi_stops_at_exc_nmi_with_user_regs(session):
+    prog = session.program("callchain", "host", Variant())
+    proc = session.run_program([prog.guest_path, "100000000", "spin"])
+    nmi = session.stops["nmi"]
+    session.target.set_breakpoint(nmi.addr)
+    user_stops = 0
+    try:
+        for _ in range(10):
+            session.target.resume()
+            session.machine.inject_nmi()
+            stop = session.target.wait_stop(timeout=10)
+            assert stop.pc == nmi.addr
+            regs = session.regs_at(nmi)
+            task = session.current()
+            if task.tgid == proc.pid and regs.user_mode:
+                user_stops += 1
+                assert regs.cs == USER_CS_64
+                # the interrupted user code is readable through the same target
+                assert len(session.read(regs.ip, 16)) == 16
+                assert len(session.read(regs.sp, 64)) == 64
+    finally:
+        session.target.remove_breakpoint(nmi.addr)
+        session.target.resume()
+        session.machine.shell(f"kill {proc.pid}")
+        session.target.interrupt()
+    # The spinning program owns the only vCPU nearly all the time.
+    assert user_stops >= 5
