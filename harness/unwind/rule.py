@@ -52,6 +52,11 @@ def fp_rule(ws: int = 8) -> FrameRule:
     return FrameRule(ValueRule("fp", 2 * ws), ValueRule("cfa", -ws, True), ValueRule("cfa", -2 * ws, True))
 
 
+def outermost_rule(signal_frame: bool = False) -> FrameRule:
+    """The outermost frame: CFA and RA undefined (apply_rule returns ra=None without reading)."""
+    return FrameRule(ValueRule(UNDEFINED), ValueRule(UNDEFINED), ValueRule(SAME), signal_frame)
+
+
 def entry_rule(ws: int = 8) -> FrameRule:
     """The function-entry rule (IP at ``push %rbp``/``endbr64``): cfa = sp + ws, fp unchanged."""
     return FrameRule(ValueRule("sp", ws), ValueRule("cfa", -ws, True), ValueRule(SAME))
@@ -86,6 +91,10 @@ def apply_rule(
     elif base == "fp":
         cfa = fp + c.offset
     elif base == SAME or base == UNDEFINED:
+        if base == UNDEFINED and rule.ra.base == UNDEFINED:
+            # The outermost frame (SFrame's "RA undefined" FRE, kernel frame->outermost): there is
+            # no caller, so nothing is computed or read; cfa is reported as the current sp.
+            return sp, None, fp
         raise RuleError("the CFA rule is undefined")
     else:
         cfa = _base_value(base, sp, fp, None, regs) + c.offset
