@@ -1,0 +1,245 @@
+"""Capture :mod:`snapshot` directories from a program run on the HOST under gdb.
+
+Transport-side tool (it starts gdb): the pure modules only ever read what it writes.  gdb runs a
+small Python script (below) that stops the program at ``main``, then sets every requested stop
+point, and at each hit writes a snapshot: the registers, ``/proc/PID/maps``, the stack from sp's
+page to the end of ``[stack]``, and the vDSO.  The inferior runs with an empty environment,
+without a shell and with ASLR off (gdb's default), so the same binary gives the same stack.
+
+Stop points (:class:`StopPoint`):
+
+* ``break`` ``func``: the first instruction of a function;
+* ``insn`` ``func`` ``pattern``: the first instruction of ``func`` whose disassembly contains
+  ``pattern`` (e.g. ``push   %rbp``), with ``after=1`` for the instruction after it;
+* ``syscall`` ``name``: ``catch syscall`` (the stop is at syscall entry, IP after ``syscall``);
+* ``offset`` ``func`` ``n``: ``func + n``.
+
+Dynamically linked programs built for the guest look for their loader under ``/tc/...``; here
+they run through the toolchain root's loader with ``--library-path``, and the snapshot's
+``files`` map every mapped path to the host file (on the host, the same path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+GDB = "/usr/bin/gdb"
+TIMEOUT = 120
+
+
+class CaptureError(RuntimeError):
+    """gdb failed or a stop point was never reached; carries gdb's output."""
+
+    def __init__(self, message: str, output: str = ""):
+        self.output = output
+        super().__init__(message + (f"\n--- gdb output (tail) ---\n{output[-3000:]}" if output else ""))
+
+
+@dataclass(frozen=True)
+class StopPoint:
+    name: str  # the snapshot's directory name
+    kind: str  # break | insn | syscall | offset
+    func: str = ""
+    pattern: str = ""
+    after: int = 0
+    offset: int = 0
+    syscall: str = ""
+
+
+GDB_SCRIPT = r'''
+import gdb, json, os
+
+CFG = json.load(open(os.environ["HARNESS_CAPTURE_CONFIG"]))
+OUT = CFG["out"]
+REGS = {"ip": "rip", "sp": "rsp", "bp": "rbp", "ax": "rax", "bx": "rbx", "cx": "rcx", "dx": "rdx",
+        "si": "rsi", "di": "rdi", "r8": "r8", "r9": "r9", "r10": "r10", "r11": "r11", "r12": "r12",
+        "r13": "r13", "r14": "r14", "r15": "r15", "flags": "eflags", "cs": "cs", "ss": "ss"}
+
+def reg(name):
+    return int(gdb.parse_and_eval("$" + name)) & 0xFFFFFFFFFFFFFFFF
+
+def maps_text(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+def dump(stop):
+    inf = gdb.selected_inferior()
+    regs = {k: reg(v) for k, v in REGS.items()}
+    regs["orig_ax"] = (1 << 64) - 1
+    text = maps_text(inf.pid)
+    regions, files = [], {}
+    d = os.path.join(OUT, stop["name"])
+    os.makedirs(d, exist_ok=True)
+    for line in text.splitlines():
+        parts = line.split()
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        path = parts[5] if len(parts) > 5 else ""
+        if path.startswith("/"):
+            files[path] = path
+        what = None
+        if path == "[stack]":
+            lo, what = regs["sp"] & ~0xFFF, "stack"
+        elif path == "[vdso]":
+            what = "vdso"
+        if what:
+            data = bytes(inf.read_memory(lo, hi - lo))
+            fname = f"{what}-{len(regions)}.bin"
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(data)
+            regions.append({"addr": lo, "size": len(data), "file": fname, "what": what})
+    doc = {"format": "unwind-harness-snapshot", "version": 1, "name": stop["name"], "regs": regs,
+           "maps": text, "regions": regions, "files": files,
+           "meta": {"stop": stop, "argv": CFG["argv"], "frame": str(gdb.selected_frame().name())}}
+    with open(os.path.join(d, "snapshot.json"), "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+
+def program_bias(text):
+    """Load bias of the program from maps: gdb has no symbols for a program that ld.so loaded."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 5 and os.path.realpath(parts[5]) == CFG["binary"]:
+            lo, off = int(parts[0].split("-")[0], 16), int(parts[2], 16)
+            for seg_off, seg_vaddr, seg_filesz in CFG["loads"]:
+                if seg_off & ~0xFFF <= off < max(seg_off + seg_filesz, (seg_off & ~0xFFF) + 1):
+                    return lo - (seg_vaddr - seg_off + off)
+    raise gdb.GdbError("program not found in maps")
+
+def addr_of(func):
+    return CFG["funcs"][func][0] + BIAS
+
+def insn_addr(func, pattern, after):
+    start = addr_of(func)
+    arch = gdb.selected_frame().architecture()
+    insns = arch.disassemble(start, start + CFG["funcs"][func][1] - 1)
+    for i, ins in enumerate(insns):
+        if pattern in ins["asm"]:
+            return insns[i + after]["addr"]
+    raise gdb.GdbError(f"no '{pattern}' in {func}")
+
+gdb.execute("set pagination off")
+gdb.execute("set confirm off")
+gdb.execute("set startup-with-shell off")
+gdb.execute("set disable-randomization on")
+gdb.execute("unset environment")
+# First stop after the program and its libraries are loaded: its first getppid.
+gdb.execute(f"catch syscall {CFG['loaded_syscall']}")
+gdb.execute("run")
+BIAS = program_bias(maps_text(gdb.selected_inferior().pid))
+gdb.execute("delete")
+pending = {}
+for stop in CFG["stops"]:
+    k = stop["kind"]
+    if k == "syscall":
+        bp = gdb.execute(f"catch syscall {stop['syscall']}", to_string=True)
+        pending[("syscall", stop["syscall"])] = stop
+        continue
+    if k == "break":
+        a = addr_of(stop["func"])
+    elif k == "insn":
+        a = insn_addr(stop["func"], stop["pattern"], stop["after"])
+    elif k == "offset":
+        a = addr_of(stop["func"]) + stop["offset"]
+    else:
+        raise gdb.GdbError(f"unknown stop kind {k}")
+    gdb.Breakpoint(f"*{a:#x}", internal=False)
+    pending[("pc", a)] = stop
+while pending:
+    gdb.execute("continue", to_string=True)
+    if not gdb.selected_inferior().pid:
+        raise gdb.GdbError(f"program exited with stops not reached: {[s['name'] for s in pending.values()]}")
+    pc = reg("rip")
+    stop = pending.pop(("pc", pc), None)
+    if stop is None:
+        sc = [key for key in pending if key[0] == "syscall"]
+        if not sc:
+            continue
+        stop = pending.pop(sc[0])
+        gdb.execute("delete")  # drop the catchpoint (and any breakpoint already used)
+        for key, s in pending.items():
+            if key[0] == "pc":
+                gdb.Breakpoint(f"*{key[1]:#x}")
+    dump(stop)
+    print("HARNESS-CAPTURED", stop["name"], hex(pc))
+gdb.execute("kill")
+'''
+
+
+def _program_facts(binary: str, stops: list[StopPoint]) -> dict:
+    """Link-time facts gdb needs about the program: its PT_LOADs and the stop functions."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(binary, "rb") as f:
+        elf = ELFFile(f)
+        loads = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()
+                 if s["p_type"] == "PT_LOAD"]
+        want = {s.func for s in stops if s.func}
+        funcs = {}
+        for sym in elf.get_section_by_name(".symtab").iter_symbols():
+            if sym.name in want and sym["st_info"]["type"] == "STT_FUNC":
+                funcs[sym.name] = (sym["st_value"], sym["st_size"])
+    missing = want - set(funcs)
+    if missing:
+        raise CaptureError(f"{binary}: no function symbols {sorted(missing)}")
+    return {"binary": os.path.realpath(binary), "loads": loads, "funcs": funcs}
+
+
+def capture(argv: list[str], stops: list[StopPoint], out: str | os.PathLike, *, binary: str | None = None,
+            loaded_syscall: str = "getppid", gdb: str = GDB, timeout: float = TIMEOUT) -> dict[str, Path]:
+    """Run ``argv`` under gdb, write one snapshot directory per stop under ``out``.
+
+    ``binary`` is the program (default ``argv[0]``; give it when ``argv`` starts with a loader).
+    Stop points are set once the program makes its first ``loaded_syscall``, when it and its
+    libraries are mapped: the stopped functions must run again after that (callchain loops).
+    """
+    if not shutil.which(gdb):
+        raise CaptureError(f"gdb not found at {gdb}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="harness-capture-") as tmp:
+        cfg = Path(tmp, "config.json")
+        conf = {"out": str(out), "argv": argv, "stops": [asdict(s) for s in stops],
+                "loaded_syscall": loaded_syscall, **_program_facts(binary or argv[0], stops)}
+        cfg.write_text(json.dumps(conf))
+        script = Path(tmp, "capture.py")
+        script.write_text(GDB_SCRIPT)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HARNESS_CAPTURE_CONFIG": str(cfg),
+               "HOME": tmp, "LANG": "C.UTF-8"}
+        cmd = [gdb, "-nx", "-batch", "-x", str(script), "--args", *argv]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise CaptureError(f"gdb timed out after {timeout}s: {' '.join(argv)}",
+                               (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes)
+                               else (exc.stdout or "")) from exc
+    output = r.stdout + r.stderr
+    got = {line.split()[1] for line in output.splitlines() if line.startswith("HARNESS-CAPTURED")}
+    missing = [s.name for s in stops if s.name not in got]
+    if missing:
+        raise CaptureError(f"stops not captured: {missing} ({' '.join(argv)})", output)
+    return {s.name: out / s.name for s in stops}
+
+
+def capture_program(program, args: list[str], stops: list[StopPoint], out: str | os.PathLike,
+                    **kw) -> dict[str, Path]:
+    """:func:`capture` for a built ``harness.images.programs.Program``."""
+    return capture(program_argv(program, *args), stops, out, binary=str(program.path), **kw)
+
+
+def program_argv(program, *args: str) -> list[str]:
+    """The host command line that runs a built ``harness.images.programs.Program``.
+
+    Static programs run as they are; dynamic ones through their toolchain's loader with the
+    toolchain's library directory (their PT_INTERP names a ``/tc/...`` path of the guest).
+    """
+    if not program.runtime:
+        return [str(program.path), *args]
+    loader = next(h for h, g in program.runtime if "ld-linux" in g)
+    libdirs = sorted({str(Path(h).parent) for h, g in program.runtime})
+    return [str(loader), "--library-path", ":".join(libdirs), str(program.path), *args]

@@ -1,0 +1,120 @@
+"""``func+0xoff`` names for the addresses of a trace, from the ELF images mapped in the task.
+
+Function symbols come from ``.symtab`` (and ``.dynsym``, for stripped shared objects and the
+vDSO), indexed once per image with bisect.  Return addresses (every entry after the first)
+are looked up at ``ra - 1``, the call instruction, so a call at the very end of a function
+(``noreturn``) still names its caller; the offset printed is the return address's own.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from .maps import AddressSpace, ElfImage
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    addr: int  # link-time address
+    size: int
+
+
+@dataclass(frozen=True)
+class Location:
+    addr: int
+    symbol: str | None
+    offset: int
+    module: str | None
+
+    def __str__(self) -> str:
+        if self.symbol is not None:
+            return f"{self.symbol}+{self.offset:#x}"
+        if self.module is not None:
+            return f"{self.module.rsplit('/', 1)[-1]}+{self.offset:#x}"
+        return f"{self.addr:#x}"
+
+
+class SymbolIndex:
+    """Sorted function symbols of one image."""
+
+    def __init__(self, image: ElfImage):
+        syms: dict[int, Symbol] = {}
+        for secname in (".dynsym", ".symtab"):  # .symtab last: its names win on equal addresses
+            sec = image.elf.get_section_by_name(secname)
+            if sec is None:
+                continue
+            for s in sec.iter_symbols():
+                if s["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC") or not s["st_value"]:
+                    continue
+                if s["st_shndx"] == "SHN_UNDEF":
+                    continue
+                name = s.name.split("@")[0]
+                prev = syms.get(s["st_value"])
+                # prefer the global name over local aliases, then the longer size
+                if prev is None or (s["st_info"]["bind"] == "STB_GLOBAL" and prev.size <= s["st_size"]):
+                    syms[s["st_value"]] = Symbol(name, s["st_value"], s["st_size"])
+        self.symbols = sorted(syms.values(), key=lambda s: s.addr)
+        self._addrs = [s.addr for s in self.symbols]
+
+    def lookup(self, link_addr: int) -> Symbol | None:
+        i = bisect.bisect_right(self._addrs, link_addr) - 1
+        if i < 0:
+            return None
+        s = self.symbols[i]
+        if s.size and link_addr >= s.addr + s.size:
+            return None
+        return s
+
+    def address_of(self, name: str) -> int | None:
+        for s in self.symbols:
+            if s.name == name:
+                return s.addr
+        return None
+
+
+def symbol_index(image: ElfImage) -> SymbolIndex:
+    idx = image.cache.get("symbols")
+    if idx is None:
+        idx = image.cache["symbols"] = SymbolIndex(image)
+    return idx  # type: ignore[return-value]
+
+
+class Symbolizer:
+    def __init__(self, space: AddressSpace):
+        self.space = space
+
+    def locate(self, addr: int, return_address: bool = False) -> Location:
+        probe = addr - 1 if return_address else addr
+        e = self.space.elf_at(probe)
+        if e is None:
+            m = self.space.mapping_at(probe)
+            if m is not None and m.path:
+                return Location(addr, None, addr - m.start + m.offset, m.path)
+            return Location(addr, None, 0, None)
+        sym = symbol_index(e.image).lookup(e.link_address(probe))
+        if sym is None:
+            return Location(addr, None, e.link_address(addr), e.path)
+        return Location(addr, sym.name, e.link_address(addr) - sym.addr, e.path)
+
+    def name(self, addr: int, return_address: bool = False) -> str:
+        return str(self.locate(addr, return_address))
+
+    def trace(self, ips: list[int]) -> list[str]:
+        """Names for a trace whose first entry is the interrupted IP and the rest return addresses."""
+        return [self.name(ip, i > 0) for i, ip in enumerate(ips)]
+
+    def functions(self, ips: list[int]) -> list[str | None]:
+        """Just the function names (None where unknown), for comparing traces by function."""
+        return [self.locate(ip, i > 0).symbol for i, ip in enumerate(ips)]
+
+    def address_of(self, name: str, path_suffix: str = "") -> int | None:
+        """The runtime address of function ``name`` in a mapped ELF whose path ends with ``path_suffix``."""
+        for e in self.space.elves():
+            if not e.path.endswith(path_suffix):
+                continue
+            a = symbol_index(e.image).address_of(name)
+            if a is not None:
+                return a + e.bias
+        return None

@@ -1,0 +1,244 @@
+"""FP, CFI (and SFrame, where the parser is present) on stacks captured from real host runs.
+
+A session fixture builds ``guest_programs/callchain.c`` with the host, trixie and sid toolchains
+(frame pointers on and off, static and dynamic), runs each on the host under gdb and captures
+snapshots at chosen IPs (harness/unwind/capture_gdb.py).  The tests then unwind the snapshots
+and check that the unwinders agree where they should, and that the known divergences appear,
+named, where they should:
+
+* FP at a prologue IP (``push %rbp`` not yet run, or run but ``mov %rsp,%rbp`` not) loses the
+  caller; the function-entry frame recovers it only at the ``push %rbp`` itself;
+* FP through glibc's ``syscall()`` (a leaf without a frame) loses ``c``;
+* FP stops in glibc, built without frame pointers, after ``__libc_start_call_main`` while CFI
+  continues to ``__libc_start_main`` and ``_start``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+
+import pytest
+
+from harness.images.cache import ImageError
+from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
+from harness.unwind.cfi import cfi_tables_for, unwind_cfi
+from harness.unwind.snapshot import Snapshot
+from harness.unwind.symbolize import Symbolizer
+from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
+
+from conftest import require
+
+TOOLCHAINS = ("host", "trixie", "sid")
+ITER = "1000000"
+
+FP_STOPS = [
+    StopPoint("b-entry", "break", "b"),
+    StopPoint("c-push-rbp", "insn", "c", "push   %rbp"),
+    StopPoint("c-after-push", "insn", "c", "push   %rbp", after=1),
+    StopPoint("c-raw", "syscall", syscall="getppid"),
+]
+NOFP_STOPS = [StopPoint("c-raw", "syscall", syscall="getppid")]
+LIBC_STOPS = [StopPoint("c-libc", "syscall", syscall="getppid")]
+
+
+@dataclass
+class Captured:
+    toolchain: str
+    fp: bool
+    static: bool
+    snaps: dict[str, Snapshot]
+    binary: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.toolchain}-{'fp' if self.fp else 'nofp'}-{'static' if self.static else 'dyn'}"
+
+
+@pytest.fixture(scope="session")
+def captures(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]:
+    """Every (toolchain, fp, static) build, captured; a string says why one is missing."""
+    from harness.images.programs import Variant, build_program
+    from harness.images.toolchain import get_toolchain
+
+    out: dict[tuple[str, bool, bool], Captured | str] = {}
+    if shutil.which("gdb") is None:
+        return {k: "gdb is not installed" for k in _keys()}
+    root = tmp_path_factory.mktemp("snapshots")
+    for tc_name in TOOLCHAINS:
+        try:
+            tc = get_toolchain(tc_name)
+        except ImageError as exc:
+            for k in _keys():
+                if k[0] == tc_name:
+                    out[k] = f"toolchain {tc_name} unavailable: {exc}"
+            continue
+        for fp in (True, False):
+            for static in (True, False):
+                key = (tc_name, fp, static)
+                try:
+                    prog = build_program("callchain", tc, Variant(frame_pointers=fp, static=static))
+                    d = root / f"{tc_name}-{fp}-{static}"
+                    capture_program(prog, [ITER, "raw"], FP_STOPS if fp else NOFP_STOPS, d)
+                    capture_program(prog, [ITER, "libc"], LIBC_STOPS, d)
+                except (ImageError, CaptureError) as exc:
+                    out[key] = f"{tc_name} fp={fp} static={static}: {exc}"
+                    continue
+                snaps = {p.name: Snapshot.load(p) for p in d.iterdir()}
+                out[key] = Captured(tc_name, fp, static, snaps, str(prog.path))
+    return out
+
+
+def _keys():
+    return [(t, fp, st) for t in TOOLCHAINS for fp in (True, False) for st in (True, False)]
+
+
+def get(captures, tc, fp, static) -> Captured:
+    c = captures[(tc, fp, static)]
+    require(not isinstance(c, str), c if isinstance(c, str) else "")
+    return c  # type: ignore[return-value]
+
+
+def walk(snap: Snapshot, **kw):
+    space = snap.address_space()
+    mem = snap.memory()
+    sym = Symbolizer(space)
+    fp = unwind_user(mem, snap.regs, **kw)
+    cfi = unwind_cfi(mem, snap.regs, cfi_tables_for(space))
+    return fp, cfi, sym
+
+
+def funcs(sym: Symbolizer, trace) -> list[str | None]:
+    return sym.functions(trace.ips)
+
+
+ALL = pytest.mark.parametrize("tc", TOOLCHAINS)
+LINKS = pytest.mark.parametrize("static", [True, False], ids=["static", "dyn"])
+CHAIN = ["c", "b", "a", "main"]
+
+
+def glibc_tail(static: bool) -> list[str | None]:
+    # __libc_start_call_main is a local symbol: only a static binary's .symtab names it; a
+    # stripped libc.so.6 has no entry for it in .dynsym.
+    return ["__libc_start_call_main" if static else None, "__libc_start_main", "_start"]
+
+
+@ALL
+@LINKS
+def test_fp_and_cfi_agree_inside_c_and_fp_stops_in_glibc(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    fp, cfi, sym = walk(cap.snaps["c-raw"])
+    assert funcs(sym, cfi) == CHAIN + glibc_tail(static)
+    assert cfi.stop.reason is StopReason.END_OF_CHAIN  # _start's CFI marks RA undefined
+    # FP agrees with CFI frame for frame up to glibc's first function without frame pointers...
+    assert fp.ips[:5] == cfi.ips[:5]
+    assert [f.sp for f in fp][:5] == [f.sp for f in cfi][:5]
+    # ... and ends there: main's saved rbp is whatever __libc_start_call_main kept in rbp.  Most
+    # glibc builds leave a small integer (fp < sp at once); sid's libc.so.6 leaves a stack
+    # pointer, and FP takes one more, garbage, frame whose "return address" points into [stack]
+    # before the CFA comes out misaligned.
+    assert fp.stop.reason.is_error, fp.stop
+    assert len(fp) in (5, 6)
+    if len(fp) == 6:
+        assert cap.snaps["c-raw"].address_space().mapping_at(fp.ips[5]).path == "[stack]"
+        assert fp.stop.reason is StopReason.MISALIGNED_CFA
+    assert set(fp.types[1:]) == {UnwinderType.FP}
+
+
+@ALL
+@LINKS
+def test_symbolized_chain_reads_c_b_a_main(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    fp, cfi, sym = walk(cap.snaps["c-raw"])
+    names = sym.trace(fp.ips)
+    for name, func in zip(names, CHAIN):
+        assert re.fullmatch(rf"{func}\+0x[0-9a-f]+", name), names
+    if not static:
+        assert re.fullmatch(r"libc\.so\.6\+0x[0-9a-f]+", names[4]), names
+
+
+@ALL
+@LINKS
+def test_fp_loses_c_through_glibc_syscall_wrapper(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    fp, cfi, sym = walk(cap.snaps["c-libc"])
+    assert funcs(sym, cfi)[:5] == ["syscall"] + CHAIN
+    assert funcs(sym, fp)[:4] == ["syscall", "b", "a", "main"]  # c is lost: syscall() keeps no frame
+    assert fp.ips[1:4] == cfi.ips[2:5]
+
+
+@ALL
+@LINKS
+def test_fp_loses_caller_at_push_rbp_and_entry_frame_recovers_it(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    snap = cap.snaps["c-push-rbp"]
+    fp, cfi, sym = walk(snap)
+    assert funcs(sym, cfi)[:4] == CHAIN
+    assert funcs(sym, fp)[:3] == ["c", "a", "main"]  # b lost: mainline without a uprobe
+    any_ip = unwind_user(snap.memory(), snap.regs, entry_frame=EntryFrame.ANY_IP)
+    assert any_ip.ips[:5] == cfi.ips[:5]  # the full chain down to glibc, as CFI has it
+    assert any_ip.types[1] is UnwinderType.FP_ENTRY
+    uprobe = unwind_user(snap.memory(), snap.regs, entry_frame=EntryFrame.UPROBE)
+    assert uprobe.ips == any_ip.ips
+
+
+@ALL
+@LINKS
+def test_fp_loses_caller_after_push_before_mov(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    snap = cap.snaps["c-after-push"]
+    fp, cfi, sym = walk(snap)
+    assert funcs(sym, cfi)[:4] == CHAIN
+    assert funcs(sym, fp)[:3] == ["c", "a", "main"]
+    # the entry frame does not help here: the instruction at IP is mov %rsp,%rbp
+    any_ip = unwind_user(snap.memory(), snap.regs, entry_frame=EntryFrame.ANY_IP)
+    assert any_ip.ips == fp.ips
+
+
+@ALL
+@LINKS
+def test_function_entry_of_b(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    snap = cap.snaps["b-entry"]
+    fp, cfi, sym = walk(snap)
+    assert funcs(sym, cfi)[:3] == ["b", "a", "main"]
+    assert funcs(sym, fp)[:2] == ["b", "main"]
+    any_ip = unwind_user(snap.memory(), snap.regs, entry_frame=EntryFrame.ANY_IP)
+    assert funcs(sym, any_ip)[:3] == ["b", "a", "main"]
+
+
+@ALL
+@LINKS
+def test_without_frame_pointers_cfi_still_unwinds_and_fp_does_not(captures, tc, static):
+    cap = get(captures, tc, False, static)
+    fp, cfi, sym = walk(cap.snaps["c-raw"])
+    assert funcs(sym, cfi) == CHAIN + glibc_tail(static)
+    assert len(fp) < len(cfi)
+    assert fp.stop.reason.is_error
+    assert funcs(sym, fp)[:4] != CHAIN
+
+    fp_libc, cfi_libc, _ = walk(cap.snaps["c-libc"])
+    assert funcs(sym, cfi_libc)[:5] == ["syscall"] + CHAIN
+
+
+def test_snapshots_are_small_and_reload(captures, tmp_path):
+    cap = get(captures, "host", True, True)
+    snap = cap.snaps["c-raw"]
+    stack = snap.region("stack")
+    assert stack is not None and len(stack.data) <= 64 * 1024
+    again = Snapshot.load(snap.save(tmp_path / "copy"))
+    assert again.regs == snap.regs and again.maps_text == snap.maps_text
+    assert unwind_user(again.memory(), again.regs).ips == unwind_user(snap.memory(), snap.regs).ips
+
+
+def test_vdso_is_symbolized_from_memory(captures):
+    cap = get(captures, "host", True, False)
+    snap = cap.snaps["c-raw"]
+    space = snap.address_space()
+    vdso = space.elf_at(space.mappings_of("[vdso]")[0].start)
+    require(vdso is not None, "no [vdso] captured")
+    sym = Symbolizer(space)
+    addr = sym.address_of("__vdso_clock_gettime", "[vdso]") or sym.address_of("clock_gettime", "[vdso]")
+    assert addr is not None
+    assert sym.name(addr).endswith("clock_gettime+0x0")
