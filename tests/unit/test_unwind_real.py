@@ -242,3 +242,68 @@ def test_vdso_is_symbolized_from_memory(captures):
     addr = sym.address_of("__vdso_clock_gettime", "[vdso]") or sym.address_of("clock_gettime", "[vdso]")
     assert addr is not None
     assert sym.name(addr).endswith("clock_gettime+0x0")
+
+
+# --- mixed SFrame + FP (harness/sframe tables of the mapped ELFs) -------------------------------
+
+def mixed(snap: Snapshot):
+    from harness.unwind.mixed import sframe_tables_for
+
+    space = snap.address_space()
+    return unwind_user(snap.memory(), snap.regs, tables_for=sframe_tables_for(space))
+
+
+FPS = pytest.mark.parametrize("fp", [True, False], ids=["fp", "nofp"])
+
+
+@ALL
+@FPS
+@LINKS
+def test_sframe_fp_and_cfi_agree_through_the_program(captures, tc, fp, static):
+    cap = get(captures, tc, fp, static)
+    snap = cap.snaps["c-raw"]
+    fpt, cfi, sym = walk(snap)
+    mix = mixed(snap)
+    # The program's own functions have SFrame (as --gsframe, V1/V2/V3 by toolchain): c, b, a,
+    # main unwind by SFrame, frame pointers or not, and agree with CFI frame for frame.
+    assert mix.ips[:5] == cfi.ips[:5] and [f.sp for f in mix][:5] == [f.sp for f in cfi][:5]
+    assert mix.types[1:5] == [UnwinderType.SFRAME] * 4
+    if fp:
+        assert fpt.ips[:5] == mix.ips[:5]  # all three agree where the binary has all three
+    else:
+        assert funcs(sym, fpt)[:4] != CHAIN  # FP alone cannot unwind -fomit-frame-pointer code
+    # glibc carries no SFrame here: the walk falls back to FP there and ends like FP does
+    assert mix.stop.reason.is_error
+    assert all(t is UnwinderType.FP for t in mix.types[5:])
+
+
+@ALL
+@LINKS
+def test_sframe_recovers_the_caller_at_a_prologue_ip(captures, tc, static):
+    cap = get(captures, tc, True, static)
+    for name in ("c-push-rbp", "c-after-push", "b-entry"):
+        snap = cap.snaps[name]
+        fpt, cfi, sym = walk(snap)
+        mix = mixed(snap)
+        n = 5 if name != "b-entry" else 4
+        assert mix.ips[:n] == cfi.ips[:n], name
+        assert len(fpt) < len(cfi) and fpt.ips[1] != cfi.ips[1], name  # FP loses the caller
+
+
+@ALL
+@FPS
+@LINKS
+def test_sframe_loses_c_in_glibc_syscall_wrapper_without_sframe(captures, tc, fp, static):
+    cap = get(captures, tc, fp, static)
+    snap = cap.snaps["c-libc"]
+    fpt, cfi, sym = walk(snap)
+    mix = mixed(snap)
+    assert funcs(sym, cfi)[:5] == ["syscall"] + CHAIN
+    if fp:
+        # syscall() has no SFrame: the first step is FP, which skips c; SFrame takes over in b.
+        assert funcs(sym, mix)[:4] == ["syscall", "b", "a", "main"]
+        assert mix.types[1] is UnwinderType.FP and mix.types[2] is UnwinderType.SFRAME
+    else:
+        # Without frame pointers rbp is a general register in c (here n = 64): the FP step
+        # from syscall() fails at once, fp < sp.
+        assert mix.ips == [cfi.ips[0]] and mix.stop.reason is StopReason.FP_BELOW_SP
