@@ -40,12 +40,36 @@ def bench_fp(depth: int = 500, min_seconds: float = 1.0, verbose: bool = True) -
                 min_seconds, verbose)
 
 
-def bench_mixed(depth: int = 500, min_seconds: float = 1.0, verbose: bool = True) -> dict:
-    spec = [("nofp" if i % 2 else "fp", i % 4 != 2) for i in range(depth - 1)] + [("fp", True)]
-    s = mixed_chain(spec)
+def bench_mixed(depth: int = 500, min_seconds: float = 1.0, verbose: bool = True,
+                real_sframe: bool = True) -> dict:
+    """Frameless and FP functions alternate; 3 in 4 functions have SFrame, the rest fall back to FP.
+
+    With ``real_sframe`` the rules come from a V3 section written by ``harness.sframe.encode``
+    and decoded by ``SFrameTable.from_bytes_at`` (lookup cost included), else from RangeRules.
+    """
+    spec = [("nofp" if i % 2 else "fp", i % 4 != 2) for i in range(depth - 1)] + [("fp", False)]
+    s = mixed_chain(spec, locals_size=24)
     table = s.table
+    name = "unwind-mixed(range-rules)"
+    if real_sframe:
+        table, name = _sframe_table(spec, s.funcs, locals_size=24), "unwind-mixed(sframe-v3)"
     cfg = UnwindConfig(max_entries=depth + 1, tables_for=lambda ip: table)
-    return _run("unwind-mixed", s.memory, s.regs, cfg, depth, min_seconds, verbose)
+    return _run(name, s.memory, s.regs, cfg, depth, min_seconds, verbose)
+
+
+def _sframe_table(spec, funcs, locals_size: int, func_size: int = 0x100):
+    """The SFrame section gas would emit for mixed_chain's functions (SP-based CFA, RA at -8)."""
+    from ..sframe.elf import SFrameTable
+    from ..sframe.encode import FDEData, FREData, encode_section
+
+    fdes = []
+    for (kind, has_table), start in zip(spec, funcs):
+        if not has_table:
+            continue
+        words = [locals_size + 16, -16] if kind == "fp" else [locals_size + 8]
+        fdes.append(FDEData(start, func_size, [FREData(0, words)]))
+    vaddr = funcs[-1] + 0x10000
+    return SFrameTable.from_bytes_at(encode_section(fdes, vaddr=vaddr), vaddr)
 
 
 if __name__ == "__main__":
