@@ -22,8 +22,15 @@ while read -r cmd id rest; do
   case "$cmd" in
     run)
       set -- $rest
-      # The inner sh reports its own pid, then execs the program: that pid is the program's.
-      ( sh -c 'echo "@@H pid $0 $$"; exec "$@"' "$id" "$@" </dev/null; echo "@@H exit $id $?" ) &
+      # The subshell starts the program, hands its pid over through a file and reports its
+      # exit.  The pid is announced once the program has exec'd (its exe is no longer busybox),
+      # so the harness never samples the shell that is about to become the program.
+      rm -f /tmp/.pid.$id
+      ( "$@" </dev/null & echo $! > /tmp/.pid.$id; wait $!; echo "@@H exit $id $?" ) &
+      while [ ! -s /tmp/.pid.$id ]; do usleep 1000; done
+      pid=$(cat /tmp/.pid.$id)
+      while [ -e /proc/$pid ] && [ "$(readlink /proc/$pid/exe)" = /bin/busybox ]; do usleep 1000; done
+      echo "@@H pid $id $pid"
       ;;
     dump)
       cat "$rest" > /tmp/.dump 2>/dev/null

@@ -93,6 +93,11 @@ class Program:
     def guest_path(self) -> str:
         return f"/progs/{self.toolchain}/{self.name}-{self.variant.tag}"
 
+    @property
+    def comm(self) -> str:
+        """The task's comm in the guest: the file name cut to TASK_COMM_LEN - 1."""
+        return self.guest_path.rsplit("/", 1)[1][:15]
+
 
 def build_program(name: str, tc: Toolchain, variant: Variant = Variant()) -> Program:
     src = SOURCES / f"{name}.c"

@@ -18,6 +18,7 @@ PF_KTHREAD = 0x00200000
 THREAD_SIZE = 16384  # x86-64 without KASAN (arch/x86/include/asm/page_64_types.h)
 
 Read = Callable[[int, int], bytes]
+MASK64 = (1 << 64) - 1
 
 
 class KernelIntrospectionError(Exception):
@@ -99,8 +100,11 @@ def _u64(read: Read, addr: int) -> int:
 
 
 def current_task(info: KernelInfo, read: Read, gs_base: int) -> TaskInfo:
-    """The task running on the stopped vCPU: ``*(gs_base + &current_task)`` (per-CPU variable)."""
-    return read_task(info, read, _u64(read, gs_base + info.current_task_sym))
+    """The task running on the stopped vCPU: ``*(gs_base + &current_task)`` (per-CPU variable).
+
+    Since 6.15 per-CPU symbols are not zero-based: gs_base is then the CPU's offset from the
+    per-CPU template, and the sum wraps around 2**64."""
+    return read_task(info, read, _u64(read, (gs_base + info.current_task_sym) & MASK64))
 
 
 def read_task(info: KernelInfo, read: Read, addr: int) -> TaskInfo:

