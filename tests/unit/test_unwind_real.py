@@ -39,7 +39,11 @@ FP_STOPS = [
     StopPoint("c-after-push", "insn", "c", "push   %rbp", after=1),
     StopPoint("c-raw", "syscall", syscall="getppid"),
 ]
-NOFP_STOPS = [StopPoint("c-raw", "syscall", syscall="getppid")]
+NOFP_STOPS = [
+    # without frame pointers c still pushes rbp, as a callee-saved register after push %r12
+    StopPoint("c-push-rbp", "insn", "c", "push   %rbp"),
+    StopPoint("c-raw", "syscall", syscall="getppid"),
+]
 LIBC_STOPS = [StopPoint("c-libc", "syscall", syscall="getppid")]
 
 
@@ -307,3 +311,19 @@ def test_sframe_loses_c_in_glibc_syscall_wrapper_without_sframe(captures, tc, fp
         # Without frame pointers rbp is a general register in c (here n = 64): the FP step
         # from syscall() fails at once, fp < sp.
         assert mix.ips == [cfi.ips[0]] and mix.stop.reason is StopReason.FP_BELOW_SP
+
+
+@ALL
+@LINKS
+def test_entry_frame_switch_misfires_on_a_callee_saved_push_rbp(captures, tc, static):
+    """The ANY_IP heuristic takes every ``push %rbp`` for a function entry; in -fomit-frame-pointer
+    code rbp is pushed as a callee-saved register after other pushes, sp does not point at the
+    return address, and the "caller" it reports is a saved register value."""
+    cap = get(captures, tc, False, static)
+    snap = cap.snaps["c-push-rbp"]
+    fpt, cfi, sym = walk(snap)
+    assert funcs(sym, cfi)[:4] == CHAIN  # CFI knows the two-word CFA offset at this IP
+    assert mixed(snap).ips[:4] == cfi.ips[:4]  # so does SFrame
+    any_ip = unwind_user(snap.memory(), snap.regs, entry_frame=EntryFrame.ANY_IP)
+    assert any_ip.types[1] is UnwinderType.FP_ENTRY
+    assert any_ip.ips[1] != cfi.ips[1] and funcs(sym, any_ip)[1] != "b"
