@@ -125,6 +125,44 @@ def cmd_doctor(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_run(args) -> int:
+    """The main job: run scenarios on one guest and print the summary table."""
+    from pathlib import Path
+
+    from .engine import CATALOG, DEFAULT_SET, format_table, programs_for, run_scenarios
+    from .session import Session
+
+    names = args.scenarios or list(DEFAULT_SET)
+    if names == ["all"]:
+        names = list(CATALOG)
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        print(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}", file=sys.stderr)
+        return 2
+    scenarios = [CATALOG[n] for n in names]
+    if args.samples:
+        import dataclasses
+
+        scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
+    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    with Session(_spec(args, programs_for(scenarios))) as sess:
+        (out / "run.json").write_text(json.dumps(sess.describe(), indent=1))
+        for sc in scenarios:
+            print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
+        results = run_scenarios(sess, scenarios, out)
+    print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
+    print(format_table([r.row() for r in results]))
+    bad = 0
+    for r in results:
+        for f in r.failures[:5] + r.errors[:5] + r.invariant_violations[:5]:
+            print(f"\n{r.scenario.name}: {f}")
+        for kind, n in sorted(r.expected.items()):
+            print(f"{r.scenario.name}: expected divergence x{n}: {kind}")
+        bad += len(r.failures) + len(r.errors) + len(r.invariant_violations) + (r.stacks == 0)
+    return 1 if bad else 0
+
+
 def cmd_bench(args) -> int:
     if args.what == "transport":
         from .session import Session
@@ -159,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
 
     doctor = sub.add_parser("doctor", help="what is installed and cached")
     doctor.set_defaults(func=cmd_doctor)
+
+    run = sub.add_parser("run", help="run scenarios on a guest and check every delivered stack")
+    run.add_argument("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)")
+    run.add_argument("--samples", type=int, help="NMIs per scenario")
+    run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
+    _guest_args(run)
+    run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("what", choices=("transport", "unwind"))

@@ -187,7 +187,8 @@ class Session:
         return current_task(self.info, self.read, regs["gs_base"])
 
     def task_user_regs(self, task: TaskInfo) -> UserRegs:
-        return user_regs(self.info, self.read, task)
+        """The user registers of ``task``, which must be current on the stopped vCPU."""
+        return user_regs(self.info, self.read, task, self.target.read_registers()["gs_base"])
 
     def regs_at(self, point: StopPoint) -> UserRegs:
         """The ``struct pt_regs`` the stop point designates (interrupted or returning context)."""

@@ -120,10 +120,18 @@ def read_task(info: KernelInfo, read: Read, addr: int) -> TaskInfo:
     return TaskInfo(addr, u("pid", 4), u("tgid", 4), comm, u("flags", 4), u("stack"), u("mm"))
 
 
-def user_pt_regs_addr(info: KernelInfo, task: TaskInfo) -> int:
-    """``task_pt_regs(task)``: the user registers saved at the top of the task's kernel stack."""
+def user_pt_regs_addr(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int | None = None) -> int:
+    """``task_pt_regs(task)``: the user registers saved at the top of the task's kernel stack.
+
+    For the task current on the stopped vCPU (``gs_base`` given) this is the per-CPU top of
+    stack minus ``sizeof(pt_regs)``, which already accounts for TOP_OF_KERNEL_STACK_PADDING
+    (16 bytes with CONFIG_X86_FRED in 6.9+, 0 before).  Otherwise ``task->stack + THREAD_SIZE``
+    is used, which is right only without that padding."""
+    if gs_base is not None and info.top_of_stack_sym is not None:
+        return _u64(read, (gs_base + info.top_of_stack_sym) & MASK64) - PT_REGS_SIZE
     return task.stack + info.thread_size - PT_REGS_SIZE
 
 
-def user_regs(info: KernelInfo, read: Read, task: TaskInfo) -> UserRegs:
-    return UserRegs.from_pt_regs(read(user_pt_regs_addr(info, task), PT_REGS_SIZE), info.pt_regs_offsets)
+def user_regs(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int | None = None) -> UserRegs:
+    addr = user_pt_regs_addr(info, read, task, gs_base)
+    return UserRegs.from_pt_regs(read(addr, PT_REGS_SIZE), info.pt_regs_offsets)

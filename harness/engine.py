@@ -1,0 +1,407 @@
+"""The engine: breakpoints in a live guest drive the deferred-unwinding model.
+
+Injected NMIs stop the guest at ``exc_nmi``: the engine plays the tracers that *request* a
+deferred user stack for the current task.  While a task has pending work, breakpoints sit on
+the return-to-user points (and ``do_exit``); when the task reaches one, the engine runs the
+model's task work there: the Python unwinder walks the user stack from the saved pt_regs by
+reading guest memory, and each requesting tracer's callback receives (trace, cookie).  At that
+same stop the oracles check the stack: the program's own shadow stack (instrumented builds), the
+DWARF CFI unwinder, and whether the registers are those of the request (the right stack).
+
+A user-mode NMI returns through ``swapgs_restore_regs_and_return_to_usermode``; the kernel's
+request from NMI context raises a self-IPI (TWA_NMI_CURRENT) whose exit runs the task work
+before any user instruction, with the same user registers.  The engine runs the work at that
+first return, which sees exactly those registers.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import struct
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO
+
+from elftools.elf.elffile import ELFFile
+
+from .deferred.log import EventLog
+from .deferred.model import NMI, Context, DeferredModel, UnwindWork
+from .deferred.profile import get_profile
+from .deferred.check import check_events
+from .images.programs import Program, Variant
+from .kernel import TaskInfo
+from .memory import MemoryFault
+from .regs import UserRegs
+from .session import Session
+from .transport.errors import GuestError, TargetError, TargetTimeout
+from .transport.target import TargetMemory
+from .unwind.cfi import cfi_tables_for, unwind_cfi
+from .unwind.maps import AddressSpace
+from .unwind.mixed import sframe_tables_for
+from .unwind.rule import FrameRule, ValueRule
+from .unwind.symbolize import Symbolizer
+from .unwind.user import Trace, UnwindConfig, unwind_user
+
+SHADOW_MAGIC = 0x5348414430574B53  # guest_programs/shadow.h
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    program: str = "callchain"
+    toolchain: str = "host"
+    variant: Variant = Variant(shadow=True)
+    args: tuple[str, ...] = ("100000000", "spin")
+    profile: str = "mainline"
+    samples: int = 60  # NMIs injected
+    tracers: int = 2
+    unwinder: str = "fp"  # "fp" (frame pointers only) or "sframe" (SFrame where an FRE exists, else FP)
+    break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
+
+    def describe(self) -> str:
+        return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "
+                f"{self.samples} NMIs, {self.tracers} tracers")
+
+
+CATALOG: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("fp-spin"),
+        Scenario("fp-syscall", args=("100000000", "raw")),
+        Scenario("fp-libc-syscall", args=("100000000", "libc")),
+        Scenario("sframe-v1-nofp", variant=Variant(frame_pointers=False, shadow=True), unwinder="sframe"),
+        Scenario("sframe-v2-nofp", toolchain="trixie", variant=Variant(frame_pointers=False, shadow=True),
+                 unwinder="sframe"),
+        Scenario("sframe-v3-nofp", toolchain="sid", variant=Variant(frame_pointers=False, shadow=True),
+                 unwinder="sframe"),
+        Scenario("fp-seed-v10", profile="seed-v10"),
+        Scenario("fp-dynamic", variant=Variant(static=False, shadow=True), args=("100000000", "raw")),
+    )
+}
+DEFAULT_SET = ("fp-spin", "fp-syscall", "sframe-v3-nofp")
+
+
+class _BrokenRA:
+    """Test-only rule provider: the right CFA, the return address one word off."""
+
+    def rule_for(self, pc: int) -> FrameRule:
+        return FrameRule(ValueRule("fp", 16), ValueRule("cfa", -16, True), ValueRule("cfa", -16, True))
+
+
+@dataclass
+class Delivered:
+    pid: int
+    cookie: int
+    trace: tuple[int, ...]
+    tracer: str
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    requests: collections.Counter = field(default_factory=collections.Counter)
+    stacks: int = 0
+    checked: collections.Counter = field(default_factory=collections.Counter)  # oracle -> agreed
+    expected: collections.Counter = field(default_factory=collections.Counter)  # divergence kind -> n
+    failures: list[str] = field(default_factory=list)
+    callbacks: int = 0
+    cookies: set = field(default_factory=set)
+    walks: int = 0
+    stops: int = 0
+    seconds: float = 0.0
+    invariant_violations: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def row(self) -> dict:
+        return {
+            "scenario": self.scenario.name,
+            "stacks": self.stacks,
+            "shadow ok": self.checked["shadow"],
+            "cfi ok": self.checked["cfi"],
+            "regs ok": self.checked["regs"],
+            "expected": sum(self.expected.values()),
+            "failures": len(self.failures),
+            "req 0/1/-EINVAL": f"{self.requests[0]}/{self.requests[1]}/{self.requests[-22]}",
+            "callbacks": self.callbacks,
+            "cookies": len(self.cookies),
+            "walks saved": self.callbacks - self.walks,
+            "stops/trace": f"{self.stops / self.stacks:.1f}" if self.stacks else "-",
+            "invariants": "ok" if not self.invariant_violations else len(self.invariant_violations),
+        }
+
+
+def format_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no scenarios)"
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    line = "  ".join(c.ljust(widths[c]) for c in cols)
+    out = [line, "  ".join("-" * widths[c] for c in cols)]
+    out += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(out)
+
+
+class Engine:
+    RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
+
+    def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None):
+        self.s = session
+        self.sc = scenario
+        self.result = Result(scenario)
+        self.log = EventLog(log, keep=True)
+        self.model = DeferredModel(get_profile(scenario.profile), self._walk, log=self.log)
+        self.works = []
+        for i in range(scenario.tracers):
+            w = UnwindWork(self._callback, name=f"tracer{i}")
+            self.model.init(w)
+            self.works.append(w)
+        self.program: Program = session.program(scenario.program, scenario.toolchain, scenario.variant)
+        self.memory = TargetMemory(session.target)
+        self.space: AddressSpace | None = None
+        self.proc = None
+        self.pending: dict[int, UserRegs | None] = {}  # pid -> user regs at request (None: unknown)
+        self._walk_regs: UserRegs | None = None
+        self._walk_task: TaskInfo | None = None
+        self._delivered_now: list[Delivered] = []
+        self.symbolizer: Symbolizer | None = None
+        self.shadow_addr = _symbol_address(self.program.path, "harness_shadow") if scenario.variant.shadow else None
+
+    # -- model hooks -------------------------------------------------------------------------
+    def _walk(self, mtask) -> list[int]:
+        """``unwind_user()`` for the model: the Python unwinder on live guest memory."""
+        self.result.walks += 1
+        trace = self._unwind(self._walk_regs)
+        self._last_trace = trace
+        return trace.ips
+
+    def _callback(self, work, trace, cookie) -> None:
+        self.result.callbacks += 1
+        self.result.cookies.add(cookie)
+        self._delivered_now.append(Delivered(self._walk_task.pid, cookie, tuple(trace), work.name))
+
+    def _unwind(self, regs: UserRegs) -> Trace:
+        cfg = UnwindConfig()
+        if self.sc.break_ra:
+            cfg = replace(cfg, tables_for=lambda ip: _BrokenRA())
+        elif self.sc.unwinder == "sframe" and self.space is not None:
+            cfg = replace(cfg, tables_for=sframe_tables_for(self.space))
+        return unwind_user(self.memory, regs, cfg)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> Result:
+        start = time.monotonic()
+        s = self.s
+        self.proc = s.run_program([self.program.guest_path, *self.sc.args])
+        s.target.resume()
+        maps = s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
+        s.target.interrupt()
+        resolve = {self.program.guest_path: str(self.program.path)}
+        resolve.update({guest: str(host) for host, guest in self.program.runtime})
+        self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
+        self.symbolizer = Symbolizer(self.space)
+        nmi = s.stops["nmi"]
+        returns = [s.stops[p] for p in self.RETURN_POINTS if p in s.stops.points]
+        exit_point = s.stops.points.get("exit")
+        s.target.set_breakpoint(nmi.addr)
+        try:
+            for _ in range(self.sc.samples):
+                s.target.resume()
+                s.machine.inject_nmi()
+                stop = s.target.wait_stop(timeout=15)
+                self.result.stops += 1
+                if stop.pc != nmi.addr:
+                    self.result.errors.append(f"stopped at {stop.pc:#x} while waiting for the NMI")
+                    continue
+                self._on_nmi(nmi)
+                if self.pending:
+                    self._deliver(returns, exit_point)
+        except (GuestError, TargetError) as exc:
+            self.result.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            try:
+                s.target.remove_breakpoint(nmi.addr)
+                s.target.resume()
+                s.machine.shell(f"kill {self.proc.pid}")
+                s.target.interrupt()
+            except (GuestError, TargetError) as exc:
+                self.result.errors.append(f"cleanup: {exc}")
+        verdict = check_events(self.log.events)
+        self.result.invariant_violations = verdict.messages() + list(self.model.violations)
+        self.result.seconds = time.monotonic() - start
+        return self.result
+
+    def _model_task(self, task: TaskInfo):
+        mt = self.model.tasks.get(task.pid)
+        if mt is None:
+            mt = self.model.spawn(task.pid, kthread=task.kthread)
+        return mt
+
+    def _on_nmi(self, nmi) -> None:
+        s = self.s
+        task = s.current()
+        iregs = s.regs_at(nmi)
+        mt = self._model_task(task)
+        if task.exiting:
+            mt.flags |= 0x4
+        uregs = None if task.kthread else s.task_user_regs(task)
+        user = uregs is not None and uregs.user_mode
+        if not mt.in_kernel:
+            self.model.enter_kernel(mt, "nmi" if iregs.user_mode else "kernel", cpu=s.target.cpu)
+        ctx = Context(NMI, user_mode=user)
+        queued = False
+        for w in self.works:
+            ret, _cookie = self.model.request(w, mt, s.target.cpu, ctx)
+            self.result.requests[ret] += 1
+            queued |= ret >= 0
+        if queued:
+            # The stack the request is about: the interrupted user registers when the NMI hit
+            # user mode, else those the task saved on its way into the kernel.
+            self.pending[task.pid] = iregs if iregs.user_mode else uregs
+
+    def _deliver(self, returns, exit_point, max_stops: int = 5000) -> None:
+        s = self.s
+        points = {p.addr: p for p in returns}
+        if exit_point is not None:
+            points[exit_point.addr] = exit_point
+        for a in points:
+            s.target.set_breakpoint(a)
+        try:
+            n = 0
+            while self.pending:
+                n += 1
+                if n > max_stops:
+                    self.result.failures.append(f"pending work for {sorted(self.pending)} never delivered in {max_stops} stops")
+                    self.pending.clear()
+                    break
+                stop = s.target.cont(timeout=30)
+                self.result.stops += 1
+                point = points.get(stop.pc)
+                if point is None:
+                    continue
+                task = s.current()
+                if task.pid not in self.pending:
+                    continue
+                mt = self.model.tasks[task.pid]
+                regs = s.task_user_regs(task) if point.kind == "exit" else s.regs_at(point)
+                want = self.pending.pop(task.pid)
+                self._walk_regs, self._walk_task = regs, task
+                self._delivered_now = []
+                if point.kind == "exit":
+                    self.model.exit(mt)
+                else:
+                    self.model.return_to_user(mt)
+                self._check(task, regs, want)
+        finally:
+            for a in points:
+                s.target.remove_breakpoint(a)
+
+    # -- oracles -------------------------------------------------------------------------------
+    def _check(self, task: TaskInfo, regs: UserRegs, want: UserRegs | None) -> None:
+        r = self.result
+        if not self._delivered_now:
+            return
+        r.stacks += 1
+        traces = {d.trace for d in self._delivered_now}
+        if len(traces) != 1:
+            r.failures.append(f"pid {task.pid}: tracers got different traces in one entry")
+        trace = self._last_trace
+        if want is not None:
+            if (want.ip, want.sp, want.bp) == (regs.ip, regs.sp, regs.bp):
+                r.checked["regs"] += 1
+            else:
+                r.failures.append(f"pid {task.pid}: delivered stack of ip={regs.ip:#x} sp={regs.sp:#x}, "
+                                  f"requested at ip={want.ip:#x} sp={want.sp:#x}")
+        if task.tgid != self.proc.pid or regs.compat:
+            r.expected["not checked: foreign task or 32-bit"] += 1
+            return
+        cfi = unwind_cfi(self.memory, regs, cfi_tables_for(self.space))
+        self._compare("cfi", trace.ips, cfi.ips, regs)
+        if self.shadow_addr is not None:
+            expected = self._shadow_chain(regs)
+            if expected is not None:
+                self._compare("shadow", trace.ips, expected, regs)
+
+    def _shadow_chain(self, regs: UserRegs) -> list[int] | None:
+        """[ip, return addresses...] as the shadow stack has them (innermost first)."""
+        raw = self.memory.read(self.shadow_addr, 16)
+        magic, depth, overflow = struct.unpack("<QII", raw)
+        if magic != SHADOW_MAGIC:
+            self.result.failures.append(f"shadow stack magic {magic:#x} at {self.shadow_addr:#x}")
+            return None
+        if overflow or depth > 2048:
+            return None
+        frames = self.memory.read(self.shadow_addr + 16, 16 * depth)
+        sites = [struct.unpack_from("<QQ", frames, 16 * i)[1] for i in range(depth)]
+        return [regs.ip, *reversed(sites)]
+
+    def _compare(self, oracle: str, got: list[int], want: list[int], regs: UserRegs) -> None:
+        r = self.result
+        n = min(len(got), len(want))
+        if got[:n] == want[:n]:
+            r.checked[oracle] += 1
+            if len(got) < len(want):
+                r.expected[f"{self.sc.unwinder} stops early ({oracle} goes on)"] += 1
+            return
+        kind = self._divergence(oracle, got, want, regs)
+        if kind:
+            r.expected[kind] += 1
+            return
+        r.failures.append(self._side_by_side(oracle, got, want))
+
+    def _divergence(self, oracle: str, got: list[int], want: list[int], regs: UserRegs) -> str | None:
+        sym = self.symbolizer.name(regs.ip) if self.symbolizer else ""
+        if oracle == "shadow" and ("__cyg_profile_func" in sym):
+            return "shadow: IP inside the instrumentation hooks"
+        # FP at a prologue: the caller's frame is skipped (mainline without the entry rule).
+        if len(got) >= 2 and len(want) >= 3 and got[1:] == want[2 : len(got) + 1]:
+            return f"{self.sc.unwinder}: caller lost at a prologue IP"
+        if oracle == "shadow" and len(want) >= 2 and got[:len(want) - 1] == want[:1] + want[2:len(want)]:
+            return "shadow: IP between entry and the enter hook"
+        return None
+
+    def _side_by_side(self, oracle: str, got: list[int], want: list[int]) -> str:
+        sym = self.symbolizer.name if self.symbolizer else hex
+        lines = [f"{self.sc.name}: {self.sc.unwinder} vs {oracle} differ:"]
+        for i in range(max(len(got), len(want))):
+            a = sym(got[i]) if i < len(got) else ""
+            b = sym(want[i]) if i < len(want) else ""
+            mark = "  " if a == b else "!!"
+            lines.append(f"  {mark} #{i:<3} {a:40} {b}")
+        return "\n".join(lines)
+
+
+def _symbol_address(path: Path, name: str) -> int | None:
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        symtab = elf.get_section_by_name(".symtab")
+        if symtab is None:
+            return None
+        syms = symtab.get_symbol_by_name(name)
+        if not syms:
+            return None
+        if elf.header.e_type == "ET_DYN":
+            return None  # PIE: needs the load bias; shadow checks use non-PIE builds
+        return syms[0].entry.st_value
+
+
+def programs_for(scenarios: list[Scenario]) -> list[tuple[str, str, Variant]]:
+    seen = []
+    for sc in scenarios:
+        key = (sc.program, sc.toolchain, sc.variant)
+        if key not in seen:
+            seen.append(key)
+    return seen
+
+
+def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None) -> list[Result]:
+    results = []
+    for sc in scenarios:
+        log = open(log_dir / f"{sc.name}.jsonl", "w") if log_dir else None
+        try:
+            results.append(Engine(session, sc, log).run())
+        finally:
+            if log:
+                log.close()
+    return results
