@@ -40,7 +40,7 @@ def ctrl_word(regnum: int = 0, *, deref: bool = False, reg_p: bool = True) -> in
 
 def _fits(v: int, size: int) -> bool:
     bits = 8 * size
-    return -(1 << (bits - 1)) <= v < (1 << bits)  # signed offsets or unsigned control words
+    return -(1 << (bits - 1)) <= v < (1 << (bits - 1))  # offsets are signed; control words fit too
 
 
 def _fre_type(fde: FDEData) -> int:

@@ -185,3 +185,14 @@ def test_32_bit_has_no_sframe(tc_name):
             tc.run(["gcc", "-m32", "-Wa,--gsframe", "-c", "t.c"], cwd=inner)
     finally:
         shutil.rmtree(outer, ignore_errors=True)
+
+
+def test_bench_lookups_reports_and_meets_the_target():
+    from harness.sframe.bench import bench_lookups
+
+    p = program("sframe_many", "sid", Variant(frame_pointers=False, static=True))
+    r = bench_lookups(p.path, 50_000)
+    assert r["version"] == 3 and r["num_fdes"] > 3000 and r["lookups"] == 50_000
+    assert 0.2 < r["hit_rate"] < 1.0  # static glibc code has no SFrame
+    assert r["parse_s"] < 1.0 and r["parse_and_decode_all_s"] < 5.0
+    assert r["in_fde_lookups_per_s"] > 100_000, r  # pure Python target (measured ~500k+)
