@@ -351,15 +351,36 @@ class Engine:
         r.failures.append(self._side_by_side(oracle, got, want))
 
     def _divergence(self, oracle: str, got: list[int], want: list[int], regs: UserRegs) -> str | None:
-        sym = self.symbolizer.name(regs.ip) if self.symbolizer else ""
-        if oracle == "shadow" and ("__cyg_profile_func" in sym):
+        """Name a divergence that is expected at this IP, or return None (a failure)."""
+        loc = self.symbolizer.locate(regs.ip)
+        if oracle == "shadow" and loc.symbol and loc.symbol.startswith("__cyg_profile_func"):
             return "shadow: IP inside the instrumentation hooks"
-        # FP at a prologue: the caller's frame is skipped (mainline without the entry rule).
-        if len(got) >= 2 and len(want) >= 3 and got[1:] == want[2 : len(got) + 1]:
-            return f"{self.sc.unwinder}: caller lost at a prologue IP"
-        if oracle == "shadow" and len(want) >= 2 and got[:len(want) - 1] == want[:1] + want[2:len(want)]:
-            return "shadow: IP between entry and the enter hook"
+        lost_caller = len(got) >= 2 and got[1:] == want[2 : len(got) + 1]
+        shadow_short = len(got) >= 2 and want == got[:1] + got[2 : len(want) + 1]
+        if lost_caller and self.sc.unwinder == "fp" and loc.symbol and loc.offset <= 8:
+            # mainline applies the function-entry rule only under a uprobe
+            return "fp: caller lost at a prologue IP (entry rule off)"
+        if oracle == "shadow" and shadow_short and not self._shadow_pushed(regs.ip, loc):
+            return "shadow: IP before the enter hook or after the exit hook"
         return None
+
+    def _shadow_pushed(self, ip: int, loc) -> bool:
+        """Whether the function at ``ip`` has pushed its shadow frame and not yet popped it: a
+        ``call __cyg_profile_func_enter`` completes before ``ip`` and no ``call ..._exit`` does."""
+        if not loc.symbol:
+            return True
+        enter = self.symbolizer.address_of("__cyg_profile_func_enter")
+        leave = self.symbolizer.address_of("__cyg_profile_func_exit")
+        start = ip - loc.offset
+        try:
+            code = self.memory.read(start, loc.offset)
+        except MemoryFault:
+            return True
+        calls = set()
+        for i in range(len(code) - 4):
+            if code[i] == 0xE8:
+                calls.add(start + i + 5 + struct.unpack_from("<i", code, i + 1)[0])
+        return enter in calls and leave not in calls
 
     def _side_by_side(self, oracle: str, got: list[int], want: list[int]) -> str:
         sym = self.symbolizer.name if self.symbolizer else hex
