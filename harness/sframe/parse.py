@@ -93,6 +93,7 @@ class SFrameFDE:
     info2: int  # V3 only; 0 before
     rep_size: int  # PCMASK block size (V1: the implicit 16)
     fres_start: int  # section offset of the first FRE
+    has_attr: bool = False  # V3: the attribute record sits just before the FREs
 
     @property
     def func_end(self) -> int:
@@ -117,8 +118,6 @@ class SFrameFDE:
     @property
     def flex(self) -> bool:
         return self.fde_type == F.FDE_TYPE_FLEX
-
-    has_attr: bool = False  # V3: an attribute record precedes the FREs
 
     @property
     def signal_frame(self) -> bool:

@@ -598,3 +598,18 @@ def test_unsorted_without_the_flag_is_sorted_for_lookup():
 def test_error_message_names_field_and_offset():
     e = SFrameError("boom", field="fde.info", offset=0x2c)
     assert str(e) == "fde.info at byte 0x2c: boom" and e.field == "fde.info" and e.offset == 0x2C
+
+
+def test_layering_no_processes_or_sockets():
+    """harness/sframe is pure: it never imports subprocess or socket (tests may)."""
+    import ast
+    from pathlib import Path
+
+    import harness.sframe
+
+    for path in Path(harness.sframe.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] not in ("subprocess", "socket"), f"{path.name} imports {name}"
