@@ -509,6 +509,7 @@ class DeferredModel:
         prof = self.profile
         info = task.info
         if not info.unwind_mask & prof.pending:
+            task.task_work_running = False
             return None  # WARN_ON_ONCE(!unwind_pending(info))
         task.task_work_running = True
         bits = info.unwind_mask
@@ -561,6 +562,7 @@ class DeferredModel:
         self._require_kernel(task)
         while task.task_work_queued:  # TIF_NOTIFY_RESUME -> task_work_run()
             task.task_work_queued = 0
+            task.task_work_running = True  # task_work_run() took it off the list
             yield "task_work_run"
             yield from self._process_steps(task)
         yield "irqs_off"
