@@ -629,3 +629,25 @@ def test_log_is_jsonl_and_flushed_per_event():
     lines = fp.getvalue().splitlines()
     assert len(lines) == 2 == Recorder.flushes
     assert lines[0].startswith('{"seq":1,"ev":"header"') and '"profile":"mainline"' in lines[0]
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=ids)
+def test_request_straddling_its_own_cancel_leaks_the_bit_to_the_next_tracer(profile):
+    """The request reads work->bit before guard(irqsave)() and sets it after; synchronize_srcu() in
+    cancel does not wait for irq-disabled sections.  If the whole cancel and a new init run between
+    (another CPU, a stalled vCPU), the new tracer inherits the bit and is called without a request.
+    Tracers must not request concurrently with their own cancel; the checker flags both sides."""
+    w = World(profile())
+    a = w.tracer("a")
+    t = w.task()
+    req = w.model.request_steps(a, t, 0, Context(IRQ))
+    next(req)  # past the checks: bit read
+    w.model.cancel(a)
+    b = w.tracer("b")
+    assert b.bit == 0 if profile is seed_v10 else b.bit == 2
+    assert run(req)[0] == 0
+    w.model.return_to_user(t)
+    assert w.names() == ["b"]
+    msgs = w.verdict().messages()
+    assert any("tracer a: request returned 0 after the tracer's cancel" in m for m in msgs), msgs
+    assert any("tracer b: callback without a request that returned 0" in m for m in msgs), msgs
