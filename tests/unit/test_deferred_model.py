@@ -651,3 +651,26 @@ def test_request_straddling_its_own_cancel_leaks_the_bit_to_the_next_tracer(prof
     msgs = w.verdict().messages()
     assert any("tracer a: request returned 0 after the tracer's cancel" in m for m in msgs), msgs
     assert any("tracer b: callback without a request that returned 0" in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=ids)
+def test_recycled_bit_during_the_walk_calls_a_tracer_that_never_asked(profile):
+    """Found by the stateful test: process_unwind_deferred() copies the mask (``bits``) before the
+    walk, which may fault for a long time, and enters the SRCU read section only after it.  A cancel
+    during the walk does not wait (no reader yet) and clears only the tasks' masks, not the copy; a
+    new unwind_deferred_init() takes the freed bit; the task work then calls the new tracer."""
+    w = World(profile())
+    a = w.tracer("a")
+    t = w.task()
+    w.model.request(a, t, 0, Context(IRQ))
+    tw = w.model.return_to_user_steps(t)
+    while next(tw) != "walk_start":
+        pass
+    bit = a.bit
+    w.model.cancel(a)  # synchronize_srcu() returns at once: the task work holds no SRCU read lock
+    b = w.tracer("b")
+    assert b.bit == bit
+    run(tw)
+    assert w.names() == ["b"]
+    msgs = w.verdict().messages()
+    assert any("tracer b: callback without a request that returned 0" in m for m in msgs), msgs
