@@ -3,7 +3,8 @@
     harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...]
     harness boot [--smp N] [--pti] ...   boot the default guest and leave it open for gdb
     harness doctor                       what is installed, which accelerator, what is cached
-    harness bench transport|unwind       figures, printed
+    harness run [SCENARIO ...]           the main job: scenarios on a guest, every stack checked
+    harness bench transport|unwind|deferred  figures, printed
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
 """
 
@@ -174,9 +175,36 @@ def cmd_bench(args) -> int:
             print(format_bench(bench_transport(sess.machine, program=sess.program("callchain").guest_path)))
         return 0
     if args.what == "unwind":
-        from .unwind.bench import main as unwind_bench
+        from .images.programs import build_program
+        from .images.toolchain import get_toolchain
+        from .sframe.bench import bench_lookups
+        from .unwind.bench import bench_fp, bench_mixed
 
-        return unwind_bench()
+        bench_fp()
+        bench_mixed()
+        big = build_program("sframe_many", get_toolchain("sid"), Variant(frame_pointers=False))
+        r = bench_lookups(big.path)
+        print("sframe lookups (sframe_many, sid, V3): " + ", ".join(
+            f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        return 0
+    if args.what == "deferred":
+        import dataclasses
+
+        from .engine import CATALOG, Engine, programs_for, raw_stop_rate
+        from .session import Session
+
+        sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200)
+        with Session(_spec(args, programs_for([sc]))) as sess:
+            floor = raw_stop_rate(sess, sess.program(sc.program, sc.toolchain, sc.variant))
+            r = Engine(sess, sc).run()
+        rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
+        goal = 0.8 * floor / 2
+        print(f"raw stop rate (floor):        {floor:8.1f} stops/s")
+        print(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
+        print(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
+        print(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
+              f" ({rate / goal if goal else 0:.2f} of it)")
+        return 0
     raise SystemExit(f"unknown benchmark {args.what}")
 
 
@@ -206,16 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("what", choices=("transport", "unwind"))
+    bench.add_argument("what", choices=("transport", "unwind", "deferred"))
+    bench.add_argument("--samples", type=int, help="requests for bench deferred")
     _guest_args(bench)
     bench.set_defaults(func=cmd_bench)
 
-    try:
-        from .deferred.cli import add_cli as add_deferred_cli
+    from .deferred.cli import add_cli as add_deferred_cli
 
-        add_deferred_cli(sub)
-    except ImportError:
-        pass
+    add_deferred_cli(sub)
 
     args = ap.parse_args(argv)
     if args.cmd == "images" and args.images_cmd == "build":
