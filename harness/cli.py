@@ -193,7 +193,7 @@ def cmd_bench(args) -> int:
         from .engine import CATALOG, Engine, programs_for, raw_stop_rate
         from .session import Session
 
-        sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200)
+        sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)
         with Session(_spec(args, programs_for([sc]))) as sess:
             floor = raw_stop_rate(sess, sess.program(sc.program, sc.toolchain, sc.variant))
             r = Engine(sess, sc).run()

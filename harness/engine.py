@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import json
+import random
 import struct
 import time
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,11 @@ class Scenario:
     # Where tracers request: "nmi" (QMP inject-nmi: reaches vCPU 0 only) and/or "timer" (the
     # local APIC timer interrupt, on every vCPU: the request point for SMP guests).
     requests: tuple[str, ...] = ("nmi",)
+    # Up to this many seconds of guest run time before each NMI, drawn at random (seeded): TCG
+    # takes interrupts at translation-block boundaries, and without a delay the NMI lands at
+    # the same few IPs sample after sample.
+    jitter: float = 0.01
+    seed: int = 0
     break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
 
     def describe(self) -> str:
@@ -225,11 +231,14 @@ class Engine:
         for a in self.request_points:
             s.target.set_breakpoint(a)
         loop_start = time.monotonic()
+        rng = random.Random(self.sc.seed)
         try:
             requests = 0
             while requests < self.sc.samples:
                 s.target.resume()
                 if "nmi" in self.sc.requests:
+                    if self.sc.jitter:
+                        time.sleep(rng.uniform(0, self.sc.jitter))
                     s.machine.inject_nmi()
                 stop = s.target.wait_stop(timeout=15)
                 self.result.stops += 1

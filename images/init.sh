@@ -17,6 +17,9 @@ echo -1 > /proc/sys/kernel/perf_event_paranoid 2>/dev/null
 echo 0 > /proc/sys/kernel/randomize_va_space 2>/dev/null
 stty -F /dev/ttyS0 -echo 2>/dev/null
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
+# The dump port stays open on fd 3: closing a tty waits for its output to drain, which would
+# leave init blocked in the kernel (and current on the vCPU) long after a dump was announced.
+exec 3>/dev/ttyS1
 echo "@@H ready $(uname -r) cpus=$(grep -c ^processor /proc/cpuinfo)"
 while read -r cmd id rest; do
   case "$cmd" in
@@ -35,7 +38,7 @@ while read -r cmd id rest; do
     dump)
       cat "$rest" > /tmp/.dump 2>/dev/null
       size=$(wc -c < /tmp/.dump)
-      cat /tmp/.dump > /dev/ttyS1
+      cat /tmp/.dump >&3
       rm -f /tmp/.dump
       echo "@@H dumped $id $size"
       ;;

@@ -38,7 +38,8 @@ def test_scenario_has_no_unexpected_divergence(session, name, tmp_path):
     # Requests that land in other tasks (init's shell, kernel threads) are handled by the
     # model's rules and counted, but only the program's own stacks have oracles.
     own = r.stacks - r.expected[FOREIGN]
-    assert own >= 10, f"only {own} of the program's stacks delivered from {sc.samples} requests"
+    assert own >= 10, (f"only {own} of the program's stacks delivered from {sc.samples} requests: "
+                       f"requests {dict(r.requests)}, expected {dict(r.expected)}, stops {r.stops}")
     assert r.checked["regs"] >= own // 2
     assert r.checked["cfi"] >= own // 2
     if sc.variant.shadow:
