@@ -128,11 +128,15 @@ def cmd_doctor(args) -> int:
 
 def cmd_run(args) -> int:
     """The main job: run scenarios on one guest and print the summary table."""
-    from pathlib import Path
+    from .engine import CATALOG, DEFAULT_SET, programs_for
 
-    from .engine import CATALOG, DEFAULT_SET, format_table, programs_for, run_scenarios
-    from .session import Session
+    if args.program:
+        from .engine import user_scenario
 
+        sc = user_scenario(args.program, args.args or [], samples=args.samples or 60)
+        spec = _spec(args, [])
+        spec.user_programs = [args.program]
+        return _run_and_report(spec, [sc], args.out)
     names = args.scenarios or list(DEFAULT_SET)
     if names == ["all"]:
         names = list(CATALOG)
@@ -145,12 +149,23 @@ def cmd_run(args) -> int:
         import dataclasses
 
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
-    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    return _run_and_report(_spec(args, programs_for(scenarios)), scenarios, args.out)
+
+
+def _run_and_report(spec, scenarios, out_dir) -> int:
+    from pathlib import Path
+
+    from .engine import format_table, run_scenarios
+    from .session import Session
+
+    out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    with Session(_spec(args, programs_for(scenarios))) as sess:
+    with Session(spec) as sess:
         (out / "run.json").write_text(json.dumps(sess.describe(), indent=1))
         for sc in scenarios:
-            print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
+            oracles = ["regs (the request's own registers)", "DWARF CFI"]
+            oracles += ["shadow stack"] if sc.variant.shadow else []
+            print(f"{sc.name}: {sc.describe()}; oracles: {', '.join(oracles)}", file=sys.stderr)
         results = run_scenarios(sess, scenarios, out)
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
     print(format_table([r.row() for r in results]))
@@ -230,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)")
     run.add_argument("--samples", type=int, help="NMIs per scenario")
     run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
+    run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")
+    run.add_argument("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)")
     _guest_args(run)
     run.set_defaults(func=cmd_run)
 

@@ -74,6 +74,7 @@ class Scenario:
     jitter: float = 0.01
     seed: int = 0
     break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
+    user_path: str | None = None  # a user's own binary (toolchain "user") instead of a guest program
 
     def describe(self) -> str:
         return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "
@@ -176,7 +177,10 @@ class Engine:
             w = UnwindWork(self._callback, name=f"tracer{i}")
             self.model.init(w)
             self.works.append(w)
-        self.program: Program = session.program(scenario.program, scenario.toolchain, scenario.variant)
+        if scenario.user_path:
+            self.program = next(p for p in session.programs.values() if p.path == Path(scenario.user_path).resolve())
+        else:
+            self.program = session.program(scenario.program, scenario.toolchain, scenario.variant)
         self.memory = TargetMemory(session.target)
         self.space: AddressSpace | None = None
         self.proc = None
@@ -505,9 +509,22 @@ def _symbol_address(path: Path, name: str) -> int | None:
         return syms[0].entry.st_value
 
 
+def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:
+    """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
+    frame pointers; the CFI oracle always, the shadow stack only for our instrumented builds."""
+    from .images.programs import user_program
+
+    p = user_program(path)
+    return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
+                    args=tuple(args), samples=samples, unwinder="sframe" if p.variant.sframe else "fp",
+                    user_path=str(p.path))
+
+
 def programs_for(scenarios: list[Scenario]) -> list[tuple[str, str, Variant]]:
     seen = []
     for sc in scenarios:
+        if sc.user_path:
+            continue
         key = (sc.program, sc.toolchain, sc.variant)
         if key not in seen:
             seen.append(key)

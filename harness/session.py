@@ -19,7 +19,7 @@ from .btf import Btf
 from .images.cache import cache_root, progress
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
-from .images.programs import Program, Variant, build_program
+from .images.programs import Program, Variant, build_program, user_program
 from .images.toolchain import get_toolchain
 from .kallsyms import Kallsyms
 from .kernel import KernelInfo, TaskInfo, current_task, user_regs
@@ -38,6 +38,7 @@ class GuestSpec:
     pti: bool = False
     transport: str = "rsp"  # rsp | mi
     programs: list[tuple[str, str, Variant]] = field(default_factory=list)  # (source, toolchain, variant)
+    user_programs: list[str] = field(default_factory=list)  # paths of users' own binaries
     qemu: list[str] = field(default_factory=lambda: ["qemu-system-x86_64"])
     memory_mb: int = 512
 
@@ -110,6 +111,9 @@ class Session:
         self.kernel = get_kernel(spec.kernel, spec.kernel_path)
         for source, tc_name, variant in spec.programs:
             p = build_program(source, get_toolchain(tc_name), variant)
+            self.programs[p.guest_path] = p
+        for path in spec.user_programs:
+            p = user_program(path)
             self.programs[p.guest_path] = p
         initrd = build_initramfs(list(self.programs.values()))
         self.accel, self.accel_why = resolve_accel(spec, self.kernel)

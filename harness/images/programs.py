@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from .cache import ImageError, cached_dir, content_key, repo_root
@@ -91,12 +92,43 @@ class Program:
 
     @property
     def guest_path(self) -> str:
+        if self.toolchain == USER:
+            return f"/user/{self.name}"
         return f"/progs/{self.toolchain}/{self.name}-{self.variant.tag}"
 
     @property
     def comm(self) -> str:
         """The task's comm in the guest: the file name cut to TASK_COMM_LEN - 1."""
         return self.guest_path.rsplit("/", 1)[1][:15]
+
+
+USER = "user"  # the toolchain name of a user's own binary
+
+
+def user_program(path: str | Path) -> Program:
+    """A user's own x86-64 or i386 binary, run in the guest as it was linked: its interpreter
+    and libraries are copied from this machine to the same paths in the guest.  The variant
+    records what the binary has (32/64-bit, static, SFrame, the shadow-stack symbol); whether
+    it keeps frame pointers cannot be read from the file, so it is left True."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ImageError(f"--program {path}: no such file")
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            if elf.header.e_machine not in ("EM_X86_64", "EM_386"):
+                raise ImageError(f"--program {path}: {elf.header.e_machine}, not x86-64 or i386")
+            bits = elf.elfclass
+            static = not any(s["p_type"] == "PT_INTERP" for s in elf.iter_segments())
+            sframe = elf.get_section_by_name(".sframe") is not None or any(
+                s["p_type"] == "PT_GNU_SFRAME" for s in elf.iter_segments())
+            symtab = elf.get_section_by_name(".symtab")
+            shadow = bool(symtab and symtab.get_symbol_by_name("harness_shadow"))
+    except ELFError as exc:
+        raise ImageError(f"--program {path}: not an ELF file ({exc})") from exc
+    variant = Variant(bits=bits, sframe=sframe, static=static, shadow=shadow)
+    runtime = () if static else tuple(runtime_files(path, Path("/")))
+    return Program(path.name, USER, variant, path, runtime)
 
 
 def build_program(name: str, tc: Toolchain, variant: Variant = Variant()) -> Program:
