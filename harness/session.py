@@ -13,7 +13,6 @@ import platform
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .btf import Btf
 from .images.cache import cache_root, progress

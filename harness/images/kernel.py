@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .apt import Package, PrivateApt
-from .cache import ImageError, cache_root, cached_dir, content_key, progress, sha256_file
+from .cache import ImageError, cached_dir, content_key, sha256_file
 
 # Named kernels: (suite, meta package).  The meta package's dependency names the image package.
 KERNELS = {

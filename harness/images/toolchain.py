@@ -10,7 +10,6 @@ cached; commands run inside them through ``chroot``.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
