@@ -340,6 +340,7 @@ class RspTarget(Target):
         self._regs_cache = None
         self.cpu = -1  # force Hg: QEMU switches its current CPU to the stopping one
         self.select_cpu(cpu)
+        self.stop_cpu = cpu
         return Stop(cpu, self.read_registers()["rip"], sig)
 
     def _resume(self, step: bool, timeout: float) -> Stop:

@@ -55,6 +55,9 @@ class Target(ABC):
     def __init__(self) -> None:
         self.breakpoints: set[int] = set()
         self.cpu = 0
+        #: the vCPU that reported the last stop (implementations set it); the one to step over
+        #: a breakpoint on resuming, whichever vCPU the caller has selected since
+        self.stop_cpu: int | None = None
 
     # -- primitives each implementation provides ----------------------------------------------
     @abstractmethod
@@ -113,6 +116,7 @@ class Target(ABC):
     def cont(self, timeout: float) -> Stop:
         """Continue until the next stop.  A vCPU sitting on one of our breakpoints is first
         stepped over it with the breakpoint removed, since QEMU would report the same stop again."""
+        self._select_stopped()
         pc = self.read_registers()["rip"]
         if pc in self.breakpoints:
             self._remove(pc)
@@ -127,6 +131,7 @@ class Target(ABC):
     def resume(self) -> None:
         """Let the guest run (e.g. while the harness talks to /init on the console) without
         waiting for a stop; a vCPU on one of our breakpoints is stepped over it first."""
+        self._select_stopped()
         pc = self.read_registers()["rip"]
         if pc in self.breakpoints:
             self._remove(pc)
@@ -135,6 +140,13 @@ class Target(ABC):
             finally:
                 self._insert(pc)
         self._continue_nowait()
+
+    def _select_stopped(self) -> None:
+        """Resume from the vCPU that stopped: after a stop the caller may have selected another
+        vCPU to read it, and checking only the selected one for a breakpoint would continue the
+        stopped one in place (the same stop, forever)."""
+        if self.stop_cpu is not None and self.stop_cpu != self.cpu:
+            self.select_cpu(self.stop_cpu)
 
     def step(self, timeout: float = 5.0) -> Stop:
         pc = self.read_registers()["rip"]
