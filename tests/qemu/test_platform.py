@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from harness.images.programs import Variant
@@ -81,10 +83,12 @@ def test_nmi_stops_at_exc_nmi_with_user_regs(session):
     session.target.set_breakpoint(nmi.addr)
     user_stops = 0
     try:
-        for _ in range(40):
+        for _ in range(100):
             if user_stops == 10:
                 break
             session.target.resume()
+            # Let the guest run a moment: right after a stop it is still paging the program in.
+            time.sleep(0.01)
             session.machine.inject_nmi()
             stop = session.target.wait_stop(timeout=10)
             assert stop.pc == nmi.addr
