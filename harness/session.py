@@ -24,6 +24,7 @@ from .kallsyms import Kallsyms
 from .kernel import KernelInfo, TaskInfo, current_task, user_regs
 from .kernel.stops import StopPoint, StopPoints, find_stop_points
 from .regs import PT_REGS_SIZE, UserRegs
+from .transport import make_target
 from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.target import Target
 
@@ -80,18 +81,6 @@ def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
     return Kallsyms.parse(path.read_text())
 
 
-def make_target(kind: str, machine: Machine) -> Target:
-    if kind == "rsp":
-        from .transport.rsp import RspTarget
-
-        return RspTarget(machine.gdb_socket)
-    if kind == "mi":
-        from .transport.mi import MiTarget
-
-        return MiTarget(machine.gdb_socket)
-    raise ValueError(f"unknown transport {kind!r} (rsp or mi)")
-
-
 class Session:
     def __init__(self, spec: GuestSpec):
         self.spec = spec
@@ -124,7 +113,7 @@ class Session:
             self.symbols = kernel_symbols(self.machine, self.kernel)
             btf = Btf.from_elf(self.kernel.vmlinux)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
-            self.target = make_target(spec.transport, self.machine)
+            self.target = make_target(spec.transport, self.machine.gdb_socket)
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)
         except BaseException:
             self.close()

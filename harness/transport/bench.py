@@ -13,23 +13,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+from . import make_target
 from .errors import GuestError
 from .qemu import Machine
-from .target import Target
 
 WARMUP_STOPS = 5
-
-
-def _make(kind: str, machine: Machine) -> Target:
-    if kind == "rsp":
-        from .rsp import RspTarget
-
-        return RspTarget(machine.gdb_socket)
-    if kind == "mi":
-        from .mi import MiTarget
-
-        return MiTarget(machine.gdb_socket)
-    raise ValueError(f"unknown transport {kind!r} (rsp or mi)")
 
 
 def _stats(samples_s: list[float]) -> dict[str, float]:
@@ -64,7 +52,7 @@ def _default_program() -> str:
 
 def bench_one(kind: str, machine: Machine, bp: int, n_stops: int, n_reads: int) -> dict:
     t0 = time.perf_counter()
-    target = _make(kind, machine)
+    target = make_target(kind, machine.gdb_socket)
     attach = time.perf_counter() - t0
     try:
         target.set_breakpoint(bp)
