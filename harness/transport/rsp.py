@@ -379,11 +379,17 @@ class RspTarget(Target):
                 return self._parse_stop(reply)
 
     def interrupt(self, timeout: float = 5.0) -> Stop:
+        """Stop a running guest; on a guest that is already stopped (QEMU ignores ^C then)
+        return where the selected vCPU is."""
+        if not self.running:
+            return Stop(self.cpu, self.read_registers()["rip"])
         return self.interrupt_raw(timeout)
 
-    def close(self) -> None:
+    def close(self, detach: bool = True) -> None:
+        """Detach (the guest runs on) or, with ``detach=False``, just drop the connection and
+        leave the guest stopped for the next client."""
         try:
-            if not self.running:
+            if detach and not self.running:
                 self._send(b"D", time.monotonic() + 1)
         except Exception:
             pass
