@@ -160,7 +160,7 @@ class Session:
 
     def run_program(self, argv: list[str]):
         """Start a guest program; the guest runs while /init answers, then stops again."""
-        stopped = self.target is not None and not getattr(self.target, "running", False)
+        stopped = self.target is not None and not self.target.running
         if stopped:
             self.target.resume()
         try:

@@ -58,6 +58,8 @@ class Target(ABC):
         #: the vCPU that reported the last stop (implementations set it); the one to step over
         #: a breakpoint on resuming, whichever vCPU the caller has selected since
         self.stop_cpu: int | None = None
+        #: True between a resume/continue and the stop that ends it
+        self.running = False
 
     # -- primitives each implementation provides ----------------------------------------------
     @abstractmethod

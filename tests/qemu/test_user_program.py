@@ -1,0 +1,34 @@
+"""A user's own binary under the main job: Debian's dynamically linked sha256sum (PIE, glibc,
+no frame pointers, no SFrame), copied into the guest with its libraries."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.engine import FOREIGN, Engine, user_scenario
+from harness.images.programs import USER, user_program
+from harness.session import GuestSpec, Session
+
+pytestmark = pytest.mark.qemu
+
+BINARY = "/usr/bin/sha256sum"
+
+
+def test_user_program_variant_is_read_from_the_file():
+    p = user_program(BINARY)
+    assert p.toolchain == USER and p.variant.bits == 64 and not p.variant.static
+    assert not p.variant.shadow and not p.variant.sframe  # bookworm's binutils 2.40 builds
+    guest = {g for _, g in p.runtime}
+    assert "/lib64/ld-linux-x86-64.so.2" in guest and any(g.endswith("/libc.so.6") for g in guest)
+
+
+def test_user_program_stacks_are_checked_by_cfi():
+    sc = user_scenario(BINARY, ["/dev/zero"], samples=30)
+    assert sc.unwinder == "fp" and not sc.variant.shadow
+    with Session(GuestSpec(user_programs=[BINARY])) as sess:
+        r = Engine(sess, sc).run()
+    assert not r.errors and not r.failures and not r.invariant_violations, (r.errors, r.failures[:2])
+    own = r.stacks - r.expected[FOREIGN]
+    assert own >= 10, f"requests {dict(r.requests)}, expected {dict(r.expected)}"
+    # Every own stack is vouched for by CFI (frame pointers stop early in this build: named).
+    assert r.checked["cfi"] == own and r.checked["shadow"] == 0
