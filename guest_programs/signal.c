@@ -1,0 +1,124 @@
+/*
+ * A signal handler that spins in a known call chain: samples land on both sides of a signal
+ * frame.
+ *
+ *   signal [MODE]
+ *
+ * main -> a -> b -> c spins; setitimer(ITIMER_REAL) raises SIGALRM every 20 ms and the handler
+ * runs on_alarm -> h1 -> h2, which spins for about a third of the period: in "spin" mode a loop
+ * count calibrated at start against CLOCK_MONOTONIC, in "raw" mode until a clock_gettime syscall
+ * says the time is up (stops at syscall breakpoints slow the guest down unevenly).  The handler is installed with glibc's
+ * sigaction(), so it returns to glibc's __restore_rt (SA_RESTORER), whose .eh_frame entry
+ * describes the kernel's signal frame ("zRS" CIE, DW_CFA_expression rules over the ucontext).
+ * MODE "raw" makes inline syscalls every 64 iterations (getppid in c, clock_gettime in h2);
+ * "spin" (the default) makes no syscalls outside the calibration.  Runs until it is killed.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include "shadow.h"
+
+#define PERIOD_US 20000
+
+static volatile unsigned long sink;
+static int raw;
+static long handler_iters = 1000;
+
+__attribute__((no_instrument_function)) static inline long raw_getppid(void)
+{
+	long ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "a"((long)SYS_getppid) : "rcx", "r11", "memory");
+	return ret;
+}
+
+__attribute__((no_instrument_function)) static inline long raw_now_us(void)
+{
+	struct timespec ts;
+	long ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "a"((long)SYS_clock_gettime), "D"((long)CLOCK_MONOTONIC), "S"(&ts)
+			 : "rcx", "r11", "memory");
+	return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+__attribute__((noinline)) void h2(long n)
+{
+	if (raw) {
+		long deadline = raw_now_us() + PERIOD_US / 3;
+		for (long i = 0;; i++) {
+			sink += i;
+			if ((i & 63) == 0 && raw_now_us() >= deadline)
+				break;
+		}
+	} else {
+		for (long i = 0; i < n; i++)
+			sink += i;
+	}
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void h1(long n) { h2(n); __asm__ volatile("" ::: "memory"); }
+
+void on_alarm(int sig)
+{
+	(void)sig;
+	h1(handler_iters);
+}
+
+__attribute__((noinline)) void c(long n)
+{
+	for (long i = 0; i < n; i++) {
+		sink += i;
+		if (raw && (i & 63) == 0)
+			sink += raw_getppid();
+	}
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void b(long n) { c(n); __asm__ volatile("" ::: "memory"); }
+__attribute__((noinline)) void a(long n) { b(n); __asm__ volatile("" ::: "memory"); }
+
+static long now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+/* The loop count of h2 that takes about PERIOD_US / 3 of guest time (in the chosen MODE). */
+static long calibrate(void)
+{
+	long n = 1000;
+	for (;;) {
+		long t0 = now_us();
+		h2(n);
+		long dt = now_us() - t0;
+		if (dt >= 2000 || n > (1L << 40))
+			return n * (PERIOD_US / 3) / (dt ? dt : 1);
+		n *= 2;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa;
+	struct itimerval it = { { 0, PERIOD_US }, { 0, PERIOD_US } };
+	raw = argc > 1 && !strcmp(argv[1], "raw");
+	if (!raw)
+		handler_iters = calibrate();
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGALRM, &sa, NULL) || setitimer(ITIMER_REAL, &it, NULL)) {
+		perror("signal setup");
+		return 1;
+	}
+	for (;;)
+		a(1L << 20);
+	return 0;
+}
