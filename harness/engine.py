@@ -764,29 +764,43 @@ class Engine:
             else:
                 r.expected[f"{self.sc.unwinder} stops early ({oracle} goes on)"] += 1
 
-    def _align(self, oracle: str, got: list[int], want: list[int], marks: set[int], i: int = 0, j: int = 0,
-               depth: int = 0) -> tuple[list[str], int, int] | None:
+    def _align(self, oracle: str, got: list[int], want: list[int],
+               marks: set[int]) -> tuple[list[str], int, int] | None:
         """Align the unwinder's trace ``got`` with the oracle's ``want``, skipping frames that one
-        of them lacks for a reason the code shows.  Returns (reasons, end of got, end of want),
-        or None when some difference has no such reason."""
-        while i < len(got) and j < len(want) and got[i] == want[j]:
-            i += 1
-            j += 1
-        if i == len(got) or j == len(want):
-            return [], i, j
-        if depth >= 8 or i == 0 or j == 0:
-            return None
-        why = self._unwinder_lost(want, j, marks)
-        if why:
-            rest = self._align(oracle, got, want, marks, i, j + 1, depth + 1)
-            if rest is not None:
-                return [why, *rest[0]], rest[1], rest[2]
-        why = self._oracle_lacks(oracle, got, i) if oracle == "shadow" else None
-        if why:
-            rest = self._align(oracle, got, want, marks, i + 1, j, depth + 1)
-            if rest is not None:
-                return [why, *rest[0]], rest[1], rest[2]
-        return None
+        of them lacks for a reason the code shows.  Returns (reasons, end of got, end of want) of
+        the alignment with the fewest skips, or None when some difference has no such reason.
+
+        A skip inside a run of equal entries (recursion: rec+0x2a, rec+0x2a, ...) is explained at
+        the run's first entry: removing any entry of the run leaves the same trace, and only at
+        the run's start does the frame before it tell why (the IP that had not pushed its frame,
+        not the 390th identical return address)."""
+        best: list = []
+
+        def run_start(seq: list[int], idx: int) -> int:
+            k = idx
+            while k - 1 >= 1 and seq[k - 1] == seq[idx]:
+                k -= 1
+            return k
+
+        def walk(i: int, j: int, reasons: list[str]) -> None:
+            while i < len(got) and j < len(want) and got[i] == want[j]:
+                i += 1
+                j += 1
+            if i == len(got) or j == len(want):
+                if not best or len(reasons) < len(best[0][0]):
+                    best[:] = [(reasons, i, j)]
+                return
+            if i == 0 or j == 0 or len(reasons) >= 8 or (best and len(reasons) + 1 >= len(best[0][0])):
+                return
+            why = self._unwinder_lost(want, run_start(want, j), marks)
+            if why:
+                walk(i, j + 1, [*reasons, why])
+            why = self._oracle_lacks(oracle, got, run_start(got, i)) if oracle == "shadow" else None
+            if why:
+                walk(i + 1, j, [*reasons, why])
+
+        walk(0, 0, [])
+        return best[0] if best else None
 
     def _unwinder_lost(self, want: list[int], j: int, marks: set[int]) -> str | None:
         """Why a frame-pointer step would lose ``want[j]``, the return address (or interrupted IP)
@@ -861,15 +875,18 @@ class Engine:
         return self._facts[key]
 
     def _frame_setup(self, f: _Func) -> int | None:
-        """The address after ``mov %rsp,%rbp`` when ``push %rbp`` comes first (optionally after
-        ``endbr64``) near the start of ``f``; None when there is no such setup (the function
-        keeps no frame pointer)."""
+        """The address after ``mov %rsp,%rbp``: right after a ``push %rbp`` in the first bytes of
+        ``f``, or further on when ``push %rbp`` is its first instruction (after ``endbr64``);
+        None when there is no such setup (the function keeps no frame pointer)."""
         def compute():
             head = self.memory.read(f.start, min(f.size or 32, 32))
+            mov = MOV_SP_FP[self.ws]
+            k = head.find(b"\x55" + mov, 0, 24)  # adjacent: also after i386 main's stack realignment
+            if k >= 0:
+                return f.start + k + 1 + len(mov)
             push = 4 if head.startswith((b"\xf3\x0f\x1e\xfa", b"\xf3\x0f\x1e\xfb")) else 0
             if head[push : push + 1] != b"\x55":
                 return None
-            mov = MOV_SP_FP[self.ws]
             k = head.find(mov, push + 1, 24)
             return f.start + k + len(mov) if k >= 0 else None
         return self._fact("setup", f.start, compute)

@@ -67,7 +67,7 @@ def _check_scenario(session, name, tmp_path):
     # model's rules and counted, but only the program's own stacks have oracles.
     own = r.own_stacks
     assert own >= 8, (f"only {own} of the program's stacks delivered from {sc.samples} requests: "
-                       f"requests {dict(r.requests)}, expected {dict(r.expected)}, stops {r.stops}")
+                      f"requests {dict(r.requests)}, expected {dict(r.expected)}, stops {r.stops}")
     assert r.checked["regs"] >= own // 2
     # Every stack of the program is accounted for by each oracle: it agrees, or every frame in
     # which it differs is explained by name (the side-by-side of the first of each kind is kept).
