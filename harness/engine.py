@@ -820,7 +820,7 @@ class Engine:
         setup = self._frame_setup(f)
         if setup is None:
             if prev_is_ip:
-                return f"fp: caller lost in a leaf without a frame ({f.name})"
+                return f"fp: caller lost at an IP in a function without frame setup ({f.name}){ctx}"
             return f"fp: caller of {f.name} lost ({f.name} sets up no frame pointer)"
         if prev_is_ip:
             if prev < setup:
