@@ -53,6 +53,8 @@ def encode_packet(data: bytes) -> bytes:
 
 def decode_body(body: bytes) -> bytes:
     """Undo escaping and run-length encoding (``X*n``: repeat X ``ord(n) - 29`` more times)."""
+    if b"}" not in body and b"*" not in body:
+        return body  # the common case, and the hot path of every memory read
     out = bytearray()
     i = 0
     while i < len(body):
