@@ -133,6 +133,10 @@ def cmd_run(args) -> int:
         from .engine import user_scenario
 
         sc = user_scenario(args.program, args.args or [], samples=args.samples or 60)
+        if args.rate:
+            import dataclasses
+
+            sc = dataclasses.replace(sc, rate=args.rate)
         spec = _spec(args, [])
         spec.user_programs = [args.program]
         return _run_and_report(spec, [sc], args.out)
@@ -144,10 +148,12 @@ def cmd_run(args) -> int:
         print(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}", file=sys.stderr)
         return 2
     scenarios = [CATALOG[n] for n in names]
-    if args.samples:
-        import dataclasses
+    import dataclasses
 
+    if args.samples:
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
+    if args.rate:
+        scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
     return _run_and_report(_spec(args, programs_for(scenarios)), scenarios, args.out)
 
 
@@ -243,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("run", help="run scenarios on a guest and check every delivered stack")
     run.add_argument("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)")
-    run.add_argument("--samples", type=int, help="NMIs per scenario")
+    run.add_argument("--samples", type=int, help="requests per scenario")
+    run.add_argument("--rate", type=float, help="sampling mode: inject NMIs at this rate (per second)")
     run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
     run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")
     run.add_argument("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)")

@@ -114,6 +114,9 @@ class Scenario:
     # takes interrupts at translation-block boundaries, and without a delay the NMI lands at
     # the same few IPs sample after sample.
     jitter: float = 0.01
+    # With a rate (NMIs per second of wall time), NMIs are injected on that schedule instead
+    # (sampling mode); the jitter is then not used.
+    rate: float = 0.0
     seed: int = 0
     break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
     user_path: str | None = None  # a user's own binary (toolchain "user") instead of a guest program
@@ -384,7 +387,10 @@ class Engine:
             while self.n_requests < self.sc.samples:
                 s.target.resume()
                 if "nmi" in self.sc.requests:
-                    if self.sc.jitter:
+                    if self.sc.rate:
+                        due = loop_start + self.n_requests / self.sc.rate
+                        time.sleep(max(0.0, due - time.monotonic()))
+                    elif self.sc.jitter:
                         time.sleep(rng.uniform(0, self.sc.jitter))
                     s.machine.inject_nmi()
                 stop = s.target.wait_stop(timeout=15)
@@ -403,6 +409,11 @@ class Engine:
             self._flush_pending()
         except (GuestError, TargetError, ModelError) as exc:
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
+            console = s.machine.console
+            if console is not None and console.panic:
+                # The debugger only sees its connection go: say what the guest said.
+                tail = "\n".join(console.tail(30))
+                self.result.errors.append(f"guest kernel failed: {console.panic}\n{tail}")
         finally:
             if not self.result.loop_seconds:
                 self.result.loop_seconds = time.monotonic() - loop_start

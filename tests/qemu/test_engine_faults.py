@@ -1,0 +1,60 @@
+"""The main job when things go wrong: a program that crashes, a guest that panics mid-run,
+and sampling at a fixed NMI rate.  The run records what happened and the log keeps it all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.deferred.check import check_lines
+from harness.engine import CATALOG, FOREIGN, Engine, Scenario, programs_for
+from harness.images.programs import Variant
+from harness.session import GuestSpec, Session
+
+pytestmark = pytest.mark.qemu
+
+CRASH = Variant(shadow=True)
+
+
+def crash_scenario(mode: str, samples: int) -> Scenario:
+    # 10 NMIs a second with the guest running in between: the program dies about 1.5 s in.
+    return Scenario(f"crash-{mode}", program="crash", variant=CRASH, args=("1500", mode),
+                    samples=samples, rate=10.0)
+
+
+def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path):
+    sc = crash_scenario("segv", 40)
+    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+        with open(tmp_path / "log.jsonl", "w") as log:
+            r = Engine(sess, sc, log).run()
+        assert sess.machine.alive()
+    assert not r.errors and not r.failures and not r.invariant_violations, (r.errors, r.failures[:2])
+    assert r.stacks - r.expected[FOREIGN] >= 1  # it was sampled before it crashed
+    events = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    assert any(e["ev"] == "request" and e["ret"] == -22 for e in events), "requests after the crash"
+
+
+def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
+    sc = crash_scenario("panic", 400)
+    log_path = tmp_path / "log.jsonl"
+    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+        with open(log_path, "w") as log:
+            r = Engine(sess, sc, log).run()
+        assert not sess.machine.alive()
+    text = "\n".join(r.errors)
+    assert "TargetDied" in text or "GuestDied" in text
+    assert "sysrq" in text.lower() or "panic" in text.lower()
+    lines = log_path.read_text().splitlines()
+    assert len(lines) > 5 and all(json.loads(line) for line in lines)
+    assert check_lines(lines).events == len(lines)  # still a readable log
+
+
+def test_sampling_at_a_fixed_rate():
+    import dataclasses
+
+    sc = dataclasses.replace(CATALOG["fp-spin"], samples=20, rate=20.0)
+    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+        r = Engine(sess, sc).run()
+    assert not r.errors and not r.failures
+    assert r.loop_seconds >= 19 / 20.0  # 20 NMIs at 20 per second take about a second
