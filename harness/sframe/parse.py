@@ -262,44 +262,44 @@ class SFrameSection:
             return None
         return self._by_start[i]
 
+    def _locate(self, pc: int):
+        """(FDE index, its decoded FREs, FRE index) for ``pc``, or None.  The one lookup behind
+        :meth:`find_fre` and :meth:`rule_for`: bisect on FDE starts, then on FRE starts."""
+        i = bisect_right(self._starts, pc) - 1
+        if i < 0:
+            return None
+        off = pc - self._starts[i]
+        if off >= self._sizes[i]:
+            return None
+        d = self._decoded.get(i) or self._decode(i)
+        if d.rep:
+            off %= d.rep
+        j = bisect_right(d.starts, off) - 1
+        if j < 0:
+            return None
+        return i, d, j
+
     def find_fre(self, pc: int) -> SFrameMatch | None:
         """The FDE covering ``pc`` and its FRE with the largest start <= pc's offset.
 
         PCMASK FDEs (PLT stubs) match on ``(pc - func_start) % rep_size``.  None where no FDE
         covers ``pc`` or the first FRE starts after it.
         """
-        i = bisect_right(self._starts, pc) - 1
-        if i < 0:
+        found = self._locate(pc)
+        if found is None:
             return None
-        off = pc - self._starts[i]
-        if off >= self._sizes[i]:
-            return None
-        d = self._decoded.get(i) or self._decode(i)
-        if d.rep:
-            off %= d.rep
-        j = bisect_right(d.starts, off) - 1
-        if j < 0:
-            return None
+        i, d, j = found
         return SFrameMatch(self._by_start[i], d.fres[j])
 
     def rule_for(self, pc: int) -> FrameRule | None:
         """The frame rule at ``pc``, or None where the section does not describe ``pc``."""
-        i = bisect_right(self._starts, pc) - 1
-        if i < 0:
+        found = self._locate(pc)
+        if found is None:
             return None
-        off = pc - self._starts[i]
-        if off >= self._sizes[i]:
-            return None
-        d = self._decoded.get(i) or self._decode(i)
-        if d.rep:
-            off %= d.rep
-        j = bisect_right(d.starts, off) - 1
-        if j < 0:
-            return None
-        rules = d.rules
-        if rules is None:
+        i, d, j = found
+        if d.rules is None:
             return self._rule(self._by_start[i], d.fres[j])  # raises: not AMD64
-        return rules[j]
+        return d.rules[j]
 
     # ------------------------------------------------------------------ rules
 
