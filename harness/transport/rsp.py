@@ -340,8 +340,9 @@ class RspTarget(Target):
                 self._refresh_threads()
             cpu = self._thread_ids.index(thread) if thread in self._thread_ids else self.cpu
         self._regs_cache = None
-        self.cpu = -1  # force Hg: QEMU switches its current CPU to the stopping one
-        self.select_cpu(cpu)
+        # QEMU's stub makes the stopping vCPU its current one for g/m/P (gdb_set_stop_cpu sets
+        # both c_cpu and g_cpu), so no Hg packet is needed here: one round trip less per stop.
+        self.cpu = cpu
         self.stop_cpu = cpu
         return Stop(cpu, self.read_registers()["rip"], sig)
 

@@ -60,6 +60,8 @@ class Target(ABC):
         self.stop_cpu: int | None = None
         #: True between a resume/continue and the stop that ends it
         self.running = False
+        #: counts the times the guest was let run: memory read at one stop is valid until it changes
+        self.generation = 0
 
     # -- primitives each implementation provides ----------------------------------------------
     @abstractmethod
@@ -118,6 +120,7 @@ class Target(ABC):
     def cont(self, timeout: float) -> Stop:
         """Continue until the next stop.  A vCPU sitting on one of our breakpoints is first
         stepped over it with the breakpoint removed, since QEMU would report the same stop again."""
+        self.generation += 1
         self._select_stopped()
         pc = self.read_registers()["rip"]
         if pc in self.breakpoints:
@@ -133,6 +136,7 @@ class Target(ABC):
     def resume(self) -> None:
         """Let the guest run (e.g. while the harness talks to /init on the console) without
         waiting for a stop; a vCPU on one of our breakpoints is stepped over it first."""
+        self.generation += 1
         self._select_stopped()
         pc = self.read_registers()["rip"]
         if pc in self.breakpoints:
@@ -151,6 +155,7 @@ class Target(ABC):
             self.select_cpu(self.stop_cpu)
 
     def step(self, timeout: float = 5.0) -> Stop:
+        self.generation += 1
         pc = self.read_registers()["rip"]
         if pc in self.breakpoints:
             self._remove(pc)
@@ -232,13 +237,40 @@ class Target(ABC):
 
 
 class TargetMemory:
-    """Adapts a target to the domain's ``Memory.read`` interface (harness.memory)."""
+    """Adapts a target to the domain's ``Memory.read`` interface (harness.memory).
+
+    Pages read at one stop are kept until the guest runs again (``Target.generation``): the
+    unwinder, the CFI oracle and the shadow-stack reader all walk the same stack pages at a
+    delivery, and each page costs two ``m`` round trips."""
 
     def __init__(self, target: Target):
         self.target = target
+        self._generation = -1
+        self._pages: dict[int, ReadResult] = {}
+
+    def _page(self, base: int) -> ReadResult:
+        if self._generation != self.target.generation:
+            self._pages.clear()
+            self._generation = self.target.generation
+        r = self._pages.get(base)
+        if r is None:
+            r = self._pages[base] = self.target.read_partial(base, PAGE)
+        return r
 
     def read(self, addr: int, size: int) -> bytes:
-        return self.target.read_memory(addr, size)
+        from ..memory import MemoryFault
+
+        out = bytearray()
+        cur, end = addr, addr + size
+        while cur < end:
+            base = cur - cur % PAGE
+            page = self._page(base)
+            lo, hi = cur - base, min(end - base, PAGE)
+            if hi > len(page.data):
+                raise MemoryFault(base + max(lo, len(page.data)))
+            out += page.data[lo:hi]
+            cur = base + hi
+        return bytes(out)
 
 
 __all__ = ["Stop", "ReadResult", "Target", "TargetMemory", "TargetError", "PAGE"]

@@ -54,3 +54,37 @@ def test_target_xml_with_includes_and_regnums():
     regs = parse_target_xml(files.__getitem__)
     assert [(r.name, r.regnum, r.offset) for r in regs] == [
         ("rax", 0, 0), ("rbx", 1, 8), ("eflags", 2, 16), ("cr3", 40, 20), ("cr4", 41, 28)]
+
+
+def test_target_memory_caches_pages_per_stop_and_reports_the_fault():
+    from harness.memory import MemoryFault
+    from harness.transport.target import PAGE, ReadResult, TargetMemory
+
+    class FakeTarget:
+        generation = 0
+
+        def __init__(self):
+            self.reads = 0
+
+        def read_partial(self, addr, size):
+            self.reads += 1
+            if addr >= 0x3000:
+                return ReadResult(b"", addr)
+            if addr == 0x2000:  # only 100 bytes of this page are readable
+                return ReadResult(bytes(range(100)), addr + 100)
+            return ReadResult(bytes([addr >> 12]) * PAGE)
+
+    t = FakeTarget()
+    m = TargetMemory(t)
+    assert m.read(0x0FFC, 8) == b"\x00" * 4 + b"\x01" * 4  # crosses a page boundary
+    assert m.read(0x1000, 4) == b"\x01" * 4 and t.reads == 2  # served from the cache
+    assert m.read(0x2000 + 90, 10) == bytes(range(90, 100))
+    try:
+        m.read(0x2000 + 96, 8)
+    except MemoryFault as exc:
+        assert exc.addr == 0x2000 + 100
+    else:
+        raise AssertionError("read past the readable prefix did not fault")
+    t.generation += 1  # the guest ran: pages are read again
+    m.read(0x1000, 4)
+    assert t.reads == 4
