@@ -94,7 +94,7 @@ def cmd_doctor(args) -> int:
     from .session import qemu_version
 
     ok = True
-    for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc"):
+    for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc", "bpftool"):
         path = shutil.which(tool)
         ok &= path is not None
         print(f"{tool:20} {path or 'MISSING'}")
