@@ -117,34 +117,32 @@ class Target(ABC):
             self._remove(addr)
             self.breakpoints.discard(addr)
 
-    def cont(self, timeout: float) -> Stop:
-        """Continue until the next stop.  A vCPU sitting on one of our breakpoints is first
-        stepped over it with the breakpoint removed, since QEMU would report the same stop again."""
+    def _leave_stop(self, timeout: float) -> tuple[int, Stop | None]:
+        """Before the guest runs on: count a new generation, select the vCPU that stopped and,
+        when it sits on one of our breakpoints, single-step it over with the breakpoint removed
+        (QEMU would report the same stop again).  Returns (its pc, the step's stop or None)."""
         self.generation += 1
         self._select_stopped()
         pc = self.read_registers()["rip"]
-        if pc in self.breakpoints:
-            self._remove(pc)
-            try:
-                stop = self._resume(step=True, timeout=timeout)
-            finally:
-                self._insert(pc)
-            if stop.pc in self.breakpoints and stop.pc != pc:
-                return stop  # the single step landed on another breakpoint
+        if pc not in self.breakpoints:
+            return pc, None
+        self._remove(pc)
+        try:
+            return pc, self._resume(step=True, timeout=timeout)
+        finally:
+            self._insert(pc)
+
+    def cont(self, timeout: float) -> Stop:
+        """Continue until the next stop."""
+        pc, stepped = self._leave_stop(timeout)
+        if stepped is not None and stepped.pc in self.breakpoints and stepped.pc != pc:
+            return stepped  # the single step landed on another breakpoint
         return self._resume(step=False, timeout=timeout)
 
     def resume(self) -> None:
         """Let the guest run (e.g. while the harness talks to /init on the console) without
-        waiting for a stop; a vCPU on one of our breakpoints is stepped over it first."""
-        self.generation += 1
-        self._select_stopped()
-        pc = self.read_registers()["rip"]
-        if pc in self.breakpoints:
-            self._remove(pc)
-            try:
-                self._resume(step=True, timeout=5.0)
-            finally:
-                self._insert(pc)
+        waiting for a stop."""
+        self._leave_stop(5.0)
         self._continue_nowait()
 
     def _select_stopped(self) -> None:
