@@ -15,7 +15,7 @@ pytestmark = pytest.mark.qemu
 PROGRAMS = [("callchain", "host", Variant()), ("callchain", "host", Variant(bits=32))]
 
 
-@pytest.fixture(scope="module", params=["default", "bookworm"])
+@pytest.fixture(scope="module", params=["default", "trixie", "bookworm"])
 def session(request):
     with Session(GuestSpec(kernel=request.param, programs=PROGRAMS)) as s:
         yield s
