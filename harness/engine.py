@@ -706,9 +706,8 @@ class Engine:
         if found is None:
             return None
         row, _ra_col = found
-        parser = e.image.cache.get("expr")
-        if parser is None:
-            parser = e.image.cache["expr"] = DWARFExprParser(e.image.elf.get_dwarf_info(follow_links=False).structs)
+        parser = e.image.cached(
+            "expr", lambda img: DWARFExprParser(img.elf.get_dwarf_info(follow_links=False).structs))
 
         def sp_offset(expr) -> int | None:
             ops = parser.parse_expr(expr)

@@ -204,10 +204,7 @@ class CFITable:
 
 
 def cfi_table(image: ElfImage) -> CFITable:
-    t = image.cache.get("cfi")
-    if t is None:
-        t = image.cache["cfi"] = CFITable(image)
-    return t  # type: ignore[return-value]
+    return image.cached("cfi", CFITable)
 
 
 class CFIRules:

@@ -105,6 +105,12 @@ class ElfImage:
         self._segments: list[Segment] | None = None
         self.cache: dict[str, object] = {}  # per-image caches of the modules that use it
 
+    def cached(self, key: str, make):
+        """``make(self)`` computed once per image and kept under ``key``."""
+        if key not in self.cache:
+            self.cache[key] = make(self)
+        return self.cache[key]
+
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "ElfImage":
         return cls(str(path), Path(path).read_bytes())

@@ -75,10 +75,7 @@ class SymbolIndex:
 
 
 def symbol_index(image: ElfImage) -> SymbolIndex:
-    idx = image.cache.get("symbols")
-    if idx is None:
-        idx = image.cache["symbols"] = SymbolIndex(image)
-    return idx  # type: ignore[return-value]
+    return image.cached("symbols", SymbolIndex)
 
 
 class Symbolizer:

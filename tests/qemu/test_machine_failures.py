@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import gone
 
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel
@@ -23,14 +24,6 @@ pytestmark = pytest.mark.qemu
 @pytest.fixture(scope="module")
 def images():
     return get_kernel("default"), build_initramfs([])
-
-
-def gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state == "Z"
 
 
 def listening_tcp_inodes() -> set[str]:

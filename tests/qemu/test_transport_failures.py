@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
+from procs import gone
 
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel
@@ -20,15 +20,6 @@ from harness.transport.rsp import RspTarget
 pytestmark = pytest.mark.qemu
 
 KERNEL_TEXT = 0xFFFFFFFF81000000  # nokaslr: startup_64
-
-
-def gone(pid: int) -> bool:
-    """The process no longer runs: /proc/PID is missing or a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state == "Z"
 
 
 def wait_gone(pids, timeout: float = 3.0) -> list[int]:
