@@ -181,6 +181,8 @@ def _run_and_report(spec, scenarios, out_dir) -> int:
             print(f"\n{r.scenario.name}: {f}")
         for kind, n in sorted(r.expected.items()):
             print(f"{r.scenario.name}: expected divergence x{n}: {kind}")
+        for note in r.notes:
+            print(f"{r.scenario.name}: note: {note}")
         bad += len(r.failures) + len(r.errors) + len(r.invariant_violations) + (r.stacks == 0)
     return 1 if bad else 0
 
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("run", help="run scenarios on a guest and check every delivered stack")
     run.add_argument("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)")
-    run.add_argument("--samples", type=int, help="requests per scenario")
+    run.add_argument("--samples", type=int, help="requests on the program's tasks per scenario")
     run.add_argument("--rate", type=float, help="sampling mode: inject NMIs at this rate (per second)")
     run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
     run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")

@@ -2,11 +2,12 @@
 
 Injected NMIs stop the guest at ``exc_nmi``: the engine plays the tracers that *request* a
 deferred user stack for the current task.  While a task has pending work, breakpoints sit on
-the return-to-user points (and ``do_exit``); when the task reaches one, the engine runs the
-model's task work there: the Python unwinder walks the user stack from the saved pt_regs by
-reading guest memory, and each requesting tracer's callback receives (trace, cookie).  At that
-same stop the oracles check the stack: the program's own shadow stack (instrumented builds), the
-DWARF CFI unwinder, and whether the registers are those of the request (the right stack).
+the return-to-user points (and in ``do_exit`` right after ``exit_signals()`` has set
+PF_EXITING); when the task reaches one, the engine runs the model's task work there: the
+Python unwinder walks the user stack from the saved pt_regs by reading guest memory, and each
+requesting tracer's callback receives (trace, cookie).  At that same stop the oracles check
+the stack: the program's own shadow stack (instrumented builds), the DWARF CFI unwinder, and
+whether the registers are those of the request (the right stack).
 
 A user-mode NMI returns through ``swapgs_restore_regs_and_return_to_usermode``; the kernel's
 request from NMI context raises a self-IPI (TWA_NMI_CURRENT) whose exit runs the task work
@@ -103,7 +104,10 @@ class Scenario:
     variant: Variant = Variant(shadow=True)
     args: tuple[str, ...] = ("100000000", "spin")
     profile: str = "mainline"
-    samples: int = 60  # requests (injected NMIs, timer interrupts or syscall entries)
+    # Requests (injected NMIs, timer interrupts or syscall entries) that land on the program's
+    # own tasks; those that land elsewhere (the idle task, init) are handled and counted too,
+    # up to MAX_REQUESTS_PER_SAMPLE times this many in all.
+    samples: int = 60
     tracers: int = 2
     unwinder: str = "fp"  # "fp" (frame pointers only) or "sframe" (SFrame where an FRE exists, else FP)
     # Where tracers request: "nmi" (QMP inject-nmi: reaches vCPU 0 only), "timer" (the local APIC
@@ -123,7 +127,7 @@ class Scenario:
 
     def describe(self) -> str:
         return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "
-                f"{self.samples} requests at {'+'.join(self.requests)}, {self.tracers} tracers")
+                f"{self.samples} requests on its tasks at {'+'.join(self.requests)}, {self.tracers} tracers")
 
 
 _NOFP = Variant(frame_pointers=False, shadow=True)
@@ -215,6 +219,9 @@ class Result:
     loop_seconds: float = 0.0  # the sampling loop alone (no program start, no log check)
     invariant_violations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why sampling ended early, and the like
+    sampled: int = 0  # requests that landed on the program's tasks
+    program_exit: int | None = None  # the status /init reported, if the program ended during the run
     examples: dict = field(default_factory=dict)  # divergence kind -> the first stack it named, side by side
 
     @property
@@ -232,6 +239,7 @@ class Result:
             "regs ok": self.checked["regs"],
             "expected": sum(self.expected.values()),
             "failures": len(self.failures),
+            "on program": f"{self.sampled}/{sum(self.requests.values()) // max(1, self.scenario.tracers)}",
             "req 0/1/-EINVAL": f"{self.requests[0]}/{self.requests[1]}/{self.requests[-22]}",
             "callbacks": self.callbacks,
             "cookies": len(self.cookies),
@@ -297,6 +305,11 @@ class VdsoBackedMemory:
         return self.inner.read(addr, size)
 
 
+# Sampling gives up after this many requests per requested sample (plus 100) when too few land
+# on the program: a program that sleeps must not keep the run going for ever.
+MAX_REQUESTS_PER_SAMPLE = 10
+
+
 class Engine:
     RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
     REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
@@ -323,7 +336,7 @@ class Engine:
         self.space: AddressSpace | None = None
         self.proc = None
         self.pending: dict[int, Pending] = {}
-        self.n_requests = 0
+        self.n_requests = 0  # every request, whichever task it landed on
         self._walk_regs: UserRegs | None = None
         self._walk_task: TaskInfo | None = None
         self._delivered_now: list[Delivered] = []
@@ -379,12 +392,26 @@ class Engine:
             self.return_points[s.info.symbols["get_signal"]] = StopPoint(
                 "get_signal", s.info.symbols["get_signal"], "return", "task", "symbol get_signal")
         self._returns_armed = False
+        self._seen: collections.Counter = collections.Counter()
         for a in self.request_points:
             s.target.set_breakpoint(a)
         loop_start = time.monotonic()
         rng = random.Random(self.sc.seed)
+        limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
         try:
-            while self.n_requests < self.sc.samples:
+            while self.result.sampled < self.sc.samples:
+                if self.n_requests >= limit:
+                    self.result.notes.append(
+                        f"sampling stopped after {self.n_requests} requests: only {self.result.sampled} "
+                        f"of them landed on the program's tasks (it sleeps, or other tasks keep the CPU)")
+                    break
+                status = s.machine.exit_status(self.proc)
+                if status is not None:
+                    self.result.program_exit = status
+                    self.result.notes.append(
+                        f"the program exited with status {status} after {self.result.sampled} of "
+                        f"{self.sc.samples} requests on its tasks")
+                    break
                 s.target.resume()
                 if "nmi" in self.sc.requests:
                     if self.sc.rate:
@@ -491,6 +518,7 @@ class Engine:
         # PF_EXITING is set and the request fails with -EINVAL, as in the kernel.
         kind = {"nmi": NMI, "syscall": SYSCALL}.get(point.kind, IRQ)
         ctx = Context(kind, user_mode=user)
+        self.result.sampled += self._own_kind(task) is not None
         queued = False
         for w in self.works:
             ret, _cookie = self.model.request(w, mt, s.target.cpu, ctx)
@@ -531,11 +559,16 @@ class Engine:
         """Continue from return point to return point while ``waiting()``; deliver on the way."""
         self._arm_returns(bool(self.pending))
         n = 0
+        self._seen = collections.Counter()
         while waiting():
             n += 1
             if n > max_stops:
+                seen = ", ".join(f"{k[1]}[{k[0]}] at {k[2]} x{v}" for k, v in self._seen.most_common(6))
+                what = "; ".join(f"{pid}: {p.own or 'other'}, requested at ip={p.want.ip if p.want else 0:#x} "
+                                 f"in {p.where or 'user mode'}" for pid, p in sorted(self.pending.items()))
                 self.result.failures.append(
-                    f"pending work of {sorted(self.pending)} not delivered within {max_stops} stops")
+                    f"pending work of {sorted(self.pending)} not delivered within {max_stops} stops ({what}); "
+                    f"stops were: {seen}")
                 self.pending.clear()
                 break
             stop = self.s.target.cont(timeout=30)
@@ -545,7 +578,7 @@ class Engine:
                 self.result.errors.append(f"stopped at {stop.pc:#x}, not at a breakpoint of ours")
             elif stop.pc in self.return_points:
                 self._on_return(point)
-            elif point.kind == "syscall" and self.n_requests < self.sc.samples:
+            elif point.kind == "syscall" and self.result.sampled < self.sc.samples:
                 # A syscall entry while another task's work is pending (the child that runs while
                 # its parent sits in sched_yield with work pending) is a request like any other,
                 # up to the scenario's number: passed over, that syscall would never be sampled.
@@ -573,6 +606,7 @@ class Engine:
     def _on_return(self, point) -> None:
         s = self.s
         task = s.current()
+        self._seen[(task.pid, task.comm, point.name)] += 1
         if task.pid not in self.pending:
             return
         mt = self.model.tasks[task.pid]
@@ -1014,7 +1048,9 @@ def programs_for(scenarios: list[Scenario]) -> list[tuple[str, str, Variant]]:
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None) -> list[Result]:
     results = []
     for sc in scenarios:
-        log = open(log_dir / f"{sc.name}.jsonl", "w") if log_dir else None
+        # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
+        n = sum(r.scenario.name == sc.name for r in results)
+        log = open(log_dir / f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl", "w") if log_dir else None
         try:
             results.append(Engine(session, sc, log).run())
         finally:

@@ -51,13 +51,18 @@ FUNCTION_POINTS = (
     ("nmi", "nmi", "rdi", "exc_nmi"),
     ("apic_timer", "irq", "rdi", "sysvec_apic_timer_interrupt"),
     ("return_irq", "return", "rsp", "swapgs_restore_regs_and_return_to_usermode"),
-    ("exit", "exit", "task", "do_exit"),
 )
 # (name, kind, regs, callee, caller): the instruction after `call callee` inside caller.
 AFTER_CALL_POINTS = (
     ("return_syscall64", "return", "rsp", "do_syscall_64", "entry_SYSCALL_64"),
     ("return_syscall32", "return", "rsp", "do_fast_syscall_32", "entry_SYSCALL_compat"),
     ("return_sysenter32", "return", "rsp", "do_SYSENTER_32", "entry_SYSENTER_compat"),
+    # Task exit: do_exit() sets PF_EXITING in exit_signals() and only later calls
+    # unwind_deferred_task_exit().  A request that lands in do_exit() before exit_signals()
+    # (a timer tick, an NMI) still returns 0 and is delivered at exit, one after it fails with
+    # -EINVAL: the stop goes right after that call, not at do_exit's first instruction, or the
+    # first kind of request would find no exit stop left to deliver it.
+    ("exit", "exit", "task", "exit_signals", "do_exit"),
 )
 SCAN_LIMIT = 4096
 

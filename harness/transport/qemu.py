@@ -168,6 +168,12 @@ class Console:
                                        list(self.lines)[-60:])
                 self._cond.wait(min(left, 0.5))
 
+    def find_protocol(self, pattern: str) -> re.Match | None:
+        """A protocol line already received that matches ``pattern`` (not consumed), or None."""
+        rx = re.compile(pattern)
+        with self._cond:
+            return next((m for m in map(rx.match, self.protocol) if m), None)
+
     def send(self, line: str) -> None:
         self.child.send(line + "\n")
 
@@ -275,6 +281,11 @@ class Machine:
     def wait_exit(self, proc: GuestProcess, timeout: float = 60.0) -> int:
         m = self.console.wait_protocol(rf"exit {proc.id} (\d+)", timeout, f"exit of {proc.argv[0]}")
         return int(m.group(1))
+
+    def exit_status(self, proc: GuestProcess) -> int | None:
+        """The exit status /init reported for ``proc``, or None while it runs (never waits)."""
+        m = self.console.find_protocol(rf"exit {proc.id} (\d+)")
+        return int(m.group(1)) if m else None
 
     def shell(self, command: str, timeout: float = 60.0) -> int:
         i = self._id()
