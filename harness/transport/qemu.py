@@ -178,6 +178,30 @@ class Console:
         self.child.send(line + "\n")
 
 
+WORKDIR_PREFIX = "harness-qemu-"
+
+
+def sweep_orphan_workdirs(tmp: Path | None = None) -> list[Path]:
+    """Remove the private directories of harness processes that died without cleaning up (a
+    SIGKILLed harness: its QEMU dies with it, its sockets and console log stay).  A directory is
+    an orphan when the pid in its ``owner`` file is no longer a live process; directories of
+    live harnesses, and anything without an owner file, are left alone."""
+    removed = []
+    for d in Path(tmp or tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
+        try:
+            owner = int((d / "owner").read_text())
+        except (OSError, ValueError):
+            continue  # no owner file (yet): not ours to judge
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        except PermissionError:
+            pass  # alive, under another user
+    return removed
+
+
 @dataclass(frozen=True)
 class GuestProcess:
     id: int
@@ -190,8 +214,10 @@ class Machine:
 
     def __init__(self, config: MachineConfig, keep_workdir: bool = False):
         self.config = config
-        self.workdir = Path(tempfile.mkdtemp(prefix="harness-qemu-"))
+        sweep_orphan_workdirs()
+        self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
         os.chmod(self.workdir, 0o700)
+        (self.workdir / "owner").write_text(f"{os.getpid()}\n")
         self.keep_workdir = keep_workdir
         self.child: pexpect.spawn | None = None
         self.console: Console | None = None

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from procs import gone
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel
 from harness.transport.errors import GuestDied, GuestPanic, GuestTimeout
-from harness.transport.qemu import Machine, MachineConfig
+from harness.transport.qemu import WORKDIR_PREFIX, Machine, MachineConfig, sweep_orphan_workdirs
 
 pytestmark = pytest.mark.qemu
 
@@ -104,7 +105,7 @@ def test_no_qemu_outlives_a_killed_harness(images, tmp_path):
     script = tmp_path / "victim.py"
     script.write_text(textwrap.dedent(f"""
         import sys, time
-        from harness.transport.qemu import Machine, MachineConfig
+        from harness.transport.qemu import WORKDIR_PREFIX, Machine, MachineConfig, sweep_orphan_workdirs
         m = Machine(MachineConfig({str(kernel.vmlinux)!r}, {str(initrd)!r})).start()
         print(m.pid, flush=True)
         time.sleep(600)
@@ -119,6 +120,10 @@ def test_no_qemu_outlives_a_killed_harness(images, tmp_path):
         while not gone(qemu_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert gone(qemu_pid), "QEMU survived the harness process that started it"
+        # Its private directory (sockets, console log) stayed behind; the next Machine sweeps it.
+        orphan = next(d for d in Path(tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*")
+                      if (d / "owner").exists() and (d / "owner").read_text().strip() == str(victim.pid))
+        assert orphan in sweep_orphan_workdirs() and not orphan.exists()
     finally:
         if victim.poll() is None:
             victim.kill()
