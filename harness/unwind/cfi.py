@@ -3,19 +3,35 @@
 Rules come from ``.eh_frame`` (and ``.debug_frame`` where present) as pyelftools decodes them
 (``DWARFInfo.EH_CFI_entries()``/``CFI_entries()``, ``FDE.get_decoded()``: one row per location
 with the CFA rule and the register rules; DWARF 5 section 6.4).  Each row becomes a
-:class:`FrameRule`, evaluated by the same :func:`apply_rule` as every other unwinder:
+:class:`FrameRule`, evaluated by the same :func:`apply_rule` as every other unwinder.
 
-* CFA = reg + offset: rsp (DWARF 7) -> ``sp``, rbp (6) -> ``fp``, any other register -> ``rN``,
-  known only in the topmost frame (a DRAP CFA in r10 below the top stops with RULE_ERROR);
+Two register numberings (:class:`CFIArch`), chosen per image from its ELF header: x86-64
+(``EM_X86_64``; rsp 7, rbp 6, RA column 16, 8-byte words) and i386 (``EM_386``, ELF class 32;
+System V i386 psABI: esp 4, ebp 5, RA column 8 = eip, 4-byte words).  The task's registers
+choose the walk's word size: a compat task (``UserRegs.compat``, CS = __USER32_CS) is walked
+with 4-byte reads and 32-bit wrap-around, and may only meet i386 images (an image of the other
+kind stops the walk with UNSUPPORTED_RULE).
+
+* CFA = reg + offset: the stack pointer -> ``sp``, the frame pointer -> ``fp``, any other
+  register -> ``rN``, known only in the topmost frame (a DRAP CFA in r10, or i386 main's
+  ``ecx`` after its stack realignment, below the top stops with RULE_ERROR);
 * ``DW_CFA_def_cfa_expression``: evaluated symbolically for the PC, which handles the PLT's
-  ``rsp + 8 + ((rip & 15) >= 11) << 3``; anything else is UNSUPPORTED_RULE for that frame;
-* RA (the CIE's return-address column, 16): ``offset(N)`` -> ``*(cfa + N)``, ``undefined`` ->
-  the outermost frame (``_start``);
-* rbp: restored from ``offset(N)``, kept when the row has no rule for it.
+  ``rsp + 8 + ((rip & 15) >= 11) << 3`` (i386: ``esp + 4 + ((eip & 15) >= 11) << 2``, lit10 or
+  lit9 in IBT PLTs) and the ``*(reg + N)`` of a realigned frame; anything else is
+  UNSUPPORTED_RULE for that frame;
+* RA (the CIE's return-address column): ``offset(N)`` -> ``*(cfa + N)``, ``undefined`` -> the
+  outermost frame (``_start``);
+* the frame pointer: restored from ``offset(N)``, or from ``expression(E)`` where E reduces to
+  ``reg + N`` (i386 main: ``DW_OP_breg5 (ebp): 0``, the word at ebp); kept when the row has no
+  rule for it.
 
 Only ip, sp and fp are carried between frames (as the kernel does); a rule that needs another
 register below the topmost frame stops the walk with that register named.  Return addresses
 are looked up at ``ra - 1`` (the call), the interrupted IP at itself.
+
+Bad input stays typed: a section pyelftools cannot decode raises :class:`CorruptCFI`, a
+construct this oracle does not evaluate :class:`UnsupportedCFI` (its base); :func:`unwind_cfi`
+turns both into a ``Stop`` with UNSUPPORTED_RULE and the reason, never an exception.
 
 Why pyelftools rather than our own parser: it is maintained, and it already turns CIE/FDE
 instruction streams into rows, which is the part where a home-made decoder would be wrong.
@@ -24,28 +40,81 @@ instruction streams into rows, which is the part where a home-made decoder would
 from __future__ import annotations
 
 import bisect
+import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from elftools.common.exceptions import DWARFError, ELFError
+from elftools.construct.core import ConstructError
 from elftools.dwarf.callframe import FDE, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 
 from ..memory import Memory
 from ..regs import UserRegs
-from .access import MASK64, TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
+from .access import TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
 from .maps import AddressSpace, ElfImage, MappedElf
-from .rule import SAME, UNDEFINED, FrameRule, RuleError, ValueRule, apply_rule, dwarf_regs
+from .rule import (DWARF_I386, DWARF_X86_64, SAME, UNDEFINED, FrameRule, RuleError, ValueRule, apply_rule,
+                   dwarf_regs)
 from .user import UNWIND_MAX_ENTRIES, Frame, Stop, StopReason, Trace, UnwinderType
 
-RSP, RBP, RIP = 7, 6, 16
+
+@dataclass(frozen=True)
+class CFIArch:
+    """One DWARF register numbering: the stack, frame and instruction pointers' numbers (the
+    last is the CIE's return-address column), the word size, and number -> pt_regs name."""
+
+    name: str
+    sp: int
+    fp: int
+    ip: int
+    ws: int
+    regs: tuple[str, ...]
+
+    @property
+    def mask(self) -> int:
+        return (1 << (8 * self.ws)) - 1
+
+    def base(self, reg: int) -> str:
+        """The ValueRule base of DWARF register ``reg``."""
+        return "sp" if reg == self.sp else "fp" if reg == self.fp else f"r{reg}"
+
+    def reg_name(self, reg: int) -> str:
+        return self.regs[reg] if 0 <= reg < len(self.regs) else f"r{reg}"
+
+
+X86_64 = CFIArch("x86-64", sp=7, fp=6, ip=16, ws=8, regs=DWARF_X86_64)
+I386 = CFIArch("i386", sp=4, fp=5, ip=8, ws=4, regs=DWARF_I386)
+RSP, RBP, RIP = X86_64.sp, X86_64.fp, X86_64.ip
+
+
+def arch_of(image: ElfImage) -> CFIArch:
+    """The numbering an image's CFI uses: i386 for EM_386, x86-64 for EM_X86_64 (x32 included),
+    else by ELF class."""
+    machine = image.elf["e_machine"]
+    if machine == "EM_386":
+        return I386
+    if machine == "EM_X86_64":
+        return X86_64
+    return I386 if image.elf.elfclass == 32 else X86_64
+
+
+def arch_of_task(regs: UserRegs) -> CFIArch:
+    """The numbering and word size a task is walked with: i386 for a compat task."""
+    return I386 if regs.compat else X86_64
 
 
 class UnsupportedCFI(Exception):
     """The row uses a DWARF construct this oracle does not evaluate; names it."""
 
 
-def _reg_base(reg: int) -> str:
-    return "sp" if reg == RSP else "fp" if reg == RBP else f"r{reg}"
+class CorruptCFI(UnsupportedCFI):
+    """The image's ``.eh_frame``/``.debug_frame`` (or an expression in it) does not decode."""
+
+
+# What pyelftools raises on bytes it cannot decode (its vendored construct, its own asserts,
+# and plain Python errors from truncated or nonsensical fields).
+_DECODE_ERRORS = (ELFError, DWARFError, ConstructError, struct.error, KeyError, IndexError, ValueError,
+                  TypeError, AttributeError, AssertionError, EOFError, OverflowError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -70,90 +139,122 @@ _CONST_BINOPS = {
     "DW_OP_eq": lambda a, b: int(a == b),
     "DW_OP_ne": lambda a, b: int(a != b),
 }
+_CONSTS = ("DW_OP_const1u", "DW_OP_const1s", "DW_OP_const2u", "DW_OP_const2s", "DW_OP_const4u",
+           "DW_OP_const4s", "DW_OP_const8u", "DW_OP_const8s", "DW_OP_constu", "DW_OP_consts")
+_CFA = _Lin("cfa", 0)
 
 
-def eval_cfa_expression(ops, pc: int) -> ValueRule:
-    """A CFA expression as ``base + offset`` (optionally dereferenced) for the given PC."""
-    stack: list[_Lin] = []
+def _evaluate(ops, pc: int, arch: CFIArch, what: str, push_cfa: bool) -> tuple[_Lin, bool]:
+    """Evaluate ``ops`` symbolically: the value on top as ``base + const`` and whether a final
+    ``DW_OP_deref`` reads the word there.  ``push_cfa``: the stack starts with the CFA (register
+    rules, DWARF 5 section 6.4.2.3), else empty (the CFA rule)."""
+    stack: list[_Lin] = [_CFA] if push_cfa else []
     deref = False
-    for i, op in enumerate(ops):
-        name = op.op_name
-        if deref:
-            raise UnsupportedCFI(f"DW_OP_deref followed by {name}")
-        if name.startswith("DW_OP_breg"):
-            reg = int(name[len("DW_OP_breg"):])
-            off = op.args[0]
-            stack.append(_Lin(None, pc + off) if reg == RIP else _Lin(_reg_base(reg), off))
-        elif name.startswith("DW_OP_lit"):
-            stack.append(_Lin(None, int(name[len("DW_OP_lit"):])))
-        elif name.startswith("DW_OP_const"):
-            stack.append(_Lin(None, op.args[0]))
-        elif name == "DW_OP_plus_uconst":
-            top = stack.pop()
-            stack.append(_Lin(top.base, top.const + op.args[0]))
-        elif name in ("DW_OP_plus", "DW_OP_minus"):
-            b, a = stack.pop(), stack.pop()
-            if name == "DW_OP_minus":
-                if b.base is not None:
-                    raise UnsupportedCFI("DW_OP_minus of a register value")
-                stack.append(_Lin(a.base, a.const - b.const))
+    mask = arch.mask
+    name = "?"
+    try:
+        for i, op in enumerate(ops):
+            name = op.op_name
+            if deref:
+                raise UnsupportedCFI(f"{what}: DW_OP_deref followed by {name}")
+            if name.startswith("DW_OP_breg"):
+                reg, off = (op.args[0], op.args[1]) if name == "DW_OP_bregx" else (int(name[10:]), op.args[0])
+                stack.append(_Lin(None, (pc + off) & mask) if reg == arch.ip else _Lin(arch.base(reg), off))
+            elif name.startswith("DW_OP_lit"):
+                stack.append(_Lin(None, int(name[len("DW_OP_lit"):])))
+            elif name in _CONSTS:
+                stack.append(_Lin(None, op.args[0] & mask))
+            elif name == "DW_OP_plus_uconst":
+                top = stack.pop()
+                stack.append(_Lin(top.base, top.const + op.args[0]))
+            elif name in ("DW_OP_plus", "DW_OP_minus"):
+                b, a = stack.pop(), stack.pop()
+                if name == "DW_OP_minus":
+                    if b.base is not None:
+                        raise UnsupportedCFI(f"{what}: DW_OP_minus of a register value")
+                    stack.append(_Lin(a.base, a.const - b.const))
+                else:
+                    if a.base is not None and b.base is not None:
+                        raise UnsupportedCFI(f"{what}: DW_OP_plus of two register values")
+                    stack.append(_Lin(a.base or b.base, a.const + b.const))
+            elif name in _CONST_BINOPS:
+                b, a = stack.pop(), stack.pop()
+                if a.base is not None or b.base is not None:
+                    raise UnsupportedCFI(f"{what}: {name} of a register value")
+                stack.append(_Lin(None, _CONST_BINOPS[name](a.const, b.const) & mask))
+            elif name == "DW_OP_deref" and i == len(ops) - 1:
+                deref = True
             else:
-                if a.base is not None and b.base is not None:
-                    raise UnsupportedCFI("DW_OP_plus of two register values")
-                stack.append(_Lin(a.base or b.base, a.const + b.const))
-        elif name in _CONST_BINOPS:
-            b, a = stack.pop(), stack.pop()
-            if a.base is not None or b.base is not None:
-                raise UnsupportedCFI(f"{name} of a register value")
-            stack.append(_Lin(None, _CONST_BINOPS[name](a.const, b.const) & MASK64))
-        elif name == "DW_OP_deref" and i == len(ops) - 1:
-            deref = True
-        else:
-            raise UnsupportedCFI(f"CFA expression op {name}")
-    if len(stack) != 1 or stack[0].base is None:
-        raise UnsupportedCFI("CFA expression does not reduce to register + offset")
-    return ValueRule(stack[0].base, stack[0].const, deref)
+                raise UnsupportedCFI(f"{what}: op {name}")
+    except IndexError as exc:  # pop from an empty stack, or an op without its argument
+        raise UnsupportedCFI(f"{what}: stack underflow at {name}") from exc
+    except ValueError as exc:
+        raise UnsupportedCFI(f"{what}: op {name} does not parse") from exc
+    # The result is the top entry; a register rule may leave the CFA it started with under it.
+    if not stack or len(stack) > 2 or len(stack) == 2 and (not push_cfa or stack[0] != _CFA):
+        raise UnsupportedCFI(f"{what} leaves {len(stack)} values on the stack")
+    top = stack[-1]
+    if top.base is None:
+        raise UnsupportedCFI(f"{what} does not reduce to register + offset")
+    return top, deref
 
 
-def _register_rule(rule: RegisterRule | None, what: str, default: ValueRule) -> ValueRule:
-    if rule is None:
-        return default
-    t = rule.type
-    if t == RegisterRule.OFFSET:
-        return ValueRule("cfa", rule.arg, True)
-    if t == RegisterRule.VAL_OFFSET:
-        return ValueRule("cfa", rule.arg, False)
-    if t == RegisterRule.UNDEFINED:
-        return ValueRule(UNDEFINED)
-    if t == RegisterRule.SAME_VALUE:
-        return ValueRule(SAME)
-    if t == RegisterRule.REGISTER:
-        return ValueRule(_reg_base(rule.arg), 0, False)
-    raise UnsupportedCFI(f"{what} rule {t}")
+def eval_cfa_expression(ops, pc: int, arch: CFIArch = X86_64) -> ValueRule:
+    """A CFA expression as ``base + offset`` (optionally dereferenced) for the given PC.
+
+    ``arch`` gives the register numbering: ``DW_OP_breg16`` is rip on x86-64, ``DW_OP_breg8``
+    eip on i386 (both read as ``pc``); constants wrap at its word size."""
+    top, deref = _evaluate(ops, pc, arch, "CFA expression", push_cfa=False)
+    if top.base == "cfa":
+        raise UnsupportedCFI("CFA expression based on the CFA")
+    return ValueRule(top.base, top.const, deref)
+
+
+def eval_register_expression(ops, pc: int, arch: CFIArch = X86_64, *, val: bool = False) -> ValueRule:
+    """A register rule ``expression(E)`` (the register is saved at address E) or, with ``val``,
+    ``val_expression(E)`` (E is the value), E evaluated with the CFA pushed first."""
+    top, deref = _evaluate(ops, pc, arch, "val_expression" if val else "expression", push_cfa=True)
+    if deref and not val:
+        raise UnsupportedCFI("expression rule with DW_OP_deref (a double dereference)")
+    return ValueRule(top.base, top.const, True if not val else deref)
 
 
 class CFITable:
-    """The FDEs of one ELF image, indexed by link-time address."""
+    """The FDEs of one ELF image, indexed by link-time address.
+
+    A section that does not decode leaves the table empty of it and recorded in ``error``:
+    every lookup then raises :class:`CorruptCFI` naming it (the walk stops there, typed)."""
 
     def __init__(self, image: ElfImage):
         self.image = image
+        self.error: str | None = None
         self._indices: list[tuple[list[int], list[tuple[int, int, FDE]]]] = []
-        elf = image.elf
-        if elf.has_dwarf_info():
-            dwarf = elf.get_dwarf_info(follow_links=False)
-            self._parser = DWARFExprParser(dwarf.structs)
-            sources = []
-            if dwarf.has_EH_CFI():
-                sources.append(dwarf.EH_CFI_entries())
-            if dwarf.has_CFI():
-                sources.append(dwarf.CFI_entries())
-            for entries in sources:
-                fdes = sorted(
-                    ((e["initial_location"], e["initial_location"] + e["address_range"], e)
-                     for e in entries if isinstance(e, FDE) and e["address_range"]),
-                    key=lambda t: t[0],
-                )
-                self._indices.append(([f[0] for f in fdes], fdes))
+        self._parser: DWARFExprParser | None = None
+        try:
+            self.arch = arch_of(image)
+            elf = image.elf
+            if elf.has_dwarf_info():
+                dwarf = elf.get_dwarf_info(follow_links=False)
+                self._parser = DWARFExprParser(dwarf.structs)
+                sources = []
+                if dwarf.has_EH_CFI():
+                    sources.append((".eh_frame", dwarf.EH_CFI_entries))
+                if dwarf.has_CFI():
+                    sources.append((".debug_frame", dwarf.CFI_entries))
+                for section, entries in sources:
+                    try:
+                        fdes = sorted(
+                            ((e["initial_location"], e["initial_location"] + e["address_range"], e)
+                             for e in entries() if isinstance(e, FDE) and e["address_range"]),
+                            key=lambda t: t[0],
+                        )
+                    except _DECODE_ERRORS as exc:
+                        self.error = f"{image.name}: {section} does not decode ({type(exc).__name__}: {exc})"
+                        continue
+                    self._indices.append(([f[0] for f in fdes], fdes))
+        except _DECODE_ERRORS as exc:
+            self.arch = getattr(self, "arch", X86_64)
+            self.error = f"{image.name}: DWARF sections do not decode ({type(exc).__name__}: {exc})"
         self._decoded: dict[int, tuple[list[int], list[dict], int]] = {}
 
     def __len__(self) -> int:
@@ -170,12 +271,18 @@ class CFITable:
         """The decoded row in force at ``link_pc`` and the RA column, or None without an FDE."""
         fde = self.fde_for(link_pc)
         if fde is None:
+            if self.error is not None:
+                raise CorruptCFI(self.error)
             return None
         key = id(fde)
         dec = self._decoded.get(key)
         if dec is None:
-            table = fde.get_decoded().table
-            ra_col = fde.cie["return_address_register"]
+            try:
+                table = fde.get_decoded().table
+                ra_col = fde.cie["return_address_register"]
+            except _DECODE_ERRORS as exc:
+                raise CorruptCFI(f"{self.image.name}: FDE at {fde['initial_location']:#x} does not decode "
+                                 f"({type(exc).__name__}: {exc})") from exc
             dec = self._decoded[key] = ([r["pc"] for r in table], table, ra_col)
         pcs, table, ra_col = dec
         i = bisect.bisect_right(pcs, link_pc) - 1
@@ -183,24 +290,57 @@ class CFITable:
             return None
         return table[i], ra_col
 
+    def parse_expr(self, expr) -> list:
+        """The ops of a DWARF expression (bytes of a CFA or register rule)."""
+        if self._parser is None:
+            raise CorruptCFI(f"{self.image.name}: an expression without DWARF structures")
+        try:
+            return self._parser.parse_expr(expr)
+        except _DECODE_ERRORS as exc:
+            raise CorruptCFI(f"{self.image.name}: DWARF expression {bytes(expr).hex()} does not decode "
+                             f"({type(exc).__name__}: {exc})") from exc
+
+    def _register_rule(self, rule: RegisterRule | None, what: str, default: ValueRule, pc: int) -> ValueRule:
+        if rule is None:
+            return default
+        t = rule.type
+        if t == RegisterRule.OFFSET:
+            return ValueRule("cfa", rule.arg, True)
+        if t == RegisterRule.VAL_OFFSET:
+            return ValueRule("cfa", rule.arg, False)
+        if t == RegisterRule.UNDEFINED:
+            return ValueRule(UNDEFINED)
+        if t == RegisterRule.SAME_VALUE:
+            return ValueRule(SAME)
+        if t == RegisterRule.REGISTER:
+            return ValueRule(self.arch.base(rule.arg), 0, False)
+        if t in (RegisterRule.EXPRESSION, RegisterRule.VAL_EXPRESSION):
+            try:
+                return eval_register_expression(self.parse_expr(rule.arg), pc, self.arch,
+                                                val=t == RegisterRule.VAL_EXPRESSION)
+            except UnsupportedCFI as exc:
+                raise type(exc)(f"{what} rule: {exc}") from exc
+        raise UnsupportedCFI(f"{what} rule {t}")
+
     def rule_for_link(self, link_pc: int, runtime_pc: int | None = None) -> FrameRule | None:
         found = self.row_for(link_pc)
         if found is None:
             return None
         row, ra_col = found
+        pc = runtime_pc if runtime_pc is not None else link_pc
+        arch = self.arch
         cfa = row["cfa"]
         if cfa.expr is not None:
-            cfa_rule = eval_cfa_expression(self._parser.parse_expr(cfa.expr),
-                                           runtime_pc if runtime_pc is not None else link_pc)
+            cfa_rule = eval_cfa_expression(self.parse_expr(cfa.expr), pc, arch)
         elif cfa.reg is None:
             raise UnsupportedCFI("row without a CFA rule")
         else:
-            cfa_rule = ValueRule(_reg_base(cfa.reg), cfa.offset)
+            cfa_rule = ValueRule(arch.base(cfa.reg), cfa.offset)
         ra = row.get(ra_col)
         if ra is None:
             raise UnsupportedCFI("no rule for the return address")
-        return FrameRule(cfa_rule, _register_rule(ra, "RA", ValueRule(UNDEFINED)),
-                         _register_rule(row.get(RBP), "rbp", ValueRule(SAME)))
+        return FrameRule(cfa_rule, self._register_rule(ra, "RA", ValueRule(UNDEFINED), pc),
+                         self._register_rule(row.get(arch.fp), arch.reg_name(arch.fp), ValueRule(SAME), pc))
 
 
 def cfi_table(image: ElfImage) -> CFITable:
@@ -213,6 +353,10 @@ class CFIRules:
     def __init__(self, table: CFITable, bias: int):
         self.table = table
         self.bias = bias
+
+    @property
+    def arch(self) -> CFIArch:
+        return self.table.arch
 
     @classmethod
     def for_mapped(cls, elf: MappedElf) -> "CFIRules":
@@ -228,9 +372,15 @@ def cfi_tables_for(space: AddressSpace) -> Callable[[int], CFIRules | None]:
 
 def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRules | None], *,
                max_entries: int = UNWIND_MAX_ENTRIES, task_size_max: int = TASK_SIZE_MAX_4LEVEL) -> Trace:
-    """Walk with DWARF CFI only; 64-bit tasks.  Same Trace and StopReasons as the kernel model."""
-    access = UserAccess(memory, 8, task_size_max)
-    ip, sp, fp = regs.ip & MASK64, regs.sp & MASK64, regs.bp & MASK64
+    """Walk with DWARF CFI only.  Same Trace and StopReasons as the kernel model.
+
+    A compat task (``regs.compat``) is walked as ``harness.unwind.user`` walks it: 4-byte words
+    (``UserAccess(memory, 4, ...)``), registers and addresses wrapped to 32 bits, i386 CFI."""
+    arch = arch_of_task(regs)
+    mask = arch.mask
+    access = UserAccess(memory, arch.ws, task_size_max)
+    read_word = access.read_word if mask == (1 << 64) - 1 else (lambda addr: access.read_word(addr & mask))
+    ip, sp, fp = regs.ip & mask, regs.sp & mask, regs.bp & mask
     trace = Trace(stopped_in=UnwinderType.CFI)
     frames = trace.frames
     frames.append(Frame(ip, sp, fp, UnwinderType.REGS))
@@ -238,7 +388,7 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
     topmost = True
 
     def check(cfa: int) -> int:
-        cfa &= MASK64
+        cfa &= mask
         if cfa <= sp:
             raise _Stop(Stop(StopReason.NON_MONOTONIC, cfa, f"sp={sp:#x}"))
         return cfa
@@ -247,18 +397,22 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
         if len(frames) >= max_entries:
             trace.stop = Stop(StopReason.LIMIT, None, f"{max_entries} entries")
             return trace
-        lookup = ip if topmost else ip - 1
+        lookup = ip if topmost else (ip - 1) & mask
         provider = tables_for(lookup)
+        if provider is not None and getattr(provider, "arch", arch) is not arch:
+            trace.stop = Stop(StopReason.UNSUPPORTED_RULE, ip,
+                              f"{provider.arch.name} CFI in a {arch.name} task")
+            return trace
         try:
             rule = provider.rule_for(lookup) if provider is not None else None
-        except UnsupportedCFI as exc:
+        except UnsupportedCFI as exc:  # CorruptCFI included
             trace.stop = Stop(StopReason.UNSUPPORTED_RULE, ip, str(exc))
             return trace
         if rule is None:
             trace.stop = Stop(StopReason.NO_UNWIND_INFO, ip)
             return trace
         try:
-            cfa, ra, new_fp = apply_rule(rule, sp, fp, access.read_word, top_regs if topmost else None, check)
+            cfa, ra, new_fp = apply_rule(rule, sp, fp, read_word, top_regs if topmost else None, check)
         except _Stop as exc:
             trace.stop = exc.stop
             return trace
@@ -274,7 +428,7 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
         if ra is None:
             trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address undefined (outermost frame)")
             return trace
-        ip, sp, fp = ra & MASK64, cfa, new_fp & MASK64
+        ip, sp, fp = ra & mask, cfa, new_fp & mask
         topmost = False
         frames.append(Frame(ip, sp, fp, UnwinderType.CFI))
 

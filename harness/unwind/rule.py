@@ -148,8 +148,16 @@ DWARF_X86_64 = (
     "ax", "dx", "cx", "bx", "si", "di", "bp", "sp",
     "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "ip",
 )
+# DWARF register numbers of i386 (System V ABI, Intel386 Architecture Processor Supplement,
+# "DWARF Register Number Mapping"; GCC's svr4 map, used in .eh_frame): 0 eax, 1 ecx, 2 edx,
+# 3 ebx, 4 esp, 5 ebp, 6 esi, 7 edi, 8 eip (the return-address column).  A compat task's
+# pt_regs hold them zero-extended.
+DWARF_I386 = ("ax", "cx", "dx", "bx", "sp", "bp", "si", "di", "ip")
 
 
 def dwarf_regs(regs: object) -> dict[str, int]:
-    """The topmost frame's registers as ``{"rN": value}`` for ValueRule bases, from a ``UserRegs``."""
+    """The topmost frame's registers as ``{"rN": value}`` for ValueRule bases, from a ``UserRegs``:
+    x86-64 numbering, or i386 numbering (32-bit values) for a compat task (``regs.compat``)."""
+    if getattr(regs, "compat", False):
+        return {f"r{n}": getattr(regs, name) & 0xFFFFFFFF for n, name in enumerate(DWARF_I386)}
     return {f"r{n}": getattr(regs, name) for n, name in enumerate(DWARF_X86_64)}
