@@ -5,13 +5,17 @@ small Python script (below) that stops the program at ``main``, then sets every 
 point, and at each hit writes a snapshot: the registers, ``/proc/PID/maps``, the stack from sp's
 page to the end of ``[stack]``, and the vDSO.  The inferior runs with an empty environment,
 without a shell and with ASLR off (gdb's default), so the same binary gives the same stack.
+A 32-bit (i386) program is captured too: its registers zero-extended and its CS (0x23,
+``__USER32_CS``), as a compat task's ``pt_regs`` hold them, so ``UserRegs.compat`` is true.
 
 Stop points (:class:`StopPoint`):
 
 * ``break`` ``func``: the first instruction of a function;
 * ``insn`` ``func`` ``pattern``: the first instruction of ``func`` whose disassembly contains
-  ``pattern`` (e.g. ``push   %rbp``), with ``after=1`` for the instruction after it;
-* ``syscall`` ``name``: ``catch syscall`` (the stop is at syscall entry, IP after ``syscall``);
+  ``pattern`` (e.g. ``push   %rbp``; ``push   %ebp`` in i386 code), with ``after=1`` for the
+  instruction after it;
+* ``syscall`` ``name``: ``catch syscall`` (the stop is at syscall entry, IP after ``syscall``,
+  ``int $0x80``, or in the vDSO's ``__kernel_vsyscall``);
 * ``offset`` ``func`` ``n``: ``func + n``.
 
 Dynamically linked programs built for the guest look for their loader under ``/tc/...``; here
@@ -57,12 +61,20 @@ import gdb, json, os
 
 CFG = json.load(open(os.environ["HARNESS_CAPTURE_CONFIG"]))
 OUT = CFG["out"]
-REGS = {"ip": "rip", "sp": "rsp", "bp": "rbp", "ax": "rax", "bx": "rbx", "cx": "rcx", "dx": "rdx",
-        "si": "rsi", "di": "rdi", "r8": "r8", "r9": "r9", "r10": "r10", "r11": "r11", "r12": "r12",
-        "r13": "r13", "r14": "r14", "r15": "r15", "flags": "eflags", "cs": "cs", "ss": "ss"}
+REGS64 = {"ip": "rip", "sp": "rsp", "bp": "rbp", "ax": "rax", "bx": "rbx", "cx": "rcx", "dx": "rdx",
+          "si": "rsi", "di": "rdi", "r8": "r8", "r9": "r9", "r10": "r10", "r11": "r11", "r12": "r12",
+          "r13": "r13", "r14": "r14", "r15": "r15", "flags": "eflags", "cs": "cs", "ss": "ss"}
+# A 32-bit inferior (gdb's architecture "i386"): no r8-r15; pt_regs would hold the 32-bit values
+# zero-extended, and cs is __USER32_CS (0x23), which makes UserRegs.compat true.
+REGS32 = {"ip": "eip", "sp": "esp", "bp": "ebp", "ax": "eax", "bx": "ebx", "cx": "ecx", "dx": "edx",
+          "si": "esi", "di": "edi", "flags": "eflags", "cs": "cs", "ss": "ss"}
+
+def is32():
+    return gdb.selected_frame().architecture().name() == "i386"
 
 def reg(name):
-    return int(gdb.parse_and_eval("$" + name)) & 0xFFFFFFFFFFFFFFFF
+    mask = 0xFFFFFFFF if is32() else 0xFFFFFFFFFFFFFFFF
+    return int(gdb.parse_and_eval("$" + name)) & mask
 
 def maps_text(pid):
     with open(f"/proc/{pid}/maps") as f:
@@ -70,7 +82,7 @@ def maps_text(pid):
 
 def dump(stop):
     inf = gdb.selected_inferior()
-    regs = {k: reg(v) for k, v in REGS.items()}
+    regs = {k: reg(v) for k, v in (REGS32 if is32() else REGS64).items()}
     regs["orig_ax"] = (1 << 64) - 1
     text = maps_text(inf.pid)
     regions, files = [], {}
@@ -153,7 +165,7 @@ while pending:
     gdb.execute("continue", to_string=True)
     if not gdb.selected_inferior().pid:
         raise gdb.GdbError(f"program exited with stops not reached: {[s['name'] for s in pending.values()]}")
-    pc = reg("rip")
+    pc = reg("pc")
     stop = pending.pop(("pc", pc), None)
     if stop is None:
         sc = [key for key in pending if key[0] == "syscall"]
