@@ -1,0 +1,170 @@
+"""The perf oracle (harness.perf.oracle) on crafted samples: agreement, each named difference,
+failures, and the deferred-record checks (cookies, entries, joins, the lost-events rule)."""
+
+from __future__ import annotations
+
+import struct
+
+import perf_build as pb
+
+from harness.perf.oracle import (
+    KERNEL_MAX_STACK,
+    NO_CHECK,
+    RAN_OFF_DUMP,
+    check_capture,
+    deferred_log,
+)
+from harness.perf.records import parse_capture
+
+SP = 0x7FFFFFFFE000
+IP = 0x401000
+
+
+def stack(frames: dict[int, tuple[int, int]], size: int = 0x100) -> bytes:
+    """Stack bytes from SP: {offset: (saved fp, return address)}."""
+    b = bytearray(size)
+    for off, (fp, ra) in frames.items():
+        struct.pack_into("<QQ", b, off, fp, ra)
+    return bytes(b)
+
+
+GOOD = stack({0x40: (SP + 0x80, 0x401100), 0x80: (0, 0x401200)})  # ip <- 0x401100 <- 0x401200, then fp 0
+REGS = {"ip": IP, "sp": SP, "bp": SP + 0x40, "cs": 0x33, "ss": 0x2B}
+WALK = [IP, 0x401100, 0x401200]
+
+
+def run(records: bytes, defer: bool = False, info: str = "release=test\nmax_stack=127\n"):
+    flags = ("sample_id_all", "defer_callchain", "defer_output") if defer else ("sample_id_all",)
+    return check_capture(parse_capture(pb.capture({0: records}, pb.attr(flags=flags), info)))
+
+
+def fp_sample(chain, st=GOOD, regs=REGS, time=1, misc=2, ip=IP):
+    return pb.sample(ip, 10, 10, time, 0, [pb.CONTEXT_USER, *chain], regs, st, misc=misc)
+
+
+def test_equal_chains():
+    r = run(fp_sample(WALK) + fp_sample(WALK, misc=1, ip=0xFFFFFFFF81000000, time=2))
+    assert (r.samples, r.compared, r.equal, r.failures) == (2, 2, 2, [])
+    assert r.ok
+
+
+def test_kernel_mode_sample_starts_at_the_user_ip():
+    r = run(pb.sample(0xFFFFFFFF81000000, 10, 10, 1, 0, [pb.CONTEXT_USER, *WALK], REGS, GOOD, misc=1))
+    assert (r.kernel_mode, r.compared_kernel_mode, r.equal) == (1, 1, 1)
+
+
+def test_the_kernel_reads_on_where_unwind_user_checks_fp_below_sp():
+    st = stack({0x40: (SP + 0x80, 0x401100), 0x80: (0x600000, 0x401200)})  # fp into .data, below sp
+    r = run(fp_sample([*WALK, 0x12345678], st))
+    assert r.failures == [] and r.expected == {NO_CHECK.format(why="fp < sp"): 1}
+    assert "0x12345678" in next(iter(r.examples.values()))
+
+
+def test_misaligned_cfa_checked_against_the_dump():
+    st = stack({0x40: (SP + 0x83, 0x401100)}) + b""  # the next fp is misaligned: we stop, the kernel reads on
+    b = bytearray(st)
+    struct.pack_into("<Q", b, 0x83 + 8, 0x401777)  # what the kernel reads at fp + 8
+    ok = run(fp_sample([IP, 0x401100, 0x401777], bytes(b)))
+    assert ok.failures == [] and sum(ok.expected.values()) == 1
+    bad = run(fp_sample([IP, 0x401100, 0x401778], bytes(b)))  # not the word at fp + 8: a real difference
+    assert len(bad.failures) == 1 and "differ" in bad.failures[0]
+
+
+def test_our_walk_runs_off_the_dump():
+    r = run(fp_sample(WALK, GOOD[:0x48]))  # the dump ends inside the first frame record
+    assert r.expected == {RAN_OFF_DUMP: 1} and not r.failures
+
+
+def test_kernel_limit_and_a_kernel_that_stops_early():
+    r = run(fp_sample(WALK[:2]), info="release=t\nmax_stack=2\n")
+    assert r.expected == {KERNEL_MAX_STACK.format(n=2): 1}
+    r = run(fp_sample(WALK[:2]))  # max_stack 127: stopping early is not explained
+    assert len(r.failures) == 1
+
+
+def test_differences_are_failures_shown_side_by_side():
+    r = run(fp_sample([IP, 0x401100, 0x401201]) + fp_sample([IP + 1, 0x401100], time=2))
+    assert len(r.failures) == 2 and not r.ok
+    assert "!! #2" in r.failures[0] and "0x401201" in r.failures[0] and "0x401200" in r.failures[0]
+    assert "does not start at the sampled user IP" in r.failures[1]
+
+
+def test_samples_without_regs_or_user_part_are_counted_not_compared():
+    r = run(pb.sample(IP, 10, 10, 1, 0, [pb.CONTEXT_USER, IP], None, b"", 0)
+            + pb.sample(0xFFFFFFFF81000000, 10, 10, 2, 0, [pb.CONTEXT_KERNEL, 0xFFFFFFFF81000000], REGS, GOOD, misc=1))
+    assert r.compared == 0 and sum(r.not_compared.values()) == 2
+
+
+# -- defer_callchain ------------------------------------------------------------------------------
+C1, C2, C3 = 0x300000001, 0x500000001, 0x700000001
+
+
+def dsample(cookie, time, regs=REGS, st=GOOD, tid=10, cpu=0, misc=2):
+    return pb.sample(IP, 10, tid, time, cpu, [pb.CONTEXT_USER_DEFERRED, cookie], regs, st, misc=misc)
+
+
+def drec(cookie, ips, time, tid=10):
+    return pb.deferred(cookie, ips, 10, tid, time)
+
+
+def dcheck(records: bytes):
+    r = run(records, defer=True)
+    assert r.deferred is not None
+    return r, r.deferred
+
+
+def test_deferred_join_and_compare():
+    r, d = dcheck(dsample(C1, 1) + dsample(C1, 2, misc=1) + drec(C1, WALK, 3) + dsample(C2, 4) + drec(C2, WALK, 5)
+                  + pb.task("exit", 10, 10, 6))
+    assert (d.samples, d.records, d.cookies, d.joined, d.shared) == (3, 2, 2, 3, 1)
+    assert (d.compared, d.equal, d.failures, d.violations) == (3, 3, [], [])
+    assert r.ok and r.not_compared  # deferred samples are not FP-compared
+
+
+def test_deferred_ips_must_equal_our_walk():
+    _, d = dcheck(dsample(C1, 1) + drec(C1, [IP, 0x401100, 0x999], 2))
+    assert len(d.failures) == 1 and "CALLCHAIN_DEFERRED" in d.failures[0]
+    _, d = dcheck(dsample(C1, 1, st=GOOD[:0x48]) + drec(C1, WALK, 2))  # ours runs off the dump
+    assert d.expected == {RAN_OFF_DUMP: 1} and not d.failures
+
+
+def test_sample_after_the_callback_joins_the_earlier_record():
+    _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + dsample(C1, 3))
+    assert (d.joined, d.after_callback, d.violations) == (2, 1, [])
+
+
+def test_violations():
+    _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + drec(C1, WALK, 3))
+    assert any("second CALLCHAIN_DEFERRED" in v for v in d.violations)
+    assert any("callback ran" in v for v in d.violations)  # the model's checker says it too
+    _, d = dcheck(dsample(C1, 1) + dsample(C2, 2) + drec(C2, WALK, 3))  # C1's entry ended without a record
+    assert any("never answered" in v for v in d.violations)
+    assert any("callback never ran" in v for v in d.violations)
+    _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + dsample(C2, 3) + drec(C2, WALK, 4) + dsample(C1, 5))
+    assert any("already used by an earlier entry" in v for v in d.violations)
+    _, d = dcheck(dsample(C1, 1) + dsample(C1, 2, regs={**REGS, "sp": SP + 8}) + drec(C1, WALK, 3))
+    assert any("two entries share a cookie" in v for v in d.violations)
+    _, d = dcheck(dsample(C1, 1, cpu=1) + drec(C1, WALK, 2))  # low half of the cookie is cpu + 1 = 1
+    assert any("CPU 1 + 1" in v for v in d.violations)
+    _, d = dcheck(dsample(0x400000001, 1) + drec(0x400000001, WALK, 2))  # mainline: the counter half is odd
+    assert any("odd cnt" in v for v in d.violations)
+    _, d = dcheck(drec(C1, WALK, 1))  # a record nobody asked for
+    assert any("without a request" in v for v in d.violations)
+
+
+def test_lost_events_unjoin_without_violations():
+    _, d = dcheck(dsample(C1, 1) + pb.lost(2, 2) + drec(C1, WALK, 3) + dsample(C2, 4) + drec(C2, WALK, 5))
+    assert d.unjoined == {"lost": 1} and d.joined == 1 and d.violations == []
+
+
+def test_deferred_log_translation():
+    from harness.perf.records import parse_records, Attr
+
+    attr = Attr.parse(pb.attr(flags=("sample_id_all", "defer_callchain")))
+    recs = parse_records(dsample(C1, 1) + dsample(C1, 2) + drec(C1, WALK, 3) + dsample(C2, 4) + pb.lost(1, 5)
+                         + drec(C2, WALK, 6) + pb.task("exit", 10, 10, 7), attr)
+    seg1, seg2 = deferred_log(recs)
+    evs = [(e["ev"], e.get("ret")) for e in seg1[1:]]
+    assert evs == [("enter", None), ("request", 0), ("request", 1), ("walk", None), ("callback", None),
+                   ("callback_done", None), ("reset", None), ("enter", None), ("request", 0)]
+    assert [e["ev"] for e in seg2[1:]] == ["exit", "exit_done"]  # C2's record came after the loss: skipped
