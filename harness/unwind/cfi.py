@@ -27,7 +27,10 @@ kind stops the walk with UNSUPPORTED_RULE).
 
 Only ip, sp and fp are carried between frames (as the kernel does); a rule that needs another
 register below the topmost frame stops the walk with that register named.  Return addresses
-are looked up at ``ra - 1`` (the call), the interrupted IP at itself.
+are looked up at ``ra - 1`` (the call), the interrupted IP at itself.  A signal trampoline (CIE
+augmentation "S": glibc's ``__restore_rt``, the i386 vDSO's ``__kernel_sigreturn``) ends the walk
+with UNSUPPORTED_RULE: the frame after it is an interrupted context, not a caller, and whoever
+wants to go on evaluates it (the engine does, for 64-bit signal frames).
 
 Bad input stays typed: a section pyelftools cannot decode raises :class:`CorruptCFI`, a
 construct this oracle does not evaluate :class:`UnsupportedCFI` (its base); :func:`unwind_cfi`
@@ -260,6 +263,10 @@ class CFITable:
     def __len__(self) -> int:
         return sum(len(i[1]) for i in self._indices)
 
+    def fdes(self) -> list[FDE]:
+        """Every FDE with a non-empty range, ``.eh_frame``'s first, each sorted by address."""
+        return [f[2] for _, fdes in self._indices for f in fdes]
+
     def fde_for(self, link_pc: int) -> FDE | None:
         for starts, fdes in self._indices:  # .eh_frame first, then .debug_frame
             i = bisect.bisect_right(starts, link_pc) - 1
@@ -322,10 +329,25 @@ class CFITable:
                 raise type(exc)(f"{what} rule: {exc}") from exc
         raise UnsupportedCFI(f"{what} rule {t}")
 
+    def is_signal_frame(self, fde: FDE) -> bool:
+        """The FDE's CIE has augmentation 'S': a signal trampoline, whose caller is the
+        interrupted context (an IP to look up at itself, not a return address)."""
+        try:
+            return b"S" in bytes(fde.cie["augmentation"] or b"")
+        except _DECODE_ERRORS as exc:
+            raise CorruptCFI(f"{self.image.name}: the CIE of the FDE at {fde['initial_location']:#x} "
+                             f"does not decode ({type(exc).__name__}: {exc})") from exc
+
     def rule_for_link(self, link_pc: int, runtime_pc: int | None = None) -> FrameRule | None:
         found = self.row_for(link_pc)
         if found is None:
             return None
+        if self.is_signal_frame(self.fde_for(link_pc)):
+            # The walk ends here, typed: the rules (DW_CFA_expression over the saved ucontext or
+            # sigcontext) give the interrupted registers, and the frame after this one is that
+            # context, not a caller.  A caller that knows signal frames continues from there
+            # (harness/engine.py evaluates the frame for 64-bit tasks).
+            raise UnsupportedCFI("signal frame (CIE augmentation 'S'): the caller is the interrupted context")
         row, ra_col = found
         pc = runtime_pc if runtime_pc is not None else link_pc
         arch = self.arch

@@ -550,3 +550,46 @@ def test_truncated_eh_frame_is_corrupt_cfi_not_an_exception(captures32):
     assert table.error is not None and ".eh_frame" in table.error
     with pytest.raises(CorruptCFI):
         table.rule_for_link(0x1000)
+
+
+# --- signal trampolines: the walk ends there, typed (the engine continues 64-bit ones) ----------
+
+def test_i386_vdso_sigreturn_trampolines_stop_the_walk(captures32):
+    """A compat task's signal frames return to the vDSO's __kernel_sigreturn/__kernel_rt_sigreturn
+    (i386 glibc installs no restorer of its own): their FDEs ("zRS" CIE) stop the CFI walk with
+    UNSUPPORTED_RULE, as glibc's __restore_rt does for 64-bit tasks."""
+    snap = get(captures32, "host", True, True).snaps["c-raw"]
+    space = snap.address_space()
+    vdso = space.elf_at(space.mappings_of("[vdso]")[0].start)
+    table = cfi_table(vdso.image)
+    assert table.arch is I386
+    signal = [f for f in table.fdes() if table.is_signal_frame(f)]
+    names = {symbol_index(vdso.image).lookup(f["initial_location"] + 1).name for f in signal}
+    assert {"__kernel_sigreturn", "__kernel_rt_sigreturn"} <= names
+    for fde in signal:
+        with pytest.raises(UnsupportedCFI, match="signal frame"):
+            table.rule_for_link(fde["initial_location"] + 1)
+
+
+def test_64_bit_signal_frame_still_ends_the_walk_for_the_engine(tmp_path):
+    """Register expressions are evaluated now (i386 main needs them), but a signal trampoline's
+    rules must still end the walk: harness/engine.py's _cfi continues from the interrupted
+    context itself, marking its IP as one (not a return address)."""
+    from harness.images.programs import Variant, build_program
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    try:
+        prog = build_program("signal", get_toolchain("host"), Variant(static=True))
+        capture_program(prog, ["raw"], [StopPoint("h2", "break", "h2")], tmp_path)
+    except (ImageError, CaptureError) as exc:
+        require(False, f"signal program: {exc}")
+    snap = Snapshot.load(tmp_path / "h2")
+    space = snap.address_space()
+    t = unwind_cfi(snap.memory(), snap.regs, cfi_tables_for(space))
+    assert Symbolizer(space).functions(t.ips)[:3] == ["h2", "h1", "on_alarm"]
+    assert t.stop.reason is StopReason.UNSUPPORTED_RULE and "signal frame" in t.stop.detail
+    e = space.elf_at(t.ips[-1] - 1)
+    table = cfi_table(e.image)
+    assert table.is_signal_frame(table.fde_for(e.link_address(t.ips[-1] - 1)))  # __restore_rt
+    assert len(t) == 4
