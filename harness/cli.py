@@ -169,7 +169,7 @@ def _run_and_report(spec, scenarios, out_dir) -> int:
         (out / "run.json").write_text(json.dumps(sess.describe(), indent=1))
         for sc in scenarios:
             oracles = ["regs (the request's own registers)"]
-            oracles += ["DWARF CFI"] if sc.variant.bits == 64 else []  # the CFI oracle is 64-bit only
+            oracles += ["DWARF CFI"]  # .eh_frame, with the i386 numbering for 32-bit programs
             oracles += ["shadow stack"] if sc.variant.shadow else []
             print(f"{sc.name}: {sc.describe()}; oracles: {', '.join(oracles)}", file=sys.stderr)
         results = run_scenarios(sess, scenarios, out)

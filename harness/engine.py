@@ -63,7 +63,7 @@ from .session import Session
 from .sframe.errors import SFrameError
 from .transport.errors import GuestError, TargetError, TargetTimeout
 from .transport.target import TargetMemory
-from .unwind.cfi import cfi_table, cfi_tables_for, unwind_cfi
+from .unwind.cfi import X86_64, cfi_table, cfi_tables_for, unwind_cfi
 from .unwind.maps import VDSO, AddressSpace, parse_maps
 from .unwind.mixed import sframe_tables_for
 from .unwind.rule import FrameRule, ValueRule
@@ -77,7 +77,6 @@ ENTRY_EXIT_ASM = ("entry_", "asm_", "error_", "common_interrupt_return", "swapgs
                   "native_irq_return", "restore_regs_and_return", "paranoid_", "xen_",
                   "sync_regs", "fixup_bad_iret")
 FOREIGN = "not checked: another task (no oracle)"
-NO_CFI_COMPAT = "cfi not checked: a 32-bit task (the CFI oracle is 64-bit only)"
 SHADOW_NOT_PRESENT = "shadow not checked: its page is not present yet (fresh exec)"
 # Syscalls that replace the user registers: work requested at their entry (or while the task is
 # in them) is delivered with the registers they install: unwind_deferred has no exec or sigreturn
@@ -164,7 +163,7 @@ CATALOG: dict[str, Scenario] = {
         # Samples at function entry and exit: FP loses the caller there, SFrame does not.
         Scenario("prologues", program="prologues", args=()),
         Scenario("prologues-sframe", program="prologues", toolchain="sid", unwinder="sframe", args=()),
-        # A 32-bit task: compat FP (4-byte words) against the shadow stack (CFI is 64-bit only).
+        # A 32-bit task: compat FP (4-byte words) against the shadow stack and i386 DWARF CFI.
         Scenario("compat-fp", variant=Variant(bits=32, shadow=True)),
         Scenario("compat-int80", variant=Variant(bits=32, shadow=True), args=("100000000", "raw")),
     )
@@ -659,11 +658,10 @@ class Engine:
             if len(trace) != self.max_entries or any(len(t) != self.max_entries for t in traces):
                 r.failures.append(f"pid {task.pid}: trace truncated at {len(trace)} entries, "
                                   f"not UNWIND_MAX_ENTRIES = {self.max_entries}")
-        if regs.compat:
-            r.expected[NO_CFI_COMPAT] += 1
-        else:
-            cfi, marks = self._cfi(regs)
-            self._compare("cfi", trace.ips, cfi, marks, regs, truncated)
+        # 32-bit tasks too: unwind_cfi walks compat registers with the i386 numbering and
+        # 4-byte words, and ends at an i386 signal trampoline (_signal_frame_regs is 64-bit).
+        cfi, marks = self._cfi(regs)
+        self._compare("cfi", trace.ips, cfi, marks, regs, truncated)
         if self.shadow is not None:
             try:
                 expected = self._shadow_chain(regs)
@@ -732,6 +730,8 @@ class Engine:
         if e is None:
             return None
         table = cfi_table(e.image)
+        if table.arch is not X86_64:  # an i386 trampoline: the compat CFI walk ends there
+            return None
         link = e.link_address(ra - 1)
         fde = table.fde_for(link)
         if fde is None or b"S" not in bytes(fde.cie["augmentation"] or b""):
