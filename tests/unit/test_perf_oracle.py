@@ -8,13 +8,19 @@ import struct
 import perf_build as pb
 
 from harness.perf.oracle import (
+    EXIT_UNANSWERED,
     KERNEL_MAX_STACK,
     NO_CHECK,
     RAN_OFF_DUMP,
+    SIGNAL_DELIVERY,
+    SIGRETURN_RESTORED,
+    DeferredChecker,
+    PerfOracle,
     check_capture,
     deferred_log,
 )
 from harness.perf.records import parse_capture
+from harness.unwind.symbolize import Location
 
 SP = 0x7FFFFFFFE000
 IP = 0x401000
@@ -168,3 +174,64 @@ def test_deferred_log_translation():
     assert evs == [("enter", None), ("request", 0), ("request", 1), ("walk", None), ("callback", None),
                    ("callback_done", None), ("reset", None), ("enter", None), ("request", 0)]
     assert [e["ev"] for e in seg2[1:]] == ["exit", "exit_done"]  # C2's record came after the loss: skipped
+
+
+def test_an_entry_left_by_exit_gets_no_record():
+    """7.3.4's do_exit() detaches perf's events before it runs the deferred work: the task's last
+    entry is never answered.  Any other unanswered entry is a violation."""
+    _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + dsample(C2, 3) + pb.task("exit", 10, 10, 4))
+    assert d.expected == {EXIT_UNANSWERED: 1} and d.unjoined == {"at exit": 1} and d.violations == []
+    _, d = dcheck(dsample(C1, 1) + dsample(C2, 2) + drec(C2, WALK, 3) + pb.task("exit", 10, 10, 4))
+    assert any("never answered" in v for v in d.violations) and not d.expected
+
+
+def oracle_with(records: bytes, symbols: dict[int, str] | None = None) -> PerfOracle:
+    o = PerfOracle(parse_capture(pb.capture({0: records}, pb.attr(flags=("sample_id_all", "defer_callchain")),
+                                            "release=test\n")))
+    if symbols is not None:
+        o.symbolizer = _Symbols(symbols)
+    return o
+
+
+class _Symbols:
+    """Stands in for the ELF symbols: function starts by address."""
+
+    def __init__(self, starts: dict[int, str]):
+        self.starts = starts
+
+    def locate(self, addr: int, return_address: bool = False) -> Location:
+        start = max((a for a in self.starts if a <= addr), default=None)
+        if start is None:
+            return Location(addr, None, 0, None)
+        return Location(addr, self.starts[start], addr - start, "/prog")
+
+    def name(self, addr: int, return_address: bool = False) -> str:
+        return str(self.locate(addr, return_address))
+
+
+def test_sample_in_rt_sigreturn_is_walked_on_the_restored_registers():
+    """The signal frame's sigcontext sits at the sampled sp + 40: ip at +168, sp at +160, bp at +120."""
+    b = bytearray(0x200)
+    struct.pack_into("<Q", b, 40 + 8 * 10, SP + 0x140)  # bp
+    struct.pack_into("<Q", b, 40 + 8 * 15, SP + 0x100)  # sp
+    struct.pack_into("<Q", b, 40 + 8 * 16, 0x401839)  # ip
+    struct.pack_into("<QQ", b, 0x140, SP + 0x180, 0x401887)
+    struct.pack_into("<QQ", b, 0x180, 0, 0x4018BD)
+    regs = {**REGS, "ip": 0x408B89, "bp": SP + 0x140}
+    restored = [0x401839, 0x401887, 0x4018BD]
+    _, d = dcheck(dsample(C1, 1, regs=regs, st=bytes(b), misc=1) + drec(C1, restored, 2))
+    assert d.expected == {SIGRETURN_RESTORED: 1} and not d.failures
+    _, d = dcheck(dsample(C1, 1, regs=regs, st=bytes(b), misc=1) + drec(C1, [*restored[:2], 0x999], 2))
+    assert len(d.failures) == 1 and not d.expected
+
+
+def test_signal_delivered_after_the_task_work_walks_the_handler():
+    recs = dsample(C1, 1, misc=1) + drec(C1, [0x4017A5, *WALK[1:]], 2)  # ip = the handler's first byte
+    o = oracle_with(recs, {0x401000: "c", 0x4017A5: "on_alarm"})
+    d = DeferredChecker(o, o.cap.records()).run()
+    assert d.expected == {SIGNAL_DELIVERY: 1} and not d.failures
+    bad = dsample(C1, 1, misc=1) + drec(C1, [0x4017A5, 0x401100, 0x401201], 2)  # callers differ
+    o = oracle_with(bad, {0x401000: "c", 0x4017A5: "on_alarm"})
+    assert len(DeferredChecker(o, o.cap.records()).run().failures) == 1
+    o = oracle_with(recs)  # without symbols nothing says 0x4017a5 starts a function
+    assert len(DeferredChecker(o, o.cap.records()).run().failures) == 1

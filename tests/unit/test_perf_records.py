@@ -99,7 +99,7 @@ def test_deferred_lost_task_and_other_records():
 
 @pytest.mark.parametrize("mutate, field", [
     (lambda r: r[:6], "header"),
-    (lambda r: r[:4] + struct.pack("<HH", 2, 12) + r[8:], "header.size"),  # not a multiple of 8
+    (lambda r: struct.pack("<IHH", 2, 0, 12) + r[8:], "lost.id"),  # a LOST of 12 bytes: no room for its id
     (lambda r: r[:4] + struct.pack("<HH", 2, 4) + r[8:], "header.size"),  # smaller than a header
     (lambda r: r[:-8], "header.size"),  # runs past the end
 ])
@@ -130,6 +130,16 @@ def test_body_errors_name_offset_and_field(what, raw, patch, field):
         parse_records(raw, ATTR, base=0x1000)
     assert e.value.field == field, str(e.value)
     assert 0x1000 <= e.value.offset < 0x1000 + len(raw)
+
+
+def test_unaligned_records_from_a_32_bit_stack_dump():
+    """The kernel cuts a stack dump at TASK_SIZE - sp: 20 bytes here, a record size that is no
+    multiple of 8, and the next record starts unaligned."""
+    regs = {**REGS, "cs": USER_CS_32, "sp": 0xFFFFDFEC}
+    raw = pb.sample(0x8049000, 1, 1, 1, 0, [pb.CONTEXT_USER, 0x8049000], regs, b"\2" * 20, abi=1)
+    assert len(raw) % 8 == 4
+    s, d = parse_records(raw + pb.deferred(5, [0x8049000], 1, 1, 2), ATTR)
+    assert s.stack == b"\2" * 20 and s.stack_size == 20 and d.cookie == 5 and d.offset == len(raw)
 
 
 def test_left_over_bytes_are_an_error():
