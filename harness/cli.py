@@ -6,6 +6,7 @@
     harness run [SCENARIO ...]           the main job: scenarios on a guest, every stack checked
     harness bench transport|unwind|deferred  figures, printed
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
+    harness perf [--defer] ...           the guest kernel's perf callchains against our unwinder
 """
 
 from __future__ import annotations
@@ -268,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     from .deferred.cli import add_cli as add_deferred_cli
 
     add_deferred_cli(sub)
+
+    from .perf.cli import add_cli as add_perf_cli
+
+    add_perf_cli(sub, _guest_args, _spec)
 
     args = ap.parse_args(argv)
     if args.cmd == "images" and args.images_cmd == "build":
