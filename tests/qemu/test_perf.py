@@ -1,0 +1,74 @@
+"""The third oracle on the default guest: the kernel's own perf callchains against our unwinder.
+
+One boot of the default (7.x) guest; guest_programs/callchain (frame pointers) sampled by
+guest_programs/perfcc.c for a few seconds, once with frame-pointer callchains and once with
+defer_callchain.  About 15 s on TCG.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.images.programs import Variant
+from harness.perf.capture import PERFCC, PerfSpec, capture, resolver
+from harness.perf.oracle import (
+    EXIT_UNANSWERED,
+    KERNEL_MAX_STACK,
+    NO_CHECK,
+    RAN_OFF_DUMP,
+    check_capture,
+)
+from harness.perf.records import parse_capture
+from harness.session import GuestSpec, Session
+
+pytestmark = pytest.mark.qemu
+
+TARGET = ("callchain", "host", Variant(shadow=True))
+ARGS = ["100000000", "raw"]  # syscalls from c(): samples in user and in kernel mode
+SPEC = PerfSpec(seconds=3, freq=200)
+
+
+@pytest.fixture(scope="module")
+def session():
+    with Session(GuestSpec(programs=[PERFCC, TARGET])) as s:
+        yield s
+
+
+def _run(session, defer: bool):
+    prog = session.program(*TARGET)
+    data = capture(session, [prog.guest_path, *ARGS], PerfSpec(seconds=SPEC.seconds, freq=SPEC.freq, defer=defer))
+    cap = parse_capture(data)
+    return cap, check_capture(cap, resolver([prog]))
+
+
+def test_kernel_fp_callchains_equal_our_unwinder(session):
+    cap, r = _run(session, defer=False)
+    assert cap.info["defer"] == "off" and cap.info["release"] == session.machine.release
+    assert r.failures == [], "\n\n".join(r.failures[:3])
+    assert r.compared >= 200, r.table()
+    assert r.compared_kernel_mode >= 20 and r.user_mode >= 20, r.table()  # both kinds of sample
+    assert r.equal + sum(r.expected.values()) == r.compared
+    named = {NO_CHECK.format(why=w) for w in ("fp < sp", "cfa <= sp", "cfa misaligned")}
+    named |= {RAN_OFF_DUMP, KERNEL_MAX_STACK.format(n=127)}
+    assert set(r.expected) <= named, r.table()
+    # c <- b <- a <- main is on every stack the program spends its time in: CFI agrees up to where
+    # our walk stops (in glibc, which keeps no frame pointer), and goes on to _start.
+    assert r.cfi["ours is a prefix of cfi (cfi goes on)"] >= 0.9 * r.cfi["walked"] > 0, r.table()
+    assert r.lost == 0
+
+
+def test_deferred_callchains_checked(session):
+    cap, r = _run(session, defer=True)
+    major = int(session.machine.release.split(".")[0])
+    assert major >= 7, f"the default guest should be 7.x, not {session.machine.release}"
+    assert cap.info["defer"] == "on", cap.info  # 6.19+ accepts defer_callchain
+    d = r.deferred
+    assert d is not None
+    assert d.violations == [], "\n".join(d.violations[:5])
+    assert d.failures == [], "\n\n".join(d.failures[:3])
+    assert d.samples >= 200 and d.records >= 200 and d.joined >= 200, r.table()
+    assert d.compared >= 200 and d.equal + sum(d.expected.values()) >= d.compared, r.table()
+    assert set(d.expected) <= {RAN_OFF_DUMP, EXIT_UNANSWERED}, r.table()
+    # every cookie got its record: a sample without one only in the entry the task left by exiting
+    assert sum(n for why, n in d.unjoined.items() if why != "at exit") == 0, r.table()
+    assert r.failures == [] and r.ok
