@@ -76,6 +76,8 @@ SIGRETURN_RESTORED = ("sample in rt_sigreturn: the deferred walk ran on the regi
                       "(those in the signal frame at the sampled sp)")
 SIGNAL_DELIVERY = ("signal delivered after get_signal() ran the task work: the deferred walk ran on the "
                    "handler's registers (its frame holds the sampled ones)")
+EXEC_SAME_ENTRY = ("samples of one execve entry on the old and the new image's registers (execve replaces "
+                   "pt_regs within the entry)")
 EXIT_UNANSWERED = ("sample in the task's last entry (exit): do_exit() runs perf_event_exit_task() before "
                    "unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf")
 NOT_COMPARED_NO_USER = "no user callchain (task without mm, or a kernel thread)"
@@ -173,6 +175,12 @@ def stack_memory(sample: Sample) -> Memory:
         return BufferMemory()
     sp = sample.regs.sp & (0xFFFFFFFF if sample.regs.compat else (1 << 64) - 1)
     return BufferMemory({sp: sample.stack})
+
+
+def fresh_image(regs: UserRegs) -> bool:
+    """``regs`` are those a successful execve installs: ELF_PLAT_INIT zeroes every register but
+    ip, sp and flags (and cx/r11 are the sysret scratch registers)."""
+    return not any((regs.bp, regs.bx, regs.r12, regs.r13, regs.r14, regs.r15, regs.di, regs.si))
 
 
 # arch/x86/include/uapi/asm/ucontext.h + sigcontext.h: at rt_sigreturn's entry sp points at the
@@ -474,6 +482,8 @@ class DeferredChecker:
                 d.after_callback += 1
                 if not same:
                     d.expected[AFTER_CALLBACK_REGS] += 1
+            elif not same and fresh_image(s.regs):
+                d.expected[EXEC_SAME_ENTRY] += 1
             elif not same:
                 d.violations.append(
                     f"record {i}: task {s.tid} cookie {s.cookie:#x} on user registers ip={s.regs.ip:#x} "

@@ -8,6 +8,8 @@ import struct
 import perf_build as pb
 
 from harness.perf.oracle import (
+    EXEC_REGS,
+    EXEC_SAME_ENTRY,
     EXIT_UNANSWERED,
     KERNEL_MAX_STACK,
     NO_CHECK,
@@ -235,3 +237,14 @@ def test_signal_delivered_after_the_task_work_walks_the_handler():
     assert len(DeferredChecker(o, o.cap.records()).run().failures) == 1
     o = oracle_with(recs)  # without symbols nothing says 0x4017a5 starts a function
     assert len(DeferredChecker(o, o.cap.records()).run().failures) == 1
+
+
+def test_execve_changes_the_registers_within_one_entry():
+    fresh = {"ip": 0x401540, "sp": SP + 0x800, "cs": 0x33, "ss": 0x2B}  # what ELF_PLAT_INIT leaves
+    recs = dsample(C1, 1, misc=1) + dsample(C1, 2, regs=fresh, misc=1) + drec(C1, [0x401540], 3)
+    o = oracle_with(recs, {0x401000: "c", 0x401540: "_start"})
+    d = DeferredChecker(o, o.cap.records()).run()
+    assert d.expected == {EXEC_SAME_ENTRY: 1, EXEC_REGS: 1} and d.violations == [] and d.failures == []
+    assert d.equal == 1  # the sample on the new image's registers walks to the record
+    _, d = dcheck(dsample(C1, 1, misc=1) + dsample(C1, 2, regs={**fresh, "bp": SP}, misc=1) + drec(C1, WALK, 3))
+    assert any("two entries share a cookie" in v for v in d.violations)  # not what execve leaves
