@@ -499,7 +499,7 @@ class DeferredChecker:
         name = "CALLCHAIN_DEFERRED (kernel unwind_user)"
         if theirs and theirs[0] != s.regs.ip:
             why = None
-            if self._at_function_start(theirs[0], "_start"):
+            if self._at_elf_entry(theirs[0]) or self._at_function_start(theirs[0], "_start"):
                 why = EXEC_REGS  # the new image's stack is not in the dump: nothing more to check
             elif j.user.seq < j.sample.seq:
                 return  # after the callback, on other registers: counted as AFTER_CALLBACK_REGS
@@ -543,6 +543,15 @@ class DeferredChecker:
                 and not self.o._in_dump(s, stop.addr)):
             return RAN_OFF_DUMP
         return None
+
+    def _at_elf_entry(self, ip: int) -> bool:
+        """``ip`` is the entry point (e_entry) of the ELF mapped there: the program's, or for a
+        dynamic one the interpreter's, where a successful execve starts."""
+        space = self.o.space
+        e = space.elf_at(ip) if space is not None else None
+        if e is None:
+            return False
+        return ip == e.image.elf.header["e_entry"] + e.bias  # elf_at() has parsed it already
 
     def _at_function_start(self, ip: int, name: str | None = None) -> bool:
         """``ip`` is the first byte of a function (of ``name``, if given), by the ELF's symbols."""

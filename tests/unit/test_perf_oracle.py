@@ -4,8 +4,10 @@ failures, and the deferred-record checks (cookies, entries, joins, the lost-even
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import perf_build as pb
+import pytest
 
 from harness.perf.oracle import (
     EXEC_REGS,
@@ -22,6 +24,7 @@ from harness.perf.oracle import (
     deferred_log,
 )
 from harness.perf.records import parse_capture
+from harness.unwind.maps import load_image
 from harness.unwind.symbolize import Location
 
 SP = 0x7FFFFFFFE000
@@ -248,3 +251,24 @@ def test_execve_changes_the_registers_within_one_entry():
     assert d.equal == 1  # the sample on the new image's registers walks to the record
     _, d = dcheck(dsample(C1, 1, misc=1) + dsample(C1, 2, regs={**fresh, "bp": SP}, misc=1) + drec(C1, WALK, 3))
     assert any("two entries share a cookie" in v for v in d.violations)  # not what execve leaves
+
+
+def test_execve_of_a_dynamic_program_starts_at_the_interpreters_entry():
+    """A stripped ld.so has no _start symbol: the entry point comes from the ELF header."""
+    path = next((Path(p).resolve() for p in ("/usr/bin/true", "/bin/true", "/usr/bin/env") if Path(p).is_file()), None)
+    if path is None:
+        pytest.skip("no system binary to map")
+    img = load_image(path)
+    base = 0x7FFFF7FC3000 if img.is_pie_or_shared else 0
+    maps = "\n".join(
+        f"{base + (s.vaddr & ~0xFFF):x}-{base + ((s.vaddr + s.memsz + 0xFFF) & ~0xFFF):x} r-xp "
+        f"{s.offset & ~0xFFF:08x} 08:01 1 {path}" for s in img.segments if s.p_type == "PT_LOAD")
+    entry = base + img.elf.header["e_entry"]
+    recs = dsample(C1, 1, misc=1) + drec(C1, [entry], 2)
+    flags = ("sample_id_all", "defer_callchain")
+    cap = parse_capture(pb.capture({0: recs}, pb.attr(flags=flags), "release=test\n", maps=maps))
+    d = check_capture(cap, lambda p: p).deferred
+    assert d.expected == {EXEC_REGS: 1} and not d.failures
+    cap = parse_capture(pb.capture({0: dsample(C1, 1, misc=1) + drec(C1, [entry + 1], 2)}, pb.attr(flags=flags),
+                                   "release=test\n", maps=maps))
+    assert len(check_capture(cap, lambda p: p).deferred.failures) == 1  # not the entry point
