@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import struct
 from dataclasses import dataclass, field
+
 from ..deferred.check import check_events
 from ..deferred.log import trace_hash
 from ..deferred.stitch import (
@@ -52,7 +53,13 @@ from ..regs import UserRegs
 from ..unwind.cfi import cfi_tables_for, unwind_cfi
 from ..unwind.maps import AddressSpace, Resolver
 from ..unwind.symbolize import Symbolizer
-from ..unwind.user import UNWIND_MAX_ENTRIES, StopReason, Trace, UnwindConfig, unwind_user
+from ..unwind.user import (
+    UNWIND_MAX_ENTRIES,
+    StopReason,
+    Trace,
+    UnwindConfig,
+    unwind_user,
+)
 from .records import (
     PERF_SAMPLE_REGS_ABI_NONE,
     CallchainDeferred,

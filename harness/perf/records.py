@@ -168,7 +168,7 @@ class Attr:
                      for i in range(64) if self.sample_regs_user >> i & 1)
 
     @classmethod
-    def parse(cls, data: bytes, offset: int = 0) -> "Attr":
+    def parse(cls, data: bytes, offset: int = 0) -> Attr:
         if len(data) < ATTR_V3.size:
             raise PerfFormatError(f"{len(data)} bytes, need at least {ATTR_V3.size} (PERF_ATTR_SIZE_VER3)",
                                   field="attr", offset=offset)
@@ -536,10 +536,6 @@ def parse_records(data: bytes, attr: Attr, base: int = 0) -> list[Record]:
         rec, pos = parse_record(data, pos, attr, base)
         out.append(rec)
     return out
-
-
-def record_time(rec: Record) -> int | None:
-    return rec.time
 
 
 # -- the capture file ----------------------------------------------------------------------------

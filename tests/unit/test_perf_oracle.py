@@ -169,7 +169,7 @@ def test_lost_events_unjoin_without_violations():
 
 
 def test_deferred_log_translation():
-    from harness.perf.records import parse_records, Attr
+    from harness.perf.records import Attr, parse_records
 
     attr = Attr.parse(pb.attr(flags=("sample_id_all", "defer_callchain")))
     recs = parse_records(dsample(C1, 1) + dsample(C1, 2) + drec(C1, WALK, 3) + dsample(C2, 4) + pb.lost(1, 5)
