@@ -19,10 +19,10 @@
  * PERF_RECORD_CALLCHAIN_DEFERRED record.  A kernel that refuses the bits (EINVAL: reserved bits
  * set) is sampled without them and the file says "defer=unsupported".
  *
- * The ring buffer is drained while the child runs for SECONDS; then the child's /proc/PID/maps
- * is saved, the child's process group is killed, and, once it is reaped (do_exit has run the
- * pending deferred callbacks and written PERF_RECORD_EXIT by then), the buffer is drained once
- * more.  OUT gets the raw records with what is needed to read them (harness/perf/records.py):
+ * The ring buffers are drained while the child runs for SECONDS; then the child's /proc/PID/maps
+ * is saved, the child is killed and reaped, then the rest of its process group (do_exit has
+ * written their last records by then), and the buffers are drained once more.  OUT gets the raw
+ * records with what is needed to read them (harness/perf/records.py):
  *
  *   "PERFCC01", then sections {char name[8]; u64 size; u8 data[size]; pad to 8}:
  *     info     key=value lines: release, page size, perf_event_max_stack, counts, ...
@@ -440,11 +440,15 @@ int main(int argc, char **argv)
 			maps = tmp;
 			tmp = t;
 		}
-		kill(-child, SIGKILL);
 		kill(child, SIGKILL);
 		while (waitpid(child, &status, 0) < 0 && errno == EINTR)
 			;
 	}
+	/* What the child left in its process group (inherited children): give them up to a second to
+	 * get through do_exit (a zombie still answers kill 0, so at worst the second runs out). */
+	if (kill(-child, SIGKILL) == 0)
+		for (int i = 0; i < 50 && kill(-child, 0) == 0; i++)
+			usleep(20000);
 	/* do_exit has written the last deferred records and PERF_RECORD_EXIT before the reap. */
 	for (int i = 0; i < nrings; i++) {
 		drain(&rings[i]);
