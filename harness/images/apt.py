@@ -160,6 +160,31 @@ class PrivateApt:
             raise ImageError(f"apt-get download {pkg.name}={pkg.version} produced no .deb in {dest}")
         return debs[-1]
 
+    def download_closure(self, pkg: Package, dest: Path, keep: tuple[str, ...]) -> list[Path]:
+        """Download ``pkg`` and everything it depends on (no recommends) as if nothing were
+        installed, into ``dest``; versions come from ``pkg.suite`` where it has them (``-t``, as
+        one installs from backports), otherwise from the suites in ``keep`` (all others pinned
+        away).  apt's state for this (an empty dpkg status, its locks) stays in ``dest``."""
+        state = dest / ".apt"
+        (state / "preferences.d").mkdir(parents=True, exist_ok=True)
+        (dest / "partial").mkdir(parents=True, exist_ok=True)
+        (state / "status").write_text("")
+        (state / "preferences").write_text("".join(
+            f"Package: *\nPin: release n={s}\nPin-Priority: -1\n\n" for s in self.suites if s not in keep))
+        progress(f"downloading {pkg.name}={pkg.version} ({pkg.suite}) and its dependencies")
+        self._run("apt-get",
+                  f"-o=Dir::State::status={state / 'status'}",
+                  f"-o=Dir::Etc::preferences={state / 'preferences'}",
+                  f"-o=Dir::Etc::preferencesparts={state / 'preferences.d'}",
+                  f"-o=Dir::Cache::archives={dest}",
+                  "-o=APT::Architectures=amd64",
+                  "install", "-y", "-q", "--download-only", "--no-install-recommends",
+                  "-t", pkg.suite, f"{pkg.name}={pkg.version}")
+        debs = sorted(dest.glob("*.deb"))
+        if not any(d.name.startswith(f"{pkg.name}_") for d in debs):
+            raise ImageError(f"apt-get --download-only {pkg.name}={pkg.version} left no {pkg.name} .deb in {dest}")
+        return debs
+
 
 def _vkey(version: str):
     """Sort key for Debian version strings, ordered by dpkg itself."""
