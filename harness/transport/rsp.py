@@ -5,11 +5,15 @@ Why our own client: GDB/MI costs 1-6 ms per read where a raw ``m`` packet costs 
 pure codec (:func:`encode_packet`, :class:`PacketReader`) tested without QEMU; this module's
 client adds the socket and QEMU's quirks:
 
-* an unsolicited stop reply arrives on connect: stop replies that no command waits for are
-  discarded;
+* an unsolicited stop reply arrives on connect (7.2; 11.x sends none): stop replies that no
+  command waits for are discarded;
 * register writes (``P``) answer empty until the target description has been read, so
   ``qXfer:features:read:target.xml`` is read first, and it gives the register layout anyway;
-* at most 2048 bytes per ``m`` packet;
+* one ``m`` packet reads at most half the stub's ``PacketSize`` (qSupported): 2048 bytes on 7.2
+  (``PacketSize=1000``), a whole page on 11.x (``PacketSize=20020``);
+* 11.x answers ``?`` with ``T05core:NN;`` (no ``thread:``), NN being the vCPU's thread id; stop
+  replies to ``vCont`` still carry ``thread:NN``;
+* neither 7.2 nor 11.x accepts ``QStartNoAckMode`` (both answer it empty): acks stay on;
 * ``Qqemu.PhyMemMode:1`` switches ``m`` to physical addresses (page walks under PTI).
 
 Protocol reference: GDB manual, appendix "GDB Remote Serial Protocol".
@@ -28,7 +32,9 @@ from pathlib import Path
 from .errors import TargetDied, TargetError, TargetTimeout
 from .target import Stop, Target
 
+#: bytes per ``m`` packet when the stub names no PacketSize (QEMU 7.2's limit)
 MAX_M_PACKET = 2048
+PAGE_SIZE = 4096
 
 
 def checksum(data: bytes) -> int:
@@ -141,6 +147,45 @@ def parse_target_xml(fetch, annex: str = "target.xml") -> list[RegDesc]:
 _STOP_RE = re.compile(rb"^[TS]([0-9a-fA-F]{2})(.*)$", re.S)
 
 
+def parse_qsupported(reply: bytes) -> dict[str, str | bool]:
+    """``PacketSize=1000;qXfer:features:read+;foo-`` -> {"PacketSize": "1000", "qXfer:...": True, "foo": False}."""
+    out: dict[str, str | bool] = {}
+    for item in reply.decode(errors="replace").split(";"):
+        if "=" in item:
+            k, v = item.split("=", 1)
+            out[k] = v
+        elif item.endswith(("+", "-")):
+            out[item[:-1]] = item.endswith("+")
+        elif item:
+            out[item] = True
+    return out
+
+
+def max_read(features: dict[str, str | bool]) -> int:
+    """Bytes one ``m`` packet may ask for: QEMU answers E22 past half its PacketSize (the reply
+    is hex); the harness never reads more than a page at a time."""
+    try:
+        size = int(str(features.get("PacketSize", "")), 16)
+    except ValueError:
+        return MAX_M_PACKET
+    return max(1, min(PAGE_SIZE, size // 2))
+
+
+def parse_stop_reply(reply: bytes) -> tuple[int, str | None] | None:
+    """(signal, thread id or None) of a ``T``/``S`` stop reply, or None when it is none.  The
+    thread is ``thread:`` or, where only that is given (QEMU 11.x's answer to ``?``), ``core:``:
+    QEMU numbers both the same way (vCPU index + 1, in hex)."""
+    m = _STOP_RE.match(reply)
+    if not m:
+        return None
+    fields = {}
+    for part in m.group(2).split(b";"):
+        if b":" in part:
+            k, v = part.split(b":", 1)
+            fields[k.decode(errors="replace")] = v.decode(errors="replace")
+    return int(m.group(1), 16), fields.get("thread", fields.get("core"))
+
+
 class RspTarget(Target):
     def __init__(self, socket_path: str | Path, timeout: float = 5.0):
         super().__init__()
@@ -160,6 +205,8 @@ class RspTarget(Target):
         self._thread_ids: list[str] = []
         self._cpu_thread: dict[int, str] = {}
         self.packets = 0
+        self.features: dict[str, str | bool] = {}
+        self.max_read = MAX_M_PACKET
         self._handshake()
 
     # -- packet I/O ----------------------------------------------------------------------------
@@ -236,7 +283,8 @@ class RspTarget(Target):
 
     # -- set-up -------------------------------------------------------------------------------
     def _handshake(self) -> None:
-        self.command("qSupported:xmlRegisters=i386;vContSupported+")
+        self.features = parse_qsupported(self.command("qSupported:xmlRegisters=i386;vContSupported+"))
+        self.max_read = max_read(self.features)
         if self.command("QStartNoAckMode") == b"OK":
             self.ack_mode = False
         self.regs = parse_target_xml(self._xfer)
@@ -314,7 +362,7 @@ class RspTarget(Target):
         self._set_phys(physical)
         out = bytearray()
         while size > 0:
-            n = min(size, MAX_M_PACKET)
+            n = min(size, self.max_read)
             reply = self.command(f"m{addr:x},{n:x}")
             if reply.startswith(b"E") and len(reply) == 3 or len(reply) != 2 * n:
                 return None
@@ -324,16 +372,12 @@ class RspTarget(Target):
         return bytes(out)
 
     def _parse_stop(self, reply: bytes) -> Stop:
-        m = _STOP_RE.match(reply)
-        if not m:
+        parsed = parse_stop_reply(reply)
+        if parsed is None:
             if reply.startswith((b"W", b"X")):
                 raise TargetDied(f"the guest exited: {reply!r}")
             raise TargetError(f"unexpected stop reply {reply!r}")
-        sig = int(m.group(1), 16)
-        thread = None
-        for part in m.group(2).split(b";"):
-            if part.startswith(b"thread:"):
-                thread = part[7:].decode()
+        sig, thread = parsed
         cpu = self.cpu
         if thread is not None:
             if thread not in self._thread_ids:
