@@ -56,8 +56,17 @@ from ..memory import Memory
 from ..regs import UserRegs
 from .access import TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
 from .maps import AddressSpace, ElfImage, MappedElf
-from .rule import (DWARF_I386, DWARF_X86_64, SAME, UNDEFINED, FrameRule, RuleError, ValueRule, apply_rule,
-                   dwarf_regs)
+from .rule import (
+    DWARF_I386,
+    DWARF_X86_64,
+    SAME,
+    UNDEFINED,
+    FrameRule,
+    RuleError,
+    ValueRule,
+    apply_rule,
+    dwarf_regs,
+)
 from .user import UNWIND_MAX_ENTRIES, Frame, Stop, StopReason, Trace, UnwinderType
 
 

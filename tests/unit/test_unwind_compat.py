@@ -1,9 +1,10 @@
 """The DWARF CFI oracle on 32-bit (i386, compat) tasks: real ``-m32`` builds, real stacks.
 
-A session fixture builds ``guest_programs/callchain.c`` with ``Variant(bits=32)`` (host and sid
-toolchains; frame pointers on and off; static and dynamic), runs each on the host under
-gdb and captures snapshots (harness/unwind/capture_gdb.py): the registers are a compat task's
-(CS = 0x23), so :func:`unwind_cfi` walks with 4-byte words and the i386 register numbering.
+A session fixture builds ``guest_programs/callchain.c`` with ``Variant(bits=32)`` (the host
+toolchain with and without frame pointers, static and dynamic; sid's without frame pointers),
+runs each on the host under gdb and captures snapshots (harness/unwind/capture_gdb.py): the
+registers are a compat task's (CS = 0x23), so :func:`unwind_cfi` walks with 4-byte words and
+the i386 register numbering.
 
 * with frame pointers, CFI and the compat FP unwinder agree frame for frame through the program;
 * without frame pointers CFI still reaches ``main`` (main -> a -> b -> c, the program's own chain)
@@ -14,7 +15,8 @@ gdb and captures snapshots (harness/unwind/capture_gdb.py): the registers are a 
   below it ``*(ebp - N)`` and ebp is restored by ``DW_CFA_expression``;
 * the i386 PLT's CFA expression gives the right CFA at all 16 offsets of every PLT entry (checked
   against the PLT's disassembly), and decoded rows equal ``readelf --debug-dump=frames-interp``;
-* corrupt ``.eh_frame`` bytes and an image of the other architecture stop the walk, typed.
+* corrupt ``.eh_frame`` bytes, an image of the other architecture and signal trampolines (the
+  i386 vDSO's, and glibc's 64-bit ``__restore_rt`` the engine relies on) stop the walk, typed.
 """
 
 from __future__ import annotations
@@ -28,51 +30,74 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import require
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.structs import DWARFStructs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import require
 from harness.images.cache import ImageError
 from harness.regs import USER_CS_64
 from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
-from harness.unwind.cfi import (I386, X86_64, CFITable, CorruptCFI, UnsupportedCFI, cfi_table, cfi_tables_for,
-                                eval_cfa_expression, eval_register_expression, unwind_cfi)
+from harness.unwind.cfi import (
+    I386,
+    X86_64,
+    CFITable,
+    CorruptCFI,
+    UnsupportedCFI,
+    cfi_table,
+    cfi_tables_for,
+    eval_cfa_expression,
+    eval_register_expression,
+    unwind_cfi,
+)
 from harness.unwind.maps import ElfImage, load_image
-from harness.unwind.rule import SAME, UNDEFINED, RuleError, ValueRule, apply_rule, dwarf_regs
+from harness.unwind.rule import (
+    SAME,
+    UNDEFINED,
+    RuleError,
+    ValueRule,
+    apply_rule,
+    dwarf_regs,
+)
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer, symbol_index
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
 
-# Builds: the host toolchain (binutils 2.40, glibc 2.36: what the guest's compat scenarios run)
-# static and dynamic, and sid's (the newest gcc: it saves registers with mov after one lea)
-# static.  Indexing a 32-bit libc.so.6's .eh_frame takes one to two seconds, so one dynamic
-# glibc is walked here; trixie's and the other libcs are left to the 64-bit tests.
-TOOLCHAINS = ("host", "sid")
-LINKED = [("host", True), ("host", False), ("sid", True)]
+# (toolchain, frame pointers, static): the host toolchain (binutils 2.40, glibc 2.36: what the
+# guest's compat scenarios run) in all four variants, and sid's newest gcc without frame
+# pointers (it saves registers with mov after one lea, not with pushes).  Indexing a 32-bit
+# .eh_frame is the cost here (a static glibc's or libc.so.6's: 0.3 to 2 seconds each), so one
+# dynamic glibc is walked; the other toolchains' are left to the 64-bit tests.
+BUILDS = [("host", True, True), ("host", True, False), ("host", False, True), ("host", False, False),
+          ("sid", False, True)]
 ITER = "1000000"
 CHAIN = ["c", "b", "a", "main"]
 
-# Stops set once the program makes its first set_robust_list (glibc's __tls_init_tp: after the
-# libraries are mapped, before main), so main's own prologue is reached too.
+# One run per build, in "libc" mode (getppid through glibc's syscall()).  Stops are set once the
+# program makes its first set_robust_list (glibc's __tls_init_tp: after the libraries are mapped,
+# before main), so main's own prologue is reached too.
 LOADED = "set_robust_list"
 MAIN_REALIGN = StopPoint("main-realign", "insn", "main", "$0xfffffff0,%esp")  # CFA = ecx + 0 here
+# c's first call (to __x86.get_pc_thunk.bx, i386 PIC code): c's prologue has run
+C_CALL = StopPoint("c-call", "insn", "c", "call")
+C_LIBC = StopPoint("c-libc", "syscall", syscall="getppid")  # in the vDSO's __kernel_vsyscall
 FP_STOPS = [
     MAIN_REALIGN,
     StopPoint("b-entry", "break", "b"),
     StopPoint("c-push-ebp", "insn", "c", "push   %ebp"),
     StopPoint("c-after-push", "insn", "c", "push   %ebp", after=1),
-    StopPoint("c-raw", "syscall", syscall="getppid"),
+    C_CALL,
+    C_LIBC,
 ]
 NOFP_STOPS = [
     MAIN_REALIGN,
-    # c's second instruction: after its first push of a callee-saved register (host, trixie) or
-    # its lea -0x1c(%esp),%esp (sid's gcc saves registers with mov instead)
+    # c's second instruction: after its first push of a callee-saved register (host) or its
+    # lea -0x1c(%esp),%esp (sid)
     StopPoint("c-second", "insn", "c", "", after=1),
-    StopPoint("c-raw", "syscall", syscall="getppid"),
+    C_CALL,
+    C_LIBC,
 ]
-LIBC_STOPS = [StopPoint("c-libc", "syscall", syscall="getppid")]
 
 
 @dataclass
@@ -84,10 +109,6 @@ class Captured:
     program: object
 
 
-def _keys():
-    return [(t, fp, st) for t, st in LINKED for fp in (True, False)]
-
-
 @pytest.fixture(scope="session")
 def captures32(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]:
     """Every 32-bit (toolchain, fp, static) build, captured; a string says why one is missing."""
@@ -95,28 +116,21 @@ def captures32(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]
     from harness.images.toolchain import get_toolchain
 
     if shutil.which("gdb") is None:
-        return {k: "gdb is not installed" for k in _keys()}
+        return {k: "gdb is not installed" for k in BUILDS}
     out: dict[tuple[str, bool, bool], Captured | str] = {}
     root = tmp_path_factory.mktemp("snapshots32")
-    for tc_name in TOOLCHAINS:
+    for key in BUILDS:
+        tc_name, fp, static = key
         try:
-            tc = get_toolchain(tc_name)
-        except ImageError as exc:
-            out.update({k: f"toolchain {tc_name} unavailable: {exc}" for k in _keys() if k[0] == tc_name})
+            prog = build_program("callchain", get_toolchain(tc_name),
+                                 Variant(bits=32, frame_pointers=fp, static=static))
+            d = root / f"{tc_name}-{fp}-{static}"
+            capture_program(prog, [ITER, "libc"], FP_STOPS if fp else NOFP_STOPS, d, loaded_syscall=LOADED)
+        except (ImageError, CaptureError) as exc:
+            out[key] = f"{tc_name} fp={fp} static={static} 32-bit: {exc}"
             continue
-        for fp in (True, False):
-            for static in [st for t, st in LINKED if t == tc_name]:
-                key = (tc_name, fp, static)
-                try:
-                    prog = build_program("callchain", tc, Variant(bits=32, frame_pointers=fp, static=static))
-                    d = root / f"{tc_name}-{fp}-{static}"
-                    capture_program(prog, [ITER, "raw"], FP_STOPS if fp else NOFP_STOPS, d, loaded_syscall=LOADED)
-                    capture_program(prog, [ITER, "libc"], LIBC_STOPS, d)
-                except (ImageError, CaptureError) as exc:
-                    out[key] = f"{tc_name} fp={fp} static={static} 32-bit: {exc}"
-                    continue
-                snaps = {p.name: Snapshot.load(p) for p in d.iterdir()}
-                out[key] = Captured(tc_name, fp, static, snaps, prog)
+        snaps = {p.name: Snapshot.load(p) for p in d.iterdir()}
+        out[key] = Captured(tc_name, fp, static, snaps, prog)
     return out
 
 
@@ -143,58 +157,65 @@ def glibc_tail(static: bool) -> list[str | None]:
     return ["__libc_start_call_main" if static else None, "__libc_start_main", "_start"]
 
 
-BUILDS = pytest.mark.parametrize("tc,static", LINKED, ids=[f"{t}-{'static' if st else 'dyn'}" for t, st in LINKED])
-FPS = pytest.mark.parametrize("fp", [True, False], ids=["fp", "nofp"])
+def _params(builds):
+    ids = [f"{t}-{'fp' if fp else 'nofp'}-{'static' if st else 'dyn'}" for t, fp, st in builds]
+    return pytest.mark.parametrize("tc,fp,static", builds, ids=ids)
+
+
+ALL = _params(BUILDS)
+WITH_FP = _params([b for b in BUILDS if b[1]])
+WITHOUT_FP = _params([b for b in BUILDS if not b[1]])
+# readelf: the program and static glibc's functions, the PLT and libc.so.6, sid's prologues
+READELF = _params([("host", True, True), ("host", True, False), ("sid", False, True)])
 
 
 # --- real stacks ------------------------------------------------------------------------------
 
-@BUILDS
-def test_compat_snapshot_is_a_compat_task(captures32, tc, static):
-    snap = get(captures32, tc, True, static).snaps["c-raw"]
+@ALL
+def test_compat_snapshot_is_a_compat_task(captures32, tc, fp, static):
+    snap = get(captures32, tc, fp, static).snaps["c-call"]
     assert snap.regs.compat and snap.regs.cs == 0x23
     assert snap.regs.ip < 1 << 32 and snap.regs.sp < 1 << 32
     assert dwarf_regs(snap.regs)["r4"] == snap.regs.sp and dwarf_regs(snap.regs)["r8"] == snap.regs.ip
 
 
-@BUILDS
-def test_cfi_and_compat_fp_agree_frame_for_frame(captures32, tc, static):
-    snap = get(captures32, tc, True, static).snaps["c-raw"]
-    fp, cfi, sym = walk(snap)
+@WITH_FP
+def test_cfi_and_compat_fp_agree_frame_for_frame(captures32, tc, fp, static):
+    snap = get(captures32, tc, fp, static).snaps["c-call"]
+    fpt, cfi, sym = walk(snap)
     assert funcs(sym, cfi) == CHAIN + glibc_tail(static)
     assert cfi.stop.reason is StopReason.END_OF_CHAIN  # _start: cfi_undefined (eip)
     assert all(f.ip < 1 << 32 and f.sp < 1 << 32 for f in cfi)
     # c, b, a, main and main's return address into glibc: the same IPs, the same CFAs for c, b, a
-    assert fp.ips[:5] == cfi.ips[:5]
-    assert [f.sp for f in fp][:4] == [f.sp for f in cfi][:4]
-    assert set(fp.types[1:]) == {UnwinderType.COMPAT_FP}
+    assert fpt.ips[:5] == cfi.ips[:5]
+    assert [f.sp for f in fpt][:4] == [f.sp for f in cfi][:4]
+    assert set(fpt.types[1:]) == {UnwinderType.COMPAT_FP}
     # main realigns its stack (and $-16,%esp) and pushes a copy of its return address under its
     # frame: FP reads the copy at ebp + 4 (the right value) and takes ebp + 8 as the CFA; CFI has
     # the real CFA, *(ebp - N): ecx as main saved it, with the original return address below it.
-    assert fp.frames[4].sp != cfi.frames[4].sp and fp.frames[4].sp < cfi.frames[4].sp
+    assert fpt.frames[4].sp != cfi.frames[4].sp and fpt.frames[4].sp < cfi.frames[4].sp
     # FP ends in glibc, which keeps no frame pointer; CFI goes on to _start
-    assert len(fp) == 5 and len(cfi) == 7
+    assert len(fpt) == 5 and len(cfi) == 7
 
 
-@BUILDS
-def test_prologue_ips_cfi_has_the_caller_compat_fp_loses_it(captures32, tc, static):
-    cap = get(captures32, tc, True, static)
+@WITH_FP
+def test_prologue_ips_cfi_has_the_caller_compat_fp_loses_it(captures32, tc, fp, static):
+    cap = get(captures32, tc, fp, static)
     for name, entry in (("c-push-ebp", True), ("c-after-push", False), ("b-entry", True)):
         snap = cap.snaps[name]
-        fp, cfi, sym = walk(snap)
+        fpt, cfi, sym = walk(snap)
         chain = CHAIN if name.startswith("c") else CHAIN[1:]
         assert funcs(sym, cfi)[:len(chain)] == chain, name
-        assert funcs(sym, fp)[:2] == [chain[0], chain[2]], name  # the caller is lost
+        assert funcs(sym, fpt)[:2] == [chain[0], chain[2]], name  # the caller is lost
         any_ip = unwind_user(snap.memory(), snap.regs, entry_frame=EntryFrame.ANY_IP)
         if entry:  # IP at push %ebp: the compat entry frame (cfa = sp + 4) recovers the caller
             assert any_ip.types[1] is UnwinderType.FP_ENTRY, name
             assert any_ip.ips == cfi.ips[:len(any_ip)] and len(any_ip) == len(chain) + 1, name
         else:
-            assert any_ip.ips == fp.ips, name
+            assert any_ip.ips == fpt.ips, name
 
 
-@BUILDS
-@FPS
+@ALL
 def test_cfi_at_mains_stack_realignment_uses_ecx(captures32, tc, fp, static):
     snap = get(captures32, tc, fp, static).snaps["main-realign"]
     space = snap.address_space()
@@ -210,18 +231,17 @@ def test_cfi_at_mains_stack_realignment_uses_ecx(captures32, tc, fp, static):
         apply_rule(rule, snap.regs.sp, snap.regs.bp, lambda a: 0, None)
 
 
-@BUILDS
-def test_without_frame_pointers_cfi_reaches_main_and_fp_does_not(captures32, tc, static):
-    cap = get(captures32, tc, False, static)
-    for name in ("c-raw", "c-second"):
-        fp, cfi, sym = walk(cap.snaps[name])
+@WITHOUT_FP
+def test_without_frame_pointers_cfi_reaches_main_and_fp_does_not(captures32, tc, fp, static):
+    cap = get(captures32, tc, fp, static)
+    for name in ("c-call", "c-second"):
+        fpt, cfi, sym = walk(cap.snaps[name])
         assert funcs(sym, cfi) == CHAIN + glibc_tail(static), name
         assert cfi.stop.reason is StopReason.END_OF_CHAIN
-        assert funcs(sym, fp)[:4] != CHAIN, name
+        assert funcs(sym, fpt)[:4] != CHAIN, name
 
 
-@BUILDS
-@FPS
+@ALL
 def test_stopped_inside_glibc_cfi_walks_out_through_libc_eh_frame(captures32, tc, fp, static):
     cap = get(captures32, tc, fp, static)
     snap = cap.snaps["c-libc"]
@@ -301,7 +321,7 @@ def objdump_plt(path: Path) -> list[tuple[int, int, str]]:
     return out
 
 
-@FPS
+@pytest.mark.parametrize("fp", [True, False], ids=["fp", "nofp"])
 def test_real_plt_cfa_matches_its_disassembly(captures32, fp):
     """Each PLT entry after PLT0: the CFA is esp + 4 plus 4 for every push that has completed at
     that offset (objdump's instructions), for all 16 offsets of every entry."""
@@ -452,7 +472,7 @@ def check_fde_rows(image: ElfImage, fde: ReadelfFDE) -> int:
     assert ours["initial_location"] + ours["address_range"] == fde.end
     compared = 0
     for pc in range(fde.start, fde.end):
-        loc, cells = max((r for r in fde.rows if r[0] <= pc), key=lambda r: r[0])
+        _, cells = max((r for r in fde.rows if r[0] <= pc), key=lambda r: r[0])
         rule = table.rule_for_link(pc)
         row, ra_col = table.row_for(pc)
         assert ra_col == 8
@@ -469,8 +489,7 @@ def check_fde_rows(image: ElfImage, fde: ReadelfFDE) -> int:
     return compared
 
 
-@BUILDS
-@FPS
+@READELF
 def test_decoded_rows_equal_readelf_frames_interp(captures32, tc, fp, static):
     require(shutil.which("readelf") is not None, "readelf is not installed")
     cap = get(captures32, tc, fp, static)
@@ -491,7 +510,7 @@ def test_decoded_rows_equal_readelf_frames_interp(captures32, tc, fp, static):
         fde = fdes[plt["sh_addr"]]
         assert any(c.get("CFA") == "exp" for _, c in fde.rows)
         check_fde_rows(image, fde)
-    if not static and fp:
+    if not static:
         # and glibc's own syscall() in the libc.so.6 it runs with
         libc = next(Path(h) for h, g in cap.program.runtime if g.endswith("/libc.so.6"))
         limg = load_image(libc)
@@ -506,7 +525,7 @@ def test_decoded_rows_equal_readelf_frames_interp(captures32, tc, fp, static):
 
 def test_i386_image_in_a_64_bit_task_stops_typed(captures32):
     cap = get(captures32, "host", True, True)
-    snap = cap.snaps["c-raw"]
+    snap = cap.snaps["c-call"]
     regs = dataclasses.replace(snap.regs, cs=USER_CS_64)
     t = unwind_cfi(snap.memory(), regs, cfi_tables_for(snap.address_space()))
     assert t.stop.reason is StopReason.UNSUPPORTED_RULE
@@ -518,11 +537,11 @@ def _eh_frame_span(image: ElfImage) -> tuple[int, int]:
     return sec["sh_offset"], sec["sh_size"]
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_corrupt_eh_frame_stops_the_walk_typed(captures32, tmp_path_factory, data):
     cap = get(captures32, "host", False, False)
-    snap = cap.snaps["c-raw"]
+    snap = cap.snaps["c-call"]
     path = Path(cap.program.path)
     raw = bytearray(path.read_bytes())
     off, size = _eh_frame_span(ElfImage(str(path), bytes(raw)))
@@ -544,7 +563,7 @@ def test_truncated_eh_frame_is_corrupt_cfi_not_an_exception(captures32):
     cap = get(captures32, "host", True, False)
     path = Path(cap.program.path)
     raw = bytearray(path.read_bytes())
-    off, size = _eh_frame_span(ElfImage(str(path), bytes(raw)))
+    off, _ = _eh_frame_span(ElfImage(str(path), bytes(raw)))
     raw[off:off + 4] = (0xFFFFFF00).to_bytes(4, "little")  # the first CIE claims 4 GiB
     table = CFITable(ElfImage("corrupt", bytes(raw)))
     assert table.error is not None and ".eh_frame" in table.error
@@ -558,7 +577,7 @@ def test_i386_vdso_sigreturn_trampolines_stop_the_walk(captures32):
     """A compat task's signal frames return to the vDSO's __kernel_sigreturn/__kernel_rt_sigreturn
     (i386 glibc installs no restorer of its own): their FDEs ("zRS" CIE) stop the CFI walk with
     UNSUPPORTED_RULE, as glibc's __restore_rt does for 64-bit tasks."""
-    snap = get(captures32, "host", True, True).snaps["c-raw"]
+    snap = get(captures32, "host", True, True).snaps["c-call"]
     space = snap.address_space()
     vdso = space.elf_at(space.mappings_of("[vdso]")[0].start)
     table = cfi_table(vdso.image)
