@@ -35,6 +35,16 @@ def _guest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accel", default="auto", choices=("auto", "tcg", "kvm"))
     p.add_argument("--pti", action="store_true", help="boot with pti=on")
     p.add_argument("--transport", default="rsp", choices=("rsp", "mi"))
+    p.add_argument("--qemu", choices=("auto", "host", "backports"),
+                   help="host: Debian 12's QEMU 7.2; backports: 11.x from trixie-backports (no flush of "
+                        "translated code on every gdb stop); auto: backports if it can be built, else host "
+                        "(default: $HARNESS_QEMU, else %s)" % _default_qemu_choice())
+
+
+def _default_qemu_choice() -> str:
+    from .images.qemu import DEFAULT_CHOICE
+
+    return DEFAULT_CHOICE
 
 
 def _spec(args, programs=None):
@@ -42,15 +52,23 @@ def _spec(args, programs=None):
 
     return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
                      pti=args.pti, transport=getattr(args, "transport", "rsp"),
-                     programs=list(programs if programs is not None else DEFAULT_PROGRAMS))
+                     programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
+                     qemu=getattr(args, "qemu", None))
+
+
+def _print_qemu(q) -> None:
+    print(f"qemu {q.name}: {q.banner}" + (f" [{q.package}]" if q.package else "") + f" ({q.why})")
 
 
 def cmd_images_build(args) -> int:
     from .images.initramfs import build_initramfs
     from .images.kernel import get_kernel
     from .images.programs import build_program
+    from .images.qemu import resolve_qemu
     from .images.toolchain import get_toolchain
 
+    for choice in args.qemus:
+        _print_qemu(resolve_qemu(choice))
     for name in args.kernels:
         k = get_kernel(name)
         print(f"kernel {name}: {k.package}={k.version} sha256={k.sha256[:16]} {k.vmlinux}")
@@ -99,7 +117,16 @@ def cmd_doctor(args) -> int:
         path = shutil.which(tool)
         ok &= path is not None
         print(f"{tool:20} {path or 'MISSING'}")
-    print(f"{'qemu version':20} {qemu_version(['qemu-system-x86_64'])}")
+    from .images.qemu import cached_backports, choice_from_env
+
+    print(f"{'qemu version':20} {qemu_version(['qemu-system-x86_64'])} (host)")
+    for info in cached_backports():
+        print(f"{'':20} {info['banner']} ({info['suite']}, cached in {info['path']})")
+    try:
+        print(f"{'qemu choice':20} {choice_from_env()} (--qemu or $HARNESS_QEMU: auto, host, backports)")
+    except ValueError as exc:
+        ok = False
+        print(f"{'qemu choice':20} {exc}")
     kvm = os.path.exists("/dev/kvm")
     print(f"{'/dev/kvm':20} {'present' if kvm else 'absent'} (whether it boots a kernel is probed at boot; verdicts below)")
     probe = cache_root() / "kvm-probe.json"
@@ -113,7 +140,7 @@ def cmd_doctor(args) -> int:
         print(f"{'debian archive':20} {exc}")
     root = cache_root()
     print(f"{'cache':20} {root}")
-    for kind in ("kernels", "toolchains", "programs", "initramfs", "kallsyms"):
+    for kind in ("kernels", "toolchains", "qemu", "programs", "initramfs", "kallsyms"):
         d = root / kind
         entries = sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.exists() else []
         print(f"  {kind:18} {len(entries)} cached")
@@ -196,6 +223,7 @@ def cmd_bench(args) -> int:
         with Session(_spec(args)) as sess:
             sess.target.close()
             sess.target = None
+            _print_qemu(sess.qemu)
             print(format_bench(bench_transport(sess.machine, program=sess.program("callchain").guest_path)))
         return 0
     if args.what == "unwind":
@@ -219,6 +247,7 @@ def cmd_bench(args) -> int:
 
         sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)
         with Session(_spec(args, programs_for([sc]))) as sess:
+            _print_qemu(sess.qemu)
             floor = raw_stop_rate(sess, sess.program(sc.program, sc.toolchain, sc.variant))
             r = Engine(sess, sc).run()
         rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
@@ -241,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     b = isub.add_parser("build")
     b.add_argument("--kernel", dest="kernels", action="append", help="kernel name (repeatable)")
     b.add_argument("--toolchain", dest="toolchains", action="append", help="host, trixie, sid (repeatable)")
+    b.add_argument("--qemu", dest="qemus", action="append", choices=("auto", "host", "backports"),
+                   help="the QEMU to fetch and check (repeatable; default: $HARNESS_QEMU, else %s)"
+                        % _default_qemu_choice())
     b.set_defaults(func=cmd_images_build)
 
     boot = sub.add_parser("boot", help="boot a guest and leave gdb and QMP sockets open")
@@ -278,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "images" and args.images_cmd == "build":
         args.kernels = args.kernels or ["default"]
         args.toolchains = args.toolchains or ["host", "trixie", "sid"]
+        args.qemus = args.qemus or [None]  # None: $HARNESS_QEMU, else the default
     return args.func(args) or 0
 
 

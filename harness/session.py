@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -19,6 +18,7 @@ from .images.cache import cache_root, progress
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
 from .images.programs import Program, Variant, build_program, user_program
+from .images.qemu import Qemu, resolve_qemu, version_banner
 from .images.toolchain import get_toolchain
 from .kallsyms import Kallsyms
 from .kernel import KernelInfo, TaskInfo, current_task, user_regs
@@ -39,27 +39,27 @@ class GuestSpec:
     transport: str = "rsp"  # rsp | mi
     programs: list[tuple[str, str, Variant]] = field(default_factory=list)  # (source, toolchain, variant)
     user_programs: list[str] = field(default_factory=list)  # paths of users' own binaries
-    qemu: list[str] = field(default_factory=lambda: ["qemu-system-x86_64"])
+    #: "host" (Debian 12's), "backports" (11.x), "auto", a command prefix, or None for
+    #: $HARNESS_QEMU / the default (harness/images/qemu.py)
+    qemu: str | list[str] | None = None
     memory_mb: int = 512
 
 
 def qemu_version(qemu: list[str]) -> str:
-    try:
-        out = subprocess.run([*qemu, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return "unavailable"
-    return out.splitlines()[0] if out else "unknown"
+    """First line of ``QEMU --version`` for a command prefix."""
+    return version_banner(qemu)
 
 
-def resolve_accel(spec: GuestSpec, kernel: Kernel) -> tuple[str, str]:
+def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> tuple[str, str]:
     """(accelerator, why).  The KVM probe's verdict is cached per host kernel, QEMU and guest."""
     if spec.accel in ("tcg", "kvm"):
         return spec.accel, f"--accel {spec.accel} was asked for"
-    key = f"{platform.release()}|{qemu_version(spec.qemu)}|{kernel.sha256}"
+    qemu = qemu or resolve_qemu(spec.qemu)
+    key = f"{platform.release()}|{qemu.banner}|{kernel.sha256}"
     memo_path = cache_root() / "kvm-probe.json"
     memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
     if key not in memo:
-        ok, why = kvm_usable(spec.qemu, kernel.vmlinux)
+        ok, why = kvm_usable(list(qemu.prefix), kernel.vmlinux)
         memo[key] = [ok, why]
         memo_path.write_text(json.dumps(memo, indent=1))
     ok, why = memo[key]
@@ -93,6 +93,7 @@ class Session:
         self.programs: dict[str, Program] = {}
         self.accel = ""
         self.accel_why = ""
+        self.qemu: Qemu | None = None
 
     def start(self) -> "Session":
         spec = self.spec
@@ -104,9 +105,10 @@ class Session:
             p = user_program(path)
             self.programs[p.guest_path] = p
         initrd = build_initramfs(list(self.programs.values()))
-        self.accel, self.accel_why = resolve_accel(spec, self.kernel)
+        self.qemu = resolve_qemu(spec.qemu)
+        self.accel, self.accel_why = resolve_accel(spec, self.kernel, self.qemu)
         cfg = MachineConfig(self.kernel.vmlinux, initrd, smp=spec.smp, accel=self.accel, pti=spec.pti,
-                            qemu=list(spec.qemu), memory_mb=spec.memory_mb)
+                            qemu=list(self.qemu.prefix), memory_mb=spec.memory_mb)
         self.machine = Machine(cfg)
         try:
             self.machine.start()
@@ -141,7 +143,8 @@ class Session:
         return {
             "kernel": self.kernel.describe() if self.kernel else None,
             "release": self.machine.release if self.machine else None,
-            "qemu": qemu_version(self.spec.qemu),
+            "qemu": self.qemu.banner if self.qemu else None,
+            "qemu_image": self.qemu.describe() if self.qemu else None,
             "accel": self.accel,
             "accel_why": self.accel_why,
             "smp": self.spec.smp,

@@ -63,6 +63,14 @@ def kvm_usable(qemu: list[str], vmlinux: Path, timeout: float = 30.0) -> tuple[b
     return False, "KVM cannot boot this kernel: " + (" | ".join(last) if last else "no output")
 
 
+def default_qemu() -> list[str]:
+    """The command prefix of the QEMU chosen by ``$HARNESS_QEMU`` (host, backports or auto;
+    harness/images/qemu.py), resolved once per process."""
+    from ..images.qemu import resolve_qemu
+
+    return list(resolve_qemu().prefix)
+
+
 @dataclass
 class MachineConfig:
     vmlinux: Path
@@ -72,7 +80,7 @@ class MachineConfig:
     accel: str = "tcg"  # "tcg" or "kvm" (resolve "auto" with kvm_usable before)
     pti: bool = False
     append: str = ""
-    qemu: list[str] = field(default_factory=lambda: ["qemu-system-x86_64"])
+    qemu: list[str] = field(default_factory=default_qemu)  # command prefix
     boot_timeout: float = 90.0
 
     def command(self, workdir: Path) -> list[str]:

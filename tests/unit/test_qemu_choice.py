@@ -103,3 +103,14 @@ def test_explicit_prefix_is_a_custom_qemu():
     q = resolve_qemu(["/nonexistent/qemu-system-x86_64"])
     assert q.name == "custom" and q.prefix == ("/nonexistent/qemu-system-x86_64",) and q.banner == "unavailable"
     assert q.describe()["prefix"] == ["/nonexistent/qemu-system-x86_64"]
+
+
+def test_machine_config_follows_harness_qemu(monkeypatch):
+    from harness.transport.qemu import MachineConfig
+
+    monkeypatch.setenv(ENV_VAR, "host")
+    assert MachineConfig("vmlinux", "initrd").qemu == list(HOST_PREFIX)
+    assert MachineConfig("vmlinux", "initrd", qemu=["/opt/qemu"]).qemu == ["/opt/qemu"]
+    monkeypatch.setenv(ENV_VAR, "qemu7")
+    with pytest.raises(ValueError, match="qemu7"):
+        MachineConfig("vmlinux", "initrd")
