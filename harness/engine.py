@@ -677,11 +677,12 @@ class Engine:
         """The DWARF CFI trace, continued through signal frames; and the indices of its entries
         that are interrupted IPs (0, and the frame after each signal frame), not return addresses.
 
-        harness.unwind.cfi stops at a signal trampoline: glibc's ``__restore_rt`` FDE (CIE
-        augmentation "zRS") gives every register as ``DW_CFA_expression`` over the ucontext the
-        kernel saved, which that oracle does not evaluate.  Here those rules are evaluated (each
-        is ``DW_OP_breg7 (rsp) N``: the register is at sp + N) and the walk goes on from the
-        interrupted context, looking its IP up at itself ('S': not a return address)."""
+        harness.unwind.cfi stops at a signal trampoline (glibc's ``__restore_rt``, CIE
+        augmentation "zRS") by name: it gives every register as ``DW_CFA_expression`` over the
+        ucontext the kernel saved, and the frame below it is an interrupted IP, not a return
+        address.  Here, for 64-bit tasks, those rules are evaluated (each is ``DW_OP_breg7 (rsp)
+        N``: the register is at sp + N) and the walk goes on from the interrupted context,
+        looking its IP up at itself ('S').  A 32-bit trampoline ends the walk there."""
         ips: list[int] = []
         marks = {0}
         cur = regs

@@ -345,7 +345,7 @@ class PerfOracle:
 
     # -- CFI -------------------------------------------------------------------------------------
     def compare_cfi(self, s: Sample, kernel: list[int] | None) -> None:
-        if self.cfi_tables is None or s.regs is None or s.regs.compat:
+        if self.cfi_tables is None or s.regs is None:
             return
         if self.space.elf_at(s.regs.ip) is None:
             self.report.cfi["not walked: no ELF file for the IP"] += 1
