@@ -224,11 +224,17 @@ class _Overlay:
             return self.second.read(addr, size)
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading entries two chains share."""
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def relation(chain: list[int], cfi: list[int]) -> str:
     """How an FP chain relates to the CFI oracle's chain, in a few words for a counter."""
-    n = 0
-    while n < len(chain) and n < len(cfi) and chain[n] == cfi[n]:
-        n += 1
+    n = common_prefix(chain, cfi)
     if n == len(chain) == len(cfi):
         return "= cfi"
     if n == len(chain):
@@ -321,9 +327,7 @@ class PerfOracle:
     def _explain_fp(self, s: Sample, kernel: list[int], trace: Trace) -> str | None:
         """'' when equal, the expected kind, or None for a real difference."""
         ours = trace.ips
-        n = 0
-        while n < len(ours) and n < len(kernel) and ours[n] == kernel[n]:
-            n += 1
+        n = common_prefix(ours, kernel)
         if n == len(ours) == len(kernel):
             return ""
         if n == len(kernel) < len(ours):
@@ -540,9 +544,7 @@ class DeferredChecker:
         """'' when our walk equals the kernel's, RAN_OFF_DUMP when it is a prefix of it and stopped
         reading outside the dump, else None."""
         ours = trace.ips
-        n = 0
-        while n < len(ours) and n < len(theirs) and ours[n] == theirs[n]:
-            n += 1
+        n = common_prefix(ours, theirs)
         if n == len(ours) == len(theirs):
             return ""
         stop = trace.stop
