@@ -418,7 +418,13 @@ class Engine:
                         time.sleep(max(0.0, due - time.monotonic()))
                     elif self.sc.jitter:
                         time.sleep(rng.uniform(0, self.sc.jitter))
-                    s.machine.inject_nmi()
+                    # Only into a running guest: one that already stopped (at a return point, on
+                    # its way to this NMI) would keep the NMI pending and take it at once on the
+                    # next resume, and an NMI injected during every such stop livelocks the guest
+                    # in its NMI handler.  A stale NMI that still slips in ends up here as a stop
+                    # that arrived before this check, and the next injection is skipped.
+                    if s.machine.vm_running():
+                        s.machine.inject_nmi()
                 stop = s.target.wait_stop(timeout=15)
                 self.result.stops += 1
                 if stop.pc in self.request_points:

@@ -297,6 +297,10 @@ class Machine:
         except Exception as exc:  # qemu.qmp raises several types; name the command
             raise GuestDied(f"QMP {name} failed: {exc}", self.console.tail()) from exc
 
+    def vm_running(self) -> bool:
+        """False while the VM is stopped (by the gdb stub at a breakpoint, say): QMP query-status."""
+        return bool(self.qmp_command("query-status").get("running"))
+
     def inject_nmi(self) -> None:
         self.qmp_command("inject-nmi")
 
