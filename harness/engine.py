@@ -449,13 +449,15 @@ class Engine:
         finally:
             if not self.result.loop_seconds:
                 self.result.loop_seconds = time.monotonic() - loop_start
+            # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
             try:
-                for a in self.request_points:
-                    s.target.remove_breakpoint(a)
-                self._arm_returns(False)
-                s.target.resume()
-                s.machine.shell(f"kill {self.proc.pid}")
-                s.target.interrupt()
+                if s.machine.alive():
+                    for a in self.request_points:
+                        s.target.remove_breakpoint(a)
+                    self._arm_returns(False)
+                    s.target.resume()
+                    s.machine.shell(f"kill {self.proc.pid}")
+                    s.target.interrupt()
             except (GuestError, TargetError) as exc:
                 self.result.errors.append(f"cleanup: {exc}")
         verdict = check_events(self.log.events)

@@ -234,19 +234,24 @@ class RspTarget(Target):
             kind, payload = item
             if kind == "packet":
                 if self.ack_mode:
-                    self.sock.sendall(b"+")
+                    self._write(b"+")
                 return payload
             if kind == "bad" and self.ack_mode:
-                self.sock.sendall(b"-")
+                self._write(b"-")
             # acks/naks are consumed in _send; stray ones here are ignored
+
+    def _write(self, raw: bytes) -> None:
+        """Every write to the stub: a connection that went away (QEMU died, the guest panicked
+        and QEMU exited) is TargetDied, never a bare BrokenPipeError."""
+        try:
+            self.sock.sendall(raw)
+        except OSError as exc:
+            raise TargetDied(f"gdb stub connection failed: {exc}") from exc
 
     def _send(self, data: bytes, deadline: float) -> None:
         pkt = encode_packet(data)
         for _ in range(3):
-            try:
-                self.sock.sendall(pkt)
-            except OSError as exc:
-                raise TargetDied(f"gdb stub connection failed: {exc}") from exc
+            self._write(pkt)
             self.packets += 1
             if not self.ack_mode:
                 return
@@ -260,7 +265,7 @@ class RspTarget(Target):
                 if item[0] == "nak":
                     break
                 # a packet before the ack (the unsolicited stop reply): acknowledge and drop
-                self.sock.sendall(b"+")
+                self._write(b"+")
         raise TargetError(f"gdb stub rejected packet {data[:40]!r} three times")
 
     def command(self, data: str | bytes, timeout: float | None = None) -> bytes:
@@ -414,10 +419,7 @@ class RspTarget(Target):
         return self._parse_stop(reply)
 
     def interrupt_raw(self, timeout: float = 5.0) -> Stop:
-        try:
-            self.sock.sendall(b"\x03")
-        except OSError as exc:
-            raise TargetDied(f"gdb stub connection failed: {exc}") from exc
+        self._write(b"\x03")
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read_packet(deadline)
