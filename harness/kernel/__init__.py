@@ -37,6 +37,9 @@ class KernelInfo:
     current_task_sym: int  # address to add to gs_base to find `current_task`
     top_of_stack_sym: int | None
     thread_size: int = THREAD_SIZE
+    # TOP_OF_KERNEL_STACK_PADDING (arch/x86/include/asm/thread_info.h): 16 bytes with
+    # CONFIG_X86_FRED (6.9+), 0 without; see user_pt_regs_addr.
+    stack_padding: int = 0
     missing: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
@@ -67,7 +70,8 @@ class KernelInfo:
             tos = symbols["pcpu_hot"] + off("pcpu_hot", "top_of_stack")
         else:
             tos = None
-        return cls(release, dict(symbols), task, comm_len, regs, cur, tos)
+        padding = 16 if "asm_fred_entrypoint_user" in symbols else 0
+        return cls(release, dict(symbols), task, comm_len, regs, cur, tos, stack_padding=padding)
 
     def sym(self, name: str) -> int:
         try:
@@ -121,15 +125,21 @@ def read_task(info: KernelInfo, read: Read, addr: int) -> TaskInfo:
 
 
 def user_pt_regs_addr(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int | None = None) -> int:
-    """``task_pt_regs(task)``: the user registers saved at the top of the task's kernel stack.
+    """``task_pt_regs(task)``: the user registers saved at the top of the task's kernel stack,
+    ``task->stack + THREAD_SIZE - TOP_OF_KERNEL_STACK_PADDING - sizeof(pt_regs)``.
 
-    For the task current on the stopped vCPU (``gs_base`` given) this is the per-CPU top of
-    stack minus ``sizeof(pt_regs)``, which already accounts for TOP_OF_KERNEL_STACK_PADDING
-    (16 bytes with CONFIG_X86_FRED in 6.9+, 0 before).  Otherwise ``task->stack + THREAD_SIZE``
-    is used, which is right only without that padding."""
+    For the task current on the stopped vCPU (``gs_base`` given) the per-CPU top of stack says
+    where that top is, padding included, and it is used when it agrees with the task's stack
+    (it confirms the padding guessed from the symbols).  It does not agree inside
+    ``__switch_to()``, between the writes of ``current_task`` and ``cpu_current_top_of_stack``:
+    there it is still the previous task's, and an NMI landing in that window asks for the new
+    task's registers, which the kernel takes from ``current->stack``, as done here."""
+    own = task.stack + info.thread_size - info.stack_padding - PT_REGS_SIZE
     if gs_base is not None and info.top_of_stack_sym is not None:
-        return _u64(read, (gs_base + info.top_of_stack_sym) & MASK64) - PT_REGS_SIZE
-    return task.stack + info.thread_size - PT_REGS_SIZE
+        top = _u64(read, (gs_base + info.top_of_stack_sym) & MASK64)
+        if top - task.stack in (info.thread_size, info.thread_size - 16):
+            return top - PT_REGS_SIZE
+    return own
 
 
 def user_regs(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int | None = None) -> UserRegs:
