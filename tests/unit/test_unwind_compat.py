@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from captured import get, walk
 from conftest import require
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.structs import DWARFStructs
@@ -134,18 +135,6 @@ def captures32(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]
     return out
 
 
-def get(captures32, tc, fp, static) -> Captured:
-    c = captures32[(tc, fp, static)]
-    require(not isinstance(c, str), c if isinstance(c, str) else "")
-    return c  # type: ignore[return-value]
-
-
-def walk(snap: Snapshot, **kw):
-    space = snap.address_space()
-    mem = snap.memory()
-    fp = unwind_user(mem, snap.regs, **kw)
-    cfi = unwind_cfi(mem, snap.regs, cfi_tables_for(space))
-    return fp, cfi, Symbolizer(space)
 
 
 def funcs(sym: Symbolizer, trace) -> list[str | None]:

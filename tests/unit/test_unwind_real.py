@@ -20,15 +20,14 @@ import shutil
 from dataclasses import dataclass
 
 import pytest
+from captured import get, walk
+from conftest import require
 
 from harness.images.cache import ImageError
 from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
-from harness.unwind.cfi import cfi_tables_for, unwind_cfi
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
-
-from conftest import require
 
 TOOLCHAINS = ("host", "trixie", "sid")
 ITER = "1000000"
@@ -98,19 +97,6 @@ def _keys():
     return [(t, fp, st) for t in TOOLCHAINS for fp in (True, False) for st in (True, False)]
 
 
-def get(captures, tc, fp, static) -> Captured:
-    c = captures[(tc, fp, static)]
-    require(not isinstance(c, str), c if isinstance(c, str) else "")
-    return c  # type: ignore[return-value]
-
-
-def walk(snap: Snapshot, **kw):
-    space = snap.address_space()
-    mem = snap.memory()
-    sym = Symbolizer(space)
-    fp = unwind_user(mem, snap.regs, **kw)
-    cfi = unwind_cfi(mem, snap.regs, cfi_tables_for(space))
-    return fp, cfi, sym
 
 
 def funcs(sym: Symbolizer, trace) -> list[str | None]:
