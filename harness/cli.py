@@ -110,16 +110,20 @@ def cmd_boot(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .images.apt import debian_archive_uri
-    from .session import qemu_version
 
     ok = True
     for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc", "bpftool"):
         path = shutil.which(tool)
         ok &= path is not None
         print(f"{tool:20} {path or 'MISSING'}")
-    from .images.qemu import cached_backports, choice_from_env
+    from .images.qemu import (
+        HOST_PREFIX,
+        cached_backports,
+        choice_from_env,
+        version_banner,
+    )
 
-    print(f"{'qemu version':20} {qemu_version(['qemu-system-x86_64'])} (host)")
+    print(f"{'qemu version':20} {version_banner(HOST_PREFIX)} (host)")
     for info in cached_backports():
         print(f"{'':20} {info['banner']} ({info['suite']}, cached in {info['path']})")
     try:

@@ -18,7 +18,7 @@ from .images.cache import cache_root, progress
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
 from .images.programs import Program, Variant, build_program, user_program
-from .images.qemu import Qemu, resolve_qemu, version_banner
+from .images.qemu import Qemu, resolve_qemu
 from .images.toolchain import get_toolchain
 from .kallsyms import Kallsyms
 from .kernel import KernelInfo, TaskInfo, current_task, user_regs
@@ -43,11 +43,6 @@ class GuestSpec:
     #: $HARNESS_QEMU / the default (harness/images/qemu.py)
     qemu: str | list[str] | None = None
     memory_mb: int = 512
-
-
-def qemu_version(qemu: list[str]) -> str:
-    """First line of ``QEMU --version`` for a command prefix."""
-    return version_banner(qemu)
 
 
 def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> tuple[str, str]:
