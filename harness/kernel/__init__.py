@@ -16,6 +16,8 @@ from ..regs import PT_REGS_FIELDS, PT_REGS_SIZE, UserRegs
 PF_EXITING = 0x00000004
 PF_KTHREAD = 0x00200000
 THREAD_SIZE = 16384  # x86-64 without KASAN (arch/x86/include/asm/page_64_types.h)
+# TOP_OF_KERNEL_STACK_PADDING with CONFIG_X86_FRED (6.9+; 0 without): arch/x86/include/asm/thread_info.h
+FRED_STACK_PADDING = 16
 
 Read = Callable[[int, int], bytes]
 MASK64 = (1 << 64) - 1
@@ -37,9 +39,7 @@ class KernelInfo:
     current_task_sym: int  # address to add to gs_base to find `current_task`
     top_of_stack_sym: int | None
     thread_size: int = THREAD_SIZE
-    # TOP_OF_KERNEL_STACK_PADDING (arch/x86/include/asm/thread_info.h): 16 bytes with
-    # CONFIG_X86_FRED (6.9+), 0 without; see user_pt_regs_addr.
-    stack_padding: int = 0
+    stack_padding: int = 0  # TOP_OF_KERNEL_STACK_PADDING: FRED_STACK_PADDING or 0; see user_pt_regs_addr
     missing: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
@@ -70,7 +70,7 @@ class KernelInfo:
             tos = symbols["pcpu_hot"] + off("pcpu_hot", "top_of_stack")
         else:
             tos = None
-        padding = 16 if "asm_fred_entrypoint_user" in symbols else 0
+        padding = FRED_STACK_PADDING if "asm_fred_entrypoint_user" in symbols else 0
         return cls(release, dict(symbols), task, comm_len, regs, cur, tos, stack_padding=padding)
 
     def sym(self, name: str) -> int:
@@ -137,7 +137,7 @@ def user_pt_regs_addr(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int
     own = task.stack + info.thread_size - info.stack_padding - PT_REGS_SIZE
     if gs_base is not None and info.top_of_stack_sym is not None:
         top = _u64(read, (gs_base + info.top_of_stack_sym) & MASK64)
-        if top - task.stack in (info.thread_size, info.thread_size - 16):
+        if top - task.stack in (info.thread_size, info.thread_size - FRED_STACK_PADDING):
             return top - PT_REGS_SIZE
     return own
 
