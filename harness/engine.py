@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import IO, ClassVar
 
 from elftools.dwarf.callframe import RegisterRule
-from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
 from .deferred.check import check_events
@@ -63,7 +62,7 @@ from .session import Session
 from .sframe.errors import SFrameError
 from .transport.errors import GuestError, TargetError, TargetTimeout
 from .transport.target import TargetMemory
-from .unwind.cfi import X86_64, cfi_table, cfi_tables_for, unwind_cfi
+from .unwind.cfi import X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
 from .unwind.maps import VDSO, AddressSpace, parse_maps
 from .unwind.mixed import sframe_tables_for
 from .unwind.rule import FrameRule, ValueRule
@@ -749,11 +748,9 @@ class Engine:
         if found is None:
             return None
         row, _ra_col = found
-        parser = e.image.cached(
-            "expr", lambda img: DWARFExprParser(img.elf.get_dwarf_info(follow_links=False).structs))
 
         def sp_offset(expr) -> int | None:
-            ops = parser.parse_expr(expr)
+            ops = table.parse_expr(expr)
             if not ops or ops[0].op_name != "DW_OP_breg7":
                 return None
             return ops[0].args[0]
@@ -768,7 +765,7 @@ class Engine:
                 if off is None:
                     return None
                 values[name] = struct.unpack("<Q", self.memory.read(sp + off, 8))[0]
-        except MemoryFault:
+        except (MemoryFault, CorruptCFI):
             return None
         if "ip" not in values or "sp" not in values:
             return None
