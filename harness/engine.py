@@ -644,7 +644,7 @@ class Engine:
                 r.expected[f"request inside {p.window}: delivered at the next exit"] += 1
             elif self._handler_frame_saved(regs, p.want):
                 r.expected[SIGNAL_DELIVERY] += 1
-            elif p.syscall in (59, 322) and self._fresh_image(regs):
+            elif p.syscall in (59, 322) and regs.fresh_exec:
                 r.expected[EXEC_REPLACED] += 1
             elif p.syscall == 15 and self._sigreturn_restored(p.want, regs):
                 r.expected[SIGRETURN_RESTORED] += 1
@@ -704,12 +704,6 @@ class Engine:
             marks.add(len(ips))
             cur = nxt
         return ips, marks
-
-    @staticmethod
-    def _fresh_image(regs: UserRegs) -> bool:
-        """``regs`` are those a successful execve installs: ELF_PLAT_INIT zeroes the registers
-        but ip and sp (and flags)."""
-        return not any((regs.bp, regs.bx, regs.r12, regs.r13, regs.r14, regs.r15, regs.di, regs.si))
 
     def _sigreturn_restored(self, want: UserRegs, regs: UserRegs) -> bool:
         """``regs`` are those that rt_sigreturn restored from the signal frame at ``want.sp``

@@ -63,5 +63,11 @@ class UserRegs:
         """A 32-bit task: the saved CS is the 32-bit user code segment."""
         return self.cs == USER_CS_32
 
+    @property
+    def fresh_exec(self) -> bool:
+        """Registers a successful execve installs: ELF_PLAT_INIT zeroes every register but ip,
+        sp and flags (cx and r11 are the sysret scratch registers)."""
+        return not any((self.bp, self.bx, self.r12, self.r13, self.r14, self.r15, self.di, self.si))
+
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

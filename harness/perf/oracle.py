@@ -184,12 +184,6 @@ def stack_memory(sample: Sample) -> Memory:
     return BufferMemory({sp: sample.stack})
 
 
-def fresh_image(regs: UserRegs) -> bool:
-    """``regs`` are those a successful execve installs: ELF_PLAT_INIT zeroes every register but
-    ip, sp and flags (and cx/r11 are the sysret scratch registers)."""
-    return not any((regs.bp, regs.bx, regs.r12, regs.r13, regs.r14, regs.r15, regs.di, regs.si))
-
-
 # arch/x86/include/uapi/asm/ucontext.h + sigcontext.h: at rt_sigreturn's entry sp points at the
 # struct ucontext of the rt_sigframe ({uc_flags, uc_link, stack_t uc_stack (24 bytes)}, then
 # struct sigcontext_64 {r8..r15, di, si, bp, bx, dx, ax, cx, sp, ip, flags, cs, gs, fs, ss, ...}).
@@ -493,7 +487,7 @@ class DeferredChecker:
                 d.after_callback += 1
                 if not same:
                     d.expected[AFTER_CALLBACK_REGS] += 1
-            elif not same and fresh_image(s.regs):
+            elif not same and s.regs.fresh_exec:
                 d.expected[EXEC_SAME_ENTRY] += 1
             elif not same:
                 d.violations.append(
