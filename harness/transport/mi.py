@@ -421,15 +421,8 @@ class MiTarget(Target):
     def _continue_nowait(self) -> None:
         self._start("-exec-continue")
 
-    def wait_stop(self, timeout: float) -> Stop:
-        if not self.running:
-            raise TargetError("wait_stop: the guest is not running")
-        try:
-            ev = self._wait_stopped(time.monotonic() + timeout)
-        except TargetTimeout:
-            self._interrupt_running(5.0)
-            raise TargetTimeout(f"no stop within {timeout:.1f}s (the guest was interrupted)") from None
-        return self._parse_stopped(ev)
+    def _next_stop(self, deadline: float) -> Stop:
+        return self._parse_stopped(self._wait_stopped(deadline))
 
     def _interrupt_running(self, timeout: float) -> Stop:
         deadline = time.monotonic() + timeout

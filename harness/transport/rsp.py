@@ -407,14 +407,8 @@ class RspTarget(Target):
         self._send(b"vCont;c", time.monotonic() + self.timeout)
         self.running = True
 
-    def wait_stop(self, timeout: float) -> Stop:
-        if not self.running:
-            raise TargetError("wait_stop: the guest is not running")
-        try:
-            reply = self._read_packet(time.monotonic() + timeout)
-        except TargetTimeout:
-            self.interrupt_raw()
-            raise TargetTimeout(f"no stop within {timeout:.1f}s (the guest was interrupted)") from None
+    def _next_stop(self, deadline: float) -> Stop:
+        reply = self._read_packet(deadline)
         self.running = False
         return self._parse_stop(reply)
 

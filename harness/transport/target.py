@@ -12,10 +12,11 @@ kernel memory through a software page walk of CR3 when the stop sits on user pag
 from __future__ import annotations
 
 import struct
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from .errors import TargetError
+from .errors import TargetError, TargetTimeout
 
 PAGE = 4096
 
@@ -79,8 +80,20 @@ class Target(ABC):
         """Continue all vCPUs and return at once; :meth:`wait_stop` or :meth:`interrupt` ends it."""
 
     @abstractmethod
+    def _next_stop(self, deadline: float) -> Stop:
+        """The stop that ends the current run, by ``deadline`` (time.monotonic()), else
+        TargetTimeout with the guest still running."""
+
     def wait_stop(self, timeout: float) -> Stop:
-        """Wait for the stop of a guest left running by :meth:`resume` (TargetTimeout if none)."""
+        """Wait for the stop of a guest left running by :meth:`resume`.  Without one within
+        ``timeout`` the guest is interrupted (it never runs on unwatched) and TargetTimeout raised."""
+        if not self.running:
+            raise TargetError("wait_stop: the guest is not running")
+        try:
+            return self._next_stop(time.monotonic() + timeout)
+        except TargetTimeout:
+            self.interrupt()
+            raise TargetTimeout(f"no stop within {timeout:.1f}s (the guest was interrupted)") from None
 
     @abstractmethod
     def interrupt(self, timeout: float = 5.0) -> Stop:
