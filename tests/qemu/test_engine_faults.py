@@ -4,6 +4,7 @@ and sampling at a fixed NMI rate.  The run records what happened and the log kee
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -45,6 +46,10 @@ def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     with Session(GuestSpec(programs=programs_for([sc]))) as sess:
         with open(log_path, "w") as log:
             r = Engine(sess, sc, log).run()
+        # The panic closes QEMU's sockets (the run's error) a moment before the process is gone.
+        deadline = time.monotonic() + 10
+        while sess.machine.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not sess.machine.alive()
     text = "\n".join(r.errors)
     assert "TargetDied" in text or "GuestDied" in text
