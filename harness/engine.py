@@ -306,6 +306,10 @@ class VdsoBackedMemory:
 # Sampling gives up after this many requests per requested sample (plus 100) when too few land
 # on the program: a program that sleeps must not keep the run going for ever.
 MAX_REQUESTS_PER_SAMPLE = 10
+# ... and after this many stops per allowed request: an NMI goes only into a running guest, so
+# a guest that keeps stopping at return points (another task's work pending) before each
+# injection would otherwise take no request and keep the loop going.
+STOPS_PER_REQUEST_LIMIT = 20
 
 
 class Engine:
@@ -398,10 +402,11 @@ class Engine:
         limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
         try:
             while self.result.sampled < self.sc.samples:
-                if self.n_requests >= limit:
+                if self.n_requests >= limit or self.result.stops >= STOPS_PER_REQUEST_LIMIT * limit:
                     self.result.notes.append(
-                        f"sampling stopped after {self.n_requests} requests: only {self.result.sampled} "
-                        f"of them landed on the program's tasks (it sleeps, or other tasks keep the CPU)")
+                        f"sampling stopped after {self.n_requests} requests and {self.result.stops} stops: "
+                        f"only {self.result.sampled} of them landed on the program's tasks (it sleeps, "
+                        f"or other tasks keep the CPU or keep stopping at return points)")
                     break
                 status = s.machine.exit_status(self.proc)
                 if status is not None:
