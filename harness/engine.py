@@ -58,6 +58,7 @@ from .kernel import PF_EXITING, TaskInfo
 from .kernel.stops import StopPoint
 from .memory import MemoryFault
 from .regs import UserRegs
+from .rule import FrameRule, ValueRule
 from .session import Session
 from .sframe.errors import SFrameError
 from .transport.errors import GuestError, TargetError, TargetTimeout
@@ -65,7 +66,6 @@ from .transport.target import TargetMemory
 from .unwind.cfi import X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
 from .unwind.maps import VDSO, AddressSpace, parse_maps
 from .unwind.mixed import sframe_tables_for
-from .unwind.rule import FrameRule, ValueRule
 from .unwind.symbolize import Symbolizer, symbol_index
 from .unwind.user import StopReason, Trace, UnwindConfig, unwind_user
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..unwind.rule import FrameRule
+from ..rule import FrameRule
 from .errors import SFrameError
 from .parse import SFrameFDE, SFrameMatch, SFrameSection
 

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..unwind.rule import SAME, UNDEFINED, FrameRule, ValueRule, outermost_rule
+from ..rule import SAME, UNDEFINED, FrameRule, ValueRule, outermost_rule
 from . import format as F
 from .errors import SFrameError
 
@@ -304,7 +304,7 @@ class SFrameSection:
     # ------------------------------------------------------------------ rules
 
     def _rule(self, fde: SFrameFDE, fre: SFrameFRE) -> FrameRule:
-        """The FrameRule an FRE stands for (AMD64; see module doc of harness.unwind.rule)."""
+        """The FrameRule an FRE stands for (AMD64; see module doc of harness.rule)."""
         h = self.header
         if h.abi_arch != F.ABI_AMD64_ENDIAN_LITTLE:
             # Decoding is generic; the rule mapping is only modelled (and tested) for AMD64.

@@ -54,9 +54,7 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 
 from ..memory import Memory
 from ..regs import UserRegs
-from .access import TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
-from .maps import AddressSpace, ElfImage, MappedElf
-from .rule import (
+from ..rule import (
     DWARF_I386,
     DWARF_X86_64,
     SAME,
@@ -67,6 +65,8 @@ from .rule import (
     apply_rule,
     dwarf_regs,
 )
+from .access import TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
+from .maps import AddressSpace, ElfImage, MappedElf
 from .user import UNWIND_MAX_ENTRIES, Frame, Stop, StopReason, Trace, UnwinderType
 
 

@@ -11,21 +11,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..sframe import SFrameError, SFrameTable
 from .maps import VDSO, AddressSpace, MappedElf
 from .user import RuleProvider
 
 
-class SFrameUnavailable(ImportError):
-    """harness.sframe is not importable (the parser is another module of the harness)."""
-
-
 def sframe_table(elf: MappedElf) -> RuleProvider | None:
     """The SFrame table of one mapped ELF at run-time addresses, or None if it has none."""
-    try:
-        from ..sframe.elf import SFrameTable
-        from ..sframe.errors import SFrameError
-    except ImportError as exc:  # pragma: no cover - present in this tree
-        raise SFrameUnavailable(str(exc)) from exc
     try:
         if elf.path == VDSO:
             sec = elf.image.elf.get_section_by_name(".sframe")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..memory import BufferMemory
 from ..regs import USER_CS_32, UserRegs
-from .rule import FrameRule, ValueRule
+from ..rule import FrameRule, ValueRule
 
 STACK_TOP_64 = 0x7FFFFFFDE000
 STACK_TOP_32 = 0xFFFDE000

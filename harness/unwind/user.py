@@ -44,8 +44,8 @@ from typing import Callable, Iterator, Protocol
 
 from ..memory import Memory
 from ..regs import USER_CS_64, UserRegs
+from ..rule import FrameRule, RuleError, apply_rule, dwarf_regs, entry_rule, fp_rule
 from .access import MASK64, TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
-from .rule import FrameRule, RuleError, apply_rule, dwarf_regs, entry_rule, fp_rule
 
 # include/linux/unwind_deferred.h: the cache is one page, the header takes 16 bytes.
 UNWIND_MAX_ENTRIES = 510

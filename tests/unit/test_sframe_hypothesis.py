@@ -14,10 +14,10 @@ import time
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule
 from harness.sframe import SFrameError, SFrameSection
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from harness.unwind.rule import SAME, UNDEFINED, FrameRule, ValueRule
 from test_sframe_pinned import PINNED
 
 GARBAGE = settings(deadline=2000, suppress_health_check=[HealthCheck.too_slow])

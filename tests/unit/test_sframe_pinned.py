@@ -11,10 +11,10 @@ from typing import NamedTuple
 
 import pytest
 
+from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule, apply_rule
 from harness.sframe import SFrameError, SFrameSection, SFrameTable
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from harness.unwind.rule import SAME, UNDEFINED, FrameRule, ValueRule, apply_rule
 from objdump_sframe import compare, parse_objdump_sframe
 
 

@@ -39,6 +39,14 @@ from hypothesis import strategies as st
 
 from harness.images.cache import ImageError
 from harness.regs import USER_CS_64
+from harness.rule import (
+    SAME,
+    UNDEFINED,
+    RuleError,
+    ValueRule,
+    apply_rule,
+    dwarf_regs,
+)
 from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.cfi import (
     I386,
@@ -53,14 +61,6 @@ from harness.unwind.cfi import (
     unwind_cfi,
 )
 from harness.unwind.maps import ElfImage, load_image
-from harness.unwind.rule import (
-    SAME,
-    UNDEFINED,
-    RuleError,
-    ValueRule,
-    apply_rule,
-    dwarf_regs,
-)
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer, symbol_index
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user

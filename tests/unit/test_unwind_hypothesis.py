@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from harness.memory import BufferMemory
 from harness.regs import UserRegs
+from harness.rule import FrameRule, ValueRule
 from harness.unwind.access import TASK_SIZE_MAX_4LEVEL
-from harness.unwind.rule import FrameRule, ValueRule
 from harness.unwind.synth import RangeRules
 from harness.unwind.user import EntryFrame, Profile, StopReason, UnwindConfig, UserUnwinder
 

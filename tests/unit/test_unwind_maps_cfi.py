@@ -10,9 +10,9 @@ from elftools.dwarf.structs import DWARFStructs
 
 from harness.memory import BufferMemory
 from harness.regs import UserRegs
+from harness.rule import ValueRule
 from harness.unwind.cfi import UnsupportedCFI, eval_cfa_expression
 from harness.unwind.maps import AddressSpace, MapsError, load_image, parse_maps
-from harness.unwind.rule import ValueRule
 from harness.unwind.snapshot import Region, Snapshot, SnapshotError
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import unwind_user

@@ -8,8 +8,8 @@ import pytest
 
 from harness.memory import BufferMemory, MemoryFault
 from harness.regs import UserRegs
+from harness.rule import FrameRule, ValueRule
 from harness.unwind.access import TASK_SIZE_MAX_4LEVEL, TASK_SIZE_MAX_5LEVEL
-from harness.unwind.rule import FrameRule, ValueRule
 from harness.unwind.synth import RangeRules, fp_chain, mixed_chain, sp_rule
 from harness.unwind.user import (
     UNWIND_MAX_ENTRIES,
