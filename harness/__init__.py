@@ -4,7 +4,7 @@ Layers (each imports only from the ones above it):
 
 * ``harness.images``: obtaining kernels, toolchain roots and initramfs images (subprocess, cache).
 * ``harness.transport``: the QEMU process, QMP, the serial console and the debugger targets.
-* parsers (``harness.sframe``, ``harness.btf``, ...): pure functions of bytes and text.
+* parsers (``harness.sframe``, ``harness.kernel.btf``, ...): pure functions of bytes and text.
 * domain (``harness.unwind``, ``harness.deferred``, ``harness.kernel``, ``harness.engine``):
   never imports ``socket`` or ``subprocess``; guest memory arrives through ``read(addr, size)``.
 """

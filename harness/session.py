@@ -13,15 +13,15 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-from .btf import Btf
 from .images.cache import cache_root, progress
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
 from .images.programs import Program, Variant, build_program, user_program
 from .images.qemu import Qemu, resolve_qemu
 from .images.toolchain import get_toolchain
-from .kallsyms import Kallsyms
 from .kernel import KernelInfo, TaskInfo, current_task, user_regs
+from .kernel.btf import Btf
+from .kernel.kallsyms import Kallsyms
 from .kernel.stops import StopPoint, StopPoints, find_stop_points
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target

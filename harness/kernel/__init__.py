@@ -44,7 +44,7 @@ class KernelInfo:
 
     @classmethod
     def build(cls, release: str, symbols: Mapping[str, int], btf) -> "KernelInfo":
-        """Collect offsets from ``btf`` (a :class:`harness.btf.Btf`) and per-CPU symbols."""
+        """Collect offsets from ``btf`` (a :class:`harness.kernel.btf.Btf`) and per-CPU symbols."""
 
         def off(struct_name: str, member: str) -> int:
             try:

@@ -1,4 +1,4 @@
-"""harness.btf: synthetic blobs for every kind and every error, property tests on bad bytes, and the
+"""harness.kernel.btf: synthetic blobs for every kind and every error, property tests on bad bytes, and the
 three real Debian kernels, checked against bpftool's raw dump where bpftool is installed."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.btf import Btf, BtfAmbiguityError, BtfError, BtfLookupError, Kind
+from harness.kernel.btf import Btf, BtfAmbiguityError, BtfError, BtfLookupError, Kind
 from harness.regs import PT_REGS_FIELDS, PT_REGS_SIZE
 
 
@@ -552,7 +552,7 @@ def _bpftool() -> str | None:
     tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.access(p, os.X_OK)), None)
     if tool is None:
         if os.environ.get("CI"):
-            pytest.fail("bpftool is missing (Debian package 'bpftool'); CI must have it to check harness.btf")
+            pytest.fail("bpftool is missing (Debian package 'bpftool'); CI must have it to check harness.kernel.btf")
         pytest.skip("bpftool not installed (apt-get install bpftool)")
     return tool
 

@@ -1,4 +1,4 @@
-"""harness.kallsyms: hand-written and vmlinux-derived symbol text, the cache round trip, an ELF
+"""harness.kernel.kallsyms: hand-written and vmlinux-derived symbol text, the cache round trip, an ELF
 .symtab checked against nm, censored tables, and property tests for garbage lines."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.kallsyms import (
+from harness.kernel.kallsyms import (
     AmbiguousSymbolError,
     Kallsyms,
     KallsymsCensoredError,
@@ -274,7 +274,7 @@ def exported_symbols(path) -> list[tuple[int, str]]:
 @pytest.fixture(scope="module", params=["default", "bookworm"])
 def real(request):
     """(kernel, Btf, kallsyms-like text of its exported symbols, typed from BTF)."""
-    from harness.btf import Btf
+    from harness.kernel.btf import Btf
     from harness.images.kernel import get_kernel
 
     k = get_kernel(request.param)
