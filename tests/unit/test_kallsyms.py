@@ -274,8 +274,8 @@ def exported_symbols(path) -> list[tuple[int, str]]:
 @pytest.fixture(scope="module", params=["default", "bookworm"])
 def real(request):
     """(kernel, Btf, kallsyms-like text of its exported symbols, typed from BTF)."""
-    from harness.kernel.btf import Btf
     from harness.images.kernel import get_kernel
+    from harness.kernel.btf import Btf
 
     k = get_kernel(request.param)
     btf = Btf.from_elf(k.vmlinux)
