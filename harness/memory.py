@@ -11,8 +11,10 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .errors import HarnessError
 
-class MemoryFault(Exception):
+
+class MemoryFault(HarnessError):
     """A read touched an address that is not readable (unmapped, not present, or not user)."""
 
     def __init__(self, addr: int, message: str = ""):

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from .errors import HarnessError
+
 # Bases a ValueRule may name.  "sp"/"fp" are the current frame's registers; "cfa" is the value
 # just computed for this frame; "rN" is DWARF register N of the topmost frame's saved registers.
 SAME = "same"  # the register keeps its value from the callee frame
@@ -62,7 +64,7 @@ def entry_rule(ws: int = 8) -> FrameRule:
     return FrameRule(ValueRule("sp", ws), ValueRule("cfa", -ws, True), ValueRule(SAME))
 
 
-class RuleError(Exception):
+class RuleError(HarnessError):
     """A rule names a register the unwinder does not have (e.g. rN below the topmost frame)."""
 
 

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from ..errors import HarnessError
 from typing import IO, Iterable, Iterator
 
 LOG_VERSION = 1
 
 
-class LogFormatError(Exception):
+class LogFormatError(HarnessError):
     """A log line that is not a well-formed event; names the line."""
 
     def __init__(self, line_no: int, message: str, text: str = ""):

@@ -22,6 +22,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterable
 
+from ..errors import HarnessError
 from .log import EventLog, trace_hash
 from .profile import (
     EBUSY,
@@ -43,7 +44,7 @@ WAIT_STEPS = frozenset({"mutex_wait", "synchronize_srcu"})
 Steps = Generator[str, None, object]
 
 
-class ModelError(Exception):
+class ModelError(HarnessError):
     """The caller asked for something the kernel cannot do (e.g. a request for a task in user mode)."""
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import HarnessError
+
 U64 = (1 << 64) - 1
 PERF_CONTEXT_USER_DEFERRED = -640 & U64  # 0xfffffffffffffd80
 PERF_CONTEXT_KERNEL = -128 & U64
@@ -26,7 +28,7 @@ PERF_CONTEXT_MAX = -4095 & U64  # markers are >= this
 PERF_RECORD_CALLCHAIN_DEFERRED = 22
 
 
-class StitchError(ValueError):
+class StitchError(HarnessError, ValueError):
     """A callchain or record that does not follow the deferred-callchain format."""
 
 

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..errors import HarnessError
 
-class ImageError(Exception):
+
+class ImageError(HarnessError):
     """Fetching or building an image failed; the message names the step and its input."""
 
 

@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from ..errors import HarnessError
 from ..regs import PT_REGS_FIELDS, PT_REGS_SIZE, UserRegs
 
 PF_EXITING = 0x00000004
@@ -23,7 +24,7 @@ Read = Callable[[int, int], bytes]
 MASK64 = (1 << 64) - 1
 
 
-class KernelIntrospectionError(Exception):
+class KernelIntrospectionError(HarnessError):
     """A symbol, type or member the harness needs is missing from this kernel build."""
 
 

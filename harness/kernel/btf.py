@@ -28,6 +28,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Iterator, Union
 
+from ..errors import HarnessError
+
 __all__ = [
     "Btf",
     "BtfError",
@@ -41,11 +43,11 @@ __all__ = [
 ]
 
 
-class BtfError(ValueError):
+class BtfError(HarnessError, ValueError):
     """The BTF bytes are malformed (or a type has no such property, e.g. the size of a function)."""
 
 
-class BtfLookupError(KeyError):
+class BtfLookupError(HarnessError, KeyError):
     """A type, member, enumerator or variable asked for is not in this BTF."""
 
     def __str__(self) -> str:  # KeyError would repr() the message

@@ -28,6 +28,8 @@ from pathlib import Path
 from types import EllipsisType
 from typing import Iterable, Iterator
 
+from ..errors import HarnessError
+
 __all__ = [
     "Kallsyms",
     "Symbol",
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-class KallsymsError(ValueError):
+class KallsymsError(HarnessError, ValueError):
     """The symbol text, cache or ELF file cannot be used."""
 
 
@@ -55,7 +57,7 @@ class KallsymsCensoredError(KallsymsError):
     """Addresses are zeroed because the reader lacked privilege."""
 
 
-class SymbolLookupError(KeyError):
+class SymbolLookupError(HarnessError, KeyError):
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
 

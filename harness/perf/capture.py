@@ -14,6 +14,7 @@ import gzip
 import zlib
 from dataclasses import dataclass
 
+from ..errors import HarnessError
 from ..images.programs import Program, Variant
 from ..session import Session
 from ..unwind.maps import Resolver
@@ -24,7 +25,7 @@ PERFCC = ("perfcc", "host", Variant())  # (source, toolchain, variant) for Guest
 GUEST_OUT = "/tmp/perfcc.out"
 
 
-class CaptureError(Exception):
+class CaptureError(HarnessError):
     """perfcc failed in the guest, or its file did not come back; carries the console's tail."""
 
 

@@ -31,12 +31,13 @@ import heapq
 import struct
 from dataclasses import dataclass, field
 
+from ..errors import HarnessError
 from ..regs import UserRegs
 
 U64 = (1 << 64) - 1
 
 
-class PerfFormatError(ValueError):
+class PerfFormatError(HarnessError, ValueError):
     """Truncated, corrupt or unsupported perf data.
 
     ``offset`` is the byte offset (in the input given to the parser) of the field at fault,

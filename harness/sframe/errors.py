@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import HarnessError
 
-class SFrameError(ValueError):
+
+class SFrameError(HarnessError, ValueError):
     """A corrupt, truncated or unsupported SFrame section (or no section at all).
 
     ``field`` names the structure member at fault in the specification's terms (``"magic"``,

@@ -6,8 +6,10 @@ console lines, and for the debugger the packet or command that failed.
 
 from __future__ import annotations
 
+from ..errors import HarnessError
 
-class GuestError(Exception):
+
+class GuestError(HarnessError):
     """Something went wrong with the guest; ``console`` holds its last console lines."""
 
     def __init__(self, message: str, console: list[str] | None = None):
@@ -37,7 +39,7 @@ class GuestDied(GuestError):
     """QEMU exited (or its QMP socket broke) while the harness was using it."""
 
 
-class TargetError(Exception):
+class TargetError(HarnessError):
     """The debugger transport failed: a malformed or error reply, or a dead connection."""
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import HarnessError
 from ..memory import Memory, MemoryFault
 
 PAGE_SIZE = 4096
@@ -26,7 +27,7 @@ TASK_SIZE_MAX_4LEVEL = 0x00007FFFFFFFF000  # arch/x86/include/asm/page_64_types.
 TASK_SIZE_MAX_5LEVEL = 0x00FFFFFFFFFFF000  # same, with LA57
 
 
-class AccessError(Exception):
+class AccessError(HarnessError):
     """A user word could not be read; ``addr`` is the first address that failed."""
 
     def __init__(self, addr: int, message: str):

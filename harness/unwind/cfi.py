@@ -52,6 +52,7 @@ from elftools.construct.core import ConstructError
 from elftools.dwarf.callframe import FDE, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 
+from ..errors import HarnessError
 from ..memory import Memory
 from ..regs import UserRegs
 from ..rule import (
@@ -115,7 +116,7 @@ def arch_of_task(regs: UserRegs) -> CFIArch:
     return I386 if regs.compat else X86_64
 
 
-class UnsupportedCFI(Exception):
+class UnsupportedCFI(HarnessError):
     """The row uses a DWARF construct this oracle does not evaluate; names it."""
 
 

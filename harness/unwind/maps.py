@@ -25,6 +25,7 @@ from typing import Callable, TypeVar
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from ..errors import HarnessError
 from ..memory import Memory, MemoryFault
 
 VDSO = "[vdso]"
@@ -35,7 +36,7 @@ _MAPS_LINE = re.compile(
 )
 
 
-class MapsError(ValueError):
+class MapsError(HarnessError, ValueError):
     """A maps line does not parse; carries the line."""
 
     def __init__(self, line: str, lineno: int):

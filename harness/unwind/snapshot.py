@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import HarnessError
 from ..memory import BufferMemory, MemoryFault
 from ..regs import UserRegs
 from .maps import AddressSpace, Mapping, parse_maps
@@ -31,7 +32,7 @@ FORMAT = "unwind-harness-snapshot"
 VERSION = 1
 
 
-class SnapshotError(ValueError):
+class SnapshotError(HarnessError, ValueError):
     """A snapshot directory is missing, of another format, or inconsistent; names the path."""
 
 

@@ -42,6 +42,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
+from ..errors import HarnessError
 from ..memory import Memory
 from ..regs import USER_CS_64, UserRegs
 from ..rule import FrameRule, RuleError, apply_rule, dwarf_regs, entry_rule, fp_rule
@@ -58,7 +59,7 @@ ENDBR64 = b"\xf3\x0f\x1e\xfa"
 ENDBR32 = b"\xf3\x0f\x1e\xfb"
 
 
-class UnwindError(Exception):
+class UnwindError(HarnessError):
     """Base of this layer's errors."""
 
 

@@ -1,0 +1,67 @@
+"""The root of the harness's exceptions.
+
+:class:`HarnessError` is the ancestor of every exception the harness raises on purpose, so a
+caller (the CLI, a test, a script) can tell "the harness found something wrong with its input,
+its guest or its tools" from a bug in the harness (``TypeError``, ``AttributeError``, ...) with
+one ``except HarnessError``.  Each layer has its own base (or bases) below it, so a caller can
+also catch one layer's failures.  Some bases keep a built-in exception as a second base
+(shown in brackets) because callers and tests catch them as such: a malformed input is a
+``ValueError``, a missing name a ``KeyError``.
+
+This module imports nothing from the harness, so every layer can import it.
+
+.. admonition:: Harness Exception Hierarchy Reference
+
+ |   `Exception`
+ |    +-- `HarnessError`
+ |         +-- `ImageError`                    images: harness/images/cache.py
+ |         |    +-- `QemuImageError`           harness/images/qemu.py
+ |         +-- `GuestError`                    transport: harness/transport/errors.py
+ |         |    +-- `QemuStartError`
+ |         |    +-- `GuestPanic`
+ |         |    +-- `GuestTimeout`
+ |         |    +-- `GuestDied`
+ |         +-- `TargetError`                   transport: harness/transport/errors.py
+ |         |    +-- `TargetTimeout`
+ |         |    +-- `TargetDied`
+ |         +-- `MemoryFault`                   memory: harness/memory.py
+ |         +-- `RuleError`                     frame rules: harness/rule.py
+ |         +-- `SFrameError` [ValueError]      sframe: harness/sframe/errors.py
+ |         +-- `UnwindError`                   unwind: harness/unwind/user.py
+ |         |    +-- `UnwindConfigError`
+ |         +-- `AccessError`                   unwind: harness/unwind/access.py
+ |         |    +-- `NotUserAddress`
+ |         |    +-- `UserFault`
+ |         +-- `UnsupportedCFI`                unwind: harness/unwind/cfi.py
+ |         |    +-- `CorruptCFI`
+ |         +-- `MapsError` [ValueError]        unwind: harness/unwind/maps.py
+ |         +-- `SnapshotError` [ValueError]    unwind: harness/unwind/snapshot.py
+ |         +-- `KernelIntrospectionError`      kernel: harness/kernel/__init__.py
+ |         +-- `BtfError` [ValueError]         kernel: harness/kernel/btf.py
+ |         +-- `BtfLookupError` [KeyError]     kernel: harness/kernel/btf.py
+ |         |    +-- `BtfAmbiguityError`
+ |         +-- `KallsymsError` [ValueError]    kernel: harness/kernel/kallsyms.py
+ |         |    +-- `KallsymsParseError`
+ |         |    +-- `KallsymsCensoredError`
+ |         +-- `SymbolLookupError` [KeyError]  kernel: harness/kernel/kallsyms.py
+ |         |    +-- `AmbiguousSymbolError`
+ |         +-- `ModelError`                    deferred: harness/deferred/model.py
+ |         |    +-- `ModelBlocked`
+ |         +-- `LogFormatError`                deferred: harness/deferred/log.py
+ |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
+ |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
+ |         +-- `CaptureError`                  perf: harness/perf/capture.py
+
+Outside the tree: ``CaptureError`` of :mod:`harness.unwind.capture_gdb` (a ``RuntimeError``),
+which belongs to a test tool that captures snapshots with gdb; and the private control-flow
+exceptions (names starting with ``_``), which never leave their module.
+``tests/unit/test_errors.py`` checks that this tree matches the classes.
+"""
+
+from __future__ import annotations
+
+__all__ = ["HarnessError"]
+
+
+class HarnessError(Exception):
+    """Abstract root of every exception the harness raises on purpose (see the tree above)."""
