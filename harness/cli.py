@@ -159,10 +159,10 @@ def cmd_doctor(args) -> int:
 
 def cmd_run(args) -> int:
     """The main job: run scenarios on one guest and print the summary table."""
-    from .engine import CATALOG, DEFAULT_SET, programs_for
+    from .scenarios.catalog import CATALOG, DEFAULT_SET, programs_for
 
     if args.program:
-        from .engine import user_scenario
+        from .scenarios.catalog import user_scenario
 
         sc = user_scenario(args.program, args.args or [], samples=args.samples or 60)
         if args.rate:
@@ -192,7 +192,8 @@ def cmd_run(args) -> int:
 def _run_and_report(spec, scenarios, out_dir) -> int:
     from pathlib import Path
 
-    from .engine import format_table, run_scenarios
+    from .report.text import cause_table, format_table, scenario_rows, stack_failures
+    from .scenarios.engine import run_scenarios
     from .session import Session
 
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
@@ -200,22 +201,25 @@ def _run_and_report(spec, scenarios, out_dir) -> int:
     with Session(spec) as sess:
         (out / "run.json").write_text(json.dumps(sess.describe(), indent=1))
         for sc in scenarios:
-            oracles = ["regs (the request's own registers)"]
-            oracles += ["DWARF CFI"]  # .eh_frame, with the i386 numbering for 32-bit programs
-            oracles += ["shadow stack"] if sc.variant.shadow else []
-            print(f"{sc.name}: {sc.describe()}; oracles: {', '.join(oracles)}", file=sys.stderr)
+            print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
         results = run_scenarios(sess, scenarios, out)
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
-    print(format_table([r.row() for r in results]))
+    print(format_table(scenario_rows(results)))
+    print("\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):")
+    print(cause_table(results))
     bad = 0
     for r in results:
-        for f in r.failures[:5] + r.errors[:5] + r.invariant_violations[:5]:
+        print(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
+        for (oracle, reason), n in sorted(r.not_checked.items()):
+            print(f"{r.scenario.name}: {oracle} did not check {n} stack(s): {reason}")
+        for rec in r.failures[:5]:
+            for text in stack_failures(rec):
+                print(f"\nFAILURE {text}")
+        for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]:
             print(f"\n{r.scenario.name}: {f}")
-        for kind, n in sorted(r.expected.items()):
-            print(f"{r.scenario.name}: expected divergence x{n}: {kind}")
         for note in r.notes:
             print(f"{r.scenario.name}: note: {note}")
-        bad += len(r.failures) + len(r.errors) + len(r.invariant_violations) + (r.stacks == 0)
+        bad += not r.ok
     return 1 if bad else 0
 
 
@@ -246,7 +250,8 @@ def cmd_bench(args) -> int:
     if args.what == "deferred":
         import dataclasses
 
-        from .engine import CATALOG, Engine, programs_for, raw_stop_rate
+        from .scenarios.catalog import CATALOG, programs_for
+        from .scenarios.engine import Engine, raw_stop_rate
         from .session import Session
 
         sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)

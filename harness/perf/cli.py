@@ -26,7 +26,7 @@ DEFAULT_ARGS = {"callchain": ["100000000", "raw"]}
 def _default_args(name: str) -> list[str]:
     if name in DEFAULT_ARGS:
         return DEFAULT_ARGS[name]
-    from ..engine import CATALOG
+    from ..scenarios.catalog import CATALOG
 
     return next((list(sc.args) for sc in CATALOG.values() if sc.program == name), [])
 

@@ -356,7 +356,7 @@ class CFITable:
             # The walk ends here, typed: the rules (DW_CFA_expression over the saved ucontext or
             # sigcontext) give the interrupted registers, and the frame after this one is that
             # context, not a caller.  A caller that knows signal frames continues from there
-            # (harness/engine.py evaluates the frame for 64-bit tasks).
+            # (harness/oracles/cfi.py evaluates the frame for 64-bit tasks).
             raise UnsupportedCFI("signal frame (CIE augmentation 'S'): the caller is the interrupted context")
         row, ra_col = found
         pc = runtime_pc if runtime_pc is not None else link_pc

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from harness.engine import (
-    CATALOG,
-    EXEC_REPLACED,
-    SHADOW_NOT_PRESENT,
-    Engine,
-    programs_for,
-)
+from harness.deferred.check import check_lines
+from harness.report.text import stack_failures
+from harness.scenarios.catalog import CATALOG, programs_for
+from harness.scenarios.engine import Engine
 from harness.session import GuestSpec, Session
 
 pytestmark = pytest.mark.qemu
@@ -57,74 +55,93 @@ def _scenario(session, name):
 
 def _check_scenario(session, name, tmp_path):
     sc = _scenario(session, name)
-    with open(tmp_path / "log.jsonl", "w") as log:
+    log_path = tmp_path / "log.jsonl"
+    with open(log_path, "w") as log:
         r = Engine(session, sc, log).run()
     assert not r.errors, r.errors
-    assert not r.failures, "\n".join(r.failures[:3])
+    assert not r.failures, "\n\n".join(t for rec in r.failures[:3] for t in stack_failures(rec))
+    assert not r.problems, r.problems[:3]
     assert not r.invariant_violations, r.invariant_violations[:3]
     # Requests that land in other tasks (init's shell, kernel threads) are handled by the
     # model's rules and counted, but only the program's own stacks have oracles.
     own = r.own_stacks
     assert own >= 8, (f"only {own} of the program's stacks delivered from {sc.samples} requests: "
-                      f"requests {dict(r.requests)}, expected {dict(r.expected)}, stops {r.stops}")
-    assert r.checked["regs"] >= own // 2
-    # Every stack of the program is accounted for by each oracle: it agrees, or every frame in
-    # which it differs is explained by name (the side-by-side of the first of each kind is kept).
-    assert r.checked["cfi"] + r.diverged["cfi"] == own, (dict(r.checked), dict(r.diverged))
+                      f"requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}")
+    assert r.agreed("regs") >= own // 2
+    # Every stack of the program is judged by each oracle: it agrees, or every difference is
+    # proven by a registered cause.
+    assert r.judged("cfi") == own, dict(r.pairs)
     if sc.variant.shadow:
-        not_shadow = r.expected[SHADOW_NOT_PRESENT]
-        assert r.checked["shadow"] + r.diverged["shadow"] + not_shadow == own, (dict(r.checked), dict(r.diverged))
-        assert r.checked["shadow"] >= 1
+        not_shadow = sum(n for (o, _), n in r.not_checked.items() if o == "shadow")
+        assert r.judged("shadow") + not_shadow == own, (dict(r.pairs), dict(r.not_checked))
+        assert r.agreed("shadow") >= 1
     # one cookie per entry, each tracer called once per entry, one walk per entry
     assert len(r.cookies) == r.stacks
     assert r.callbacks == sc.tracers * r.stacks
     assert r.walks == r.stacks
-    assert (tmp_path / "log.jsonl").stat().st_size > 0
-    EXPECT.get(name, lambda r, sc: None)(r, sc)
+    # The log holds every delivered stack and ends with its end record; `harness check` agrees.
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert sum(e["ev"] == "stack" for e in records) == r.stacks
+    assert records[-1]["ev"] == "end" and records[-1]["reason"] == "complete", records[-1]
+    assert records[-1]["causes"] == dict(sorted(r.causes.items()))
+    verdict = check_lines(log_path.read_text().splitlines())
+    assert verdict.clean and verdict.complete, verdict.messages()[:3]
+    EXPECT.get(name, lambda r, sc, records: None)(r, sc, records)
 
 
-def _named(r, prefix: str) -> int:
-    return sum(n for kind, n in r.expected.items() if kind.startswith(prefix))
+def _divergences(records, cause=None, kind=None, oracle=None):
+    """Every divergence of the log's stack records (of one cause, kind, oracle)."""
+    for e in records:
+        if e["ev"] != "stack":
+            continue
+        for v in e["verdicts"]:
+            for d in v["divergences"]:
+                if ((cause is None or d["cause"] == cause) and (kind is None or d["kind"] == kind)
+                        and (oracle is None or v["oracle"] == oracle)):
+                    yield d
 
 
-def _threads(r, sc):
+def _threads(r, sc, records):
     assert len(r.tasks) >= 2, f"stacks from {len(r.tasks)} threads only"
 
 
-def _forkexec_syscall(r, sc):
+def _forkexec_syscall(r, sc, records):
     assert r.children >= 1, "no stack of a forked child was checked"
     assert r.at_exit >= 1, "no request was pending at exit (delivered in do_exit)"
-    assert r.expected[EXEC_REPLACED] <= r.children
+    assert r.causes["execve-replaced"] <= r.children
 
 
-def _signal(r, sc):
-    assert _named(r, "fp: interrupted IP lost across a signal frame") >= 1, dict(r.expected)
+def _signal(r, sc, records):
+    assert r.causes["signal-frame"] >= 1, dict(r.causes)
 
 
-def _vdso(r, sc):
+def _vdso(r, sc, records):
     # samples in the vDSO, whose image (and .eh_frame) comes from guest memory
-    assert _named(r, "shadow: no frame for uninstrumented code (__vdso_") >= 1, dict(r.expected)
+    assert any(d["evidence"].get("module") == "[vdso]" for d in _divergences(records, "shadow-uninstrumented")), \
+        dict(r.causes)
 
 
-def _recurse(r, sc):
+def _recurse(r, sc, records):
     assert r.truncated >= 1
-    assert _named(r, "fp: truncated at 510 entries") >= 1, dict(r.expected)
+    assert r.causes["truncated"] >= 1, dict(r.causes)
+    assert all(d["evidence"]["nr"] == 510 for d in _divergences(records, "truncated"))
 
 
-def _prologues(r, sc):
-    assert r.expected["fp: caller lost at a prologue IP (entry rule off)"] >= 1, dict(r.expected)
+def _prologues(r, sc, records):
+    assert r.causes["fp-prologue-ip"] >= 1, dict(r.causes)
 
 
-def _prologues_sframe(r, sc):
+def _prologues_sframe(r, sc, records):
     # SFrame describes every instruction of our own code: at a prologue the caller is not lost
-    assert not _named(r, "fp: caller lost at a prologue"), dict(r.expected)
+    lost = [d for d in _divergences(records, kind="lost", oracle="cfi")]
+    assert not lost, lost[:2]
 
 
-def _compat(r, sc):
-    # every stack of the 32-bit task is checked by the i386 CFI oracle too (CFI no longer skips it)
-    assert r.checked["cfi"] + r.diverged["cfi"] == r.own_stacks, (dict(r.checked), dict(r.diverged))
-    assert r.checked["cfi"] >= 1, (dict(r.checked), dict(r.expected))
-    assert r.checked["shadow"] >= r.own_stacks // 2
+def _compat(r, sc, records):
+    # every stack of the 32-bit task is judged by the i386 CFI oracle too
+    assert r.judged("cfi") == r.own_stacks, dict(r.pairs)
+    assert r.agreed("cfi") + r.explained("cfi") >= 1, dict(r.pairs)
+    assert r.agreed("shadow") >= r.own_stacks // 2
 
 
 EXPECT = {
@@ -167,6 +184,7 @@ def test_a_broken_unwinder_is_caught(session):
         sc = dataclasses.replace(sc, requests=("timer",))
     r = Engine(session, sc).run()
     own = r.own_stacks
-    assert own >= 5, f"requests {dict(r.requests)}, expected {dict(r.expected)}, stops {r.stops}, {r.errors}"
+    assert own >= 5, f"requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}, {r.errors}"
     assert len(r.failures) >= own // 2, "the oracles did not notice a wrong RA offset"
-    assert any("differ" in f for f in r.failures)
+    # each failure names the pair and a divergence no cause proves
+    assert all(any(d["cause"] is None for v in rec["verdicts"] for d in v["divergences"]) for rec in r.failures)

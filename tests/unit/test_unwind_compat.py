@@ -581,7 +581,7 @@ def test_i386_vdso_sigreturn_trampolines_stop_the_walk(captures32):
 
 def test_64_bit_signal_frame_still_ends_the_walk_for_the_engine(tmp_path):
     """Register expressions are evaluated now (i386 main needs them), but a signal trampoline's
-    rules must still end the walk: harness/engine.py's _cfi continues from the interrupted
+    rules must still end the walk: harness/oracles/cfi.py continues from the interrupted
     context itself, marking its IP as one (not a return address)."""
     from harness.images.programs import Variant, build_program
     from harness.images.toolchain import get_toolchain

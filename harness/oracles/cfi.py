@@ -1,0 +1,119 @@
+"""The DWARF CFI oracle: ``.eh_frame`` rows evaluated on the delivered registers, through signal
+frames.
+
+:func:`harness.unwind.cfi.unwind_cfi` stops at a signal trampoline (glibc's ``__restore_rt``, CIE
+augmentation "zRS") by name: it gives every register as ``DW_CFA_expression`` over the ucontext
+the kernel saved, and the frame below it is an interrupted IP, not a return address.  Here, for
+64-bit tasks, those rules are evaluated (each is ``DW_OP_breg7 (rsp) N``: the register is at
+sp + N) and the walk goes on from the interrupted context, looking its IP up at itself ('S').
+A 32-bit trampoline ends the walk there (the i386 numbering has no sigcontext rules here).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from elftools.dwarf.callframe import RegisterRule
+
+from ..memory import Memory, MemoryFault
+from ..regs import UserRegs
+from ..unwind.cfi import X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
+from ..unwind.maps import AddressSpace
+from ..unwind.user import StopReason
+from .base import Oracle, OracleFrames, Setup, Stack, register
+
+__all__ = ["CFI_MAX_ENTRIES", "CFIOracle", "is_signal_trampoline", "signal_frame_regs"]
+
+CFI_MAX_ENTRIES = 4096  # the oracle walks on where the kernel's cache truncates
+MAX_SIGNAL_FRAMES = 16
+# DWARF register numbers (x86-64 psABI) -> pt_regs names, for the signal frame's CFI rules.
+DWARF_TO_PT_REGS = {0: "ax", 1: "dx", 2: "cx", 3: "bx", 4: "si", 5: "di", 6: "bp", 7: "sp", 8: "r8",
+                    9: "r9", 10: "r10", 11: "r11", 12: "r12", 13: "r13", 14: "r14", 15: "r15", 16: "ip"}
+
+
+@register
+class CFIOracle(Oracle):
+    name = "cfi"
+    description = "DWARF CFI (.eh_frame), through signal frames"
+
+    def __init__(self, space: AddressSpace, memory: Memory):
+        self.space = space
+        self.memory = memory
+        self.tables = cfi_tables_for(space)
+
+    @classmethod
+    def create(cls, setup: Setup) -> CFIOracle:
+        return cls(setup.space, setup.memory)
+
+    def frames(self, stack: Stack) -> OracleFrames:
+        """The CFI trace continued through signal frames; ``marks`` are the entries that are
+        interrupted IPs (0, and the frame after each signal frame)."""
+        ips: list[int] = []
+        marks = {0}
+        cur = stack.regs
+        for _ in range(MAX_SIGNAL_FRAMES):
+            t = unwind_cfi(stack.memory, cur, self.tables, max_entries=CFI_MAX_ENTRIES - len(ips))
+            ips += t.ips
+            if t.stop.reason is not StopReason.UNSUPPORTED_RULE or len(t.frames) < 2:
+                break
+            nxt = signal_frame_regs(self.space, stack.memory, t.frames[-1].ip, t.frames[-1].sp)
+            if nxt is None:
+                break
+            marks.add(len(ips))
+            cur = nxt
+        return OracleFrames(tuple(ips), frozenset(marks), str(t.stop), t.stop.reason is StopReason.END_OF_CHAIN)
+
+
+def _trampoline(space: AddressSpace, ra: int):
+    """(table, link address, row) of the signal trampoline ``ra`` returns into, or None."""
+    e = space.elf_at(ra - 1)
+    if e is None:
+        return None
+    table = cfi_table(e.image)
+    link = e.link_address(ra - 1)
+    fde = table.fde_for(link)
+    if fde is None or b"S" not in bytes(fde.cie["augmentation"] or b""):
+        return None
+    return table, link
+
+
+def is_signal_trampoline(space: AddressSpace, ra: int) -> bool:
+    """``ra`` returns into a signal trampoline: its FDE's CIE augmentation has 'S'."""
+    return _trampoline(space, ra) is not None
+
+
+def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int) -> UserRegs | None:
+    """The interrupted registers of the signal frame whose trampoline ``ra`` returns to, with the
+    frame at ``sp``; None for a 32-bit trampoline or where the rules cannot be read."""
+    found = _trampoline(space, ra)
+    if found is None:
+        return None
+    table, link = found
+    if table.arch is not X86_64:  # an i386 trampoline: the compat CFI walk ends there
+        return None
+    row_found = table.row_for(link)
+    if row_found is None:
+        return None
+    row, _ra_col = row_found
+
+    def sp_offset(expr) -> int | None:
+        ops = table.parse_expr(expr)
+        if not ops or ops[0].op_name != "DW_OP_breg7":
+            return None
+        return ops[0].args[0]
+
+    try:
+        values = {}
+        for reg, name in DWARF_TO_PT_REGS.items():
+            rule = row.get(reg)
+            if rule is None or rule.type != RegisterRule.EXPRESSION:
+                continue
+            off = sp_offset(rule.arg)
+            if off is None:
+                return None
+            values[name] = struct.unpack("<Q", memory.read(sp + off, 8))[0]
+    except (MemoryFault, CorruptCFI):
+        return None
+    if "ip" not in values or "sp" not in values:
+        return None
+    return UserRegs(**values)

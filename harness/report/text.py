@@ -1,0 +1,116 @@
+"""Plain-text rendering of scenario results and stack records: the summary table, the totals per
+cause, and a failing (or explained) stack with its frame lists side by side.
+
+Renderers take structured results (:class:`harness.scenarios.result.Result`) and the JSONL stack
+records, never engine internals; the CLI chooses and prints.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from ..oracles.base import ORACLES, load_all
+from ..verdicts.causes import CAUSES
+
+__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_failures"]
+
+
+def format_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no scenarios)"
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    out = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+    out += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    return "\n".join(out)
+
+
+def _oracle_order(names) -> list[str]:
+    load_all()
+    known = [n for n in ORACLES if n in names]
+    return known + sorted(set(names) - set(known))
+
+
+def scenario_rows(results) -> list[dict]:
+    """One summary row per result, with the same oracle columns in every row."""
+    oracles = _oracle_order({o for r in results for o in r.oracles})
+    return [scenario_row(r, oracles) for r in results]
+
+
+def scenario_row(r, oracles: list[str] | None = None) -> dict:
+    """One summary row: per oracle ``agree/explained`` of the stacks it judged ('-': it did not
+    apply to this program)."""
+    row = {"scenario": r.scenario.name, "stacks": r.stacks, "tasks": len(r.tasks)}
+    for o in oracles if oracles is not None else _oracle_order(r.oracles):
+        row[f"{o} agree/expl"] = f"{r.agreed(o)}/{r.explained(o)}" if o in r.oracles else "-"
+    row["causes"] = sum(r.causes.values())
+    row["failures"] = len(r.failures) + len(r.problems)
+    row["on program"] = f"{r.sampled}/{sum(r.requests.values()) // max(1, r.scenario.tracers)}"
+    row["req 0/1/-EINVAL"] = f"{r.requests[0]}/{r.requests[1]}/{r.requests[-22]}"
+    row["callbacks"] = r.callbacks
+    row["cookies"] = len(r.cookies)
+    row["walks saved"] = r.callbacks - r.walks
+    row["at exit"] = r.at_exit
+    row["stops/trace"] = f"{r.stops / r.stacks:.1f}" if r.stacks else "-"
+    row["invariants"] = "ok" if not r.invariant_violations else len(r.invariant_violations)
+    return row
+
+
+def cause_table(results) -> str:
+    """Divergences each cause explained, per scenario and in all (causes in registry order)."""
+    totals: collections.Counter = collections.Counter()
+    for r in results:
+        totals.update(r.causes)
+    if not totals:
+        return "(no divergence)"
+    rows = []
+    for name in [c for c in CAUSES if totals[c]]:
+        row = {"cause": name, "total": totals[name]}
+        for r in results:
+            if r.causes[name]:
+                row[r.scenario.name] = r.causes[name]
+        rows.append(row)
+    return format_table(rows)
+
+
+def _frame(f) -> str:
+    addr, module, sym = f
+    where = sym or f"{addr:#x}"
+    return f"{where} ({module})" if module else where
+
+
+def side_by_side(rec: dict, unwinder: str, oracle: str, verdict: dict | None = None) -> str:
+    """The two frame lists of one pair of a stack record, frame by frame, differences marked
+    ``!!``, and each divergence's text under them."""
+    got = rec["frames"].get(unwinder, [])
+    want = rec["frames"].get(oracle, [])
+    head = (f"{rec.get('scenario', '')} pid {rec['task']} cookie {rec.get('cookie', 0):#x} at {rec.get('point', '')}: "
+            f"{unwinder} vs {oracle}")
+    lines = [head.strip()]
+    width = max([len(_frame(f)) for f in got] + [len(unwinder)]) + 2
+    lines.append(f"       {unwinder:{width}} {oracle}")
+    for i in range(max(len(got), len(want))):
+        a = got[i] if i < len(got) else None
+        b = want[i] if i < len(want) else None
+        mark = "  " if a is not None and b is not None and a[0] == b[0] else "!!"
+        lines.append(f"  {mark} #{i:<3} {_frame(a) if a else '':{width}} {_frame(b) if b else ''}")
+    stops = rec.get("stops", {})
+    if stops:
+        lines.append(f"  {unwinder} stopped: {stops.get(unwinder, '?')}; {oracle} stopped: {stops.get(oracle, '?')}")
+    for d in (verdict or {}).get("divergences", []):
+        lines.append(f"  - [{d['cause'] or 'UNEXPLAINED'}] {d['text']}")
+    return "\n".join(lines)
+
+
+def stack_failures(rec: dict) -> list[str]:
+    """Each failing pair of a stack record, side by side (or its reason)."""
+    out = []
+    for v in rec["verdicts"]:
+        if v["verdict"] != "failure":
+            continue
+        if v["oracle"] in rec["frames"] and v["divergences"]:
+            out.append(side_by_side(rec, v["unwinder"], v["oracle"], v))
+        else:
+            out.append(f"{rec.get('scenario', '')} pid {rec['task']}: {v['unwinder']} vs {v['oracle']}: "
+                       f"{v.get('reason') or '; '.join(d['text'] for d in v['divergences'])}")
+    return out

@@ -1,0 +1,118 @@
+"""The scenario catalog: which program, toolchain, variant, unwinder, profile and request points.
+
+A scenario names a guest program build (``guest_programs/*.c`` with one toolchain and variant),
+the unwinder the deferred walk uses (frame pointers, or SFrame with the kernel's FP fallback),
+the kernel revision's rules (``profile``), where tracers request (NMI, timer, syscall entry)
+and how many requests must land on the program.  :data:`CATALOG` is what ``harness run all``
+runs; :data:`DEFAULT_SET` is the one-minute main job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..images.programs import Variant
+
+__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "programs_for", "user_scenario"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    program: str = "callchain"
+    toolchain: str = "host"
+    variant: Variant = Variant(shadow=True)
+    args: tuple[str, ...] = ("100000000", "spin")
+    profile: str = "mainline"
+    # Requests (injected NMIs, timer interrupts or syscall entries) that land on the program's
+    # own tasks; those that land elsewhere (the idle task, init) are handled and counted too,
+    # up to MAX_REQUESTS_PER_SAMPLE times this many in all.
+    samples: int = 60
+    tracers: int = 2
+    unwinder: str = "fp"  # "fp" (frame pointers only) or "sframe" (SFrame where an FRE exists, else FP)
+    # Where tracers request: "nmi" (QMP inject-nmi: reaches vCPU 0 only), "timer" (the local APIC
+    # timer interrupt, on every vCPU: the request point for SMP guests) and/or "syscall" (entry
+    # of do_syscall_64, a request from task context for every 64-bit syscall, on every vCPU).
+    requests: tuple[str, ...] = ("nmi",)
+    # Up to this many seconds of guest run time before each NMI, drawn at random (seeded): TCG
+    # takes interrupts at translation-block boundaries, and without a delay the NMI lands at
+    # the same few IPs sample after sample.
+    jitter: float = 0.01
+    # With a rate (NMIs per second of wall time), NMIs are injected on that schedule instead
+    # (sampling mode); the jitter is then not used.
+    rate: float = 0.0
+    seed: int = 0
+    break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
+    user_path: str | None = None  # a user's own binary (toolchain "user") instead of a guest program
+
+    def describe(self) -> str:
+        return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "
+                f"{self.samples} requests on its tasks at {'+'.join(self.requests)}, {self.tracers} tracers")
+
+
+_NOFP = Variant(frame_pointers=False, shadow=True)
+
+CATALOG: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("fp-spin"),
+        Scenario("fp-syscall", args=("100000000", "raw")),
+        Scenario("fp-libc-syscall", args=("100000000", "libc")),
+        Scenario("sframe-v1-nofp", variant=_NOFP, unwinder="sframe"),
+        Scenario("sframe-v2-nofp", toolchain="trixie", variant=_NOFP, unwinder="sframe"),
+        Scenario("sframe-v3-nofp", toolchain="sid", variant=_NOFP, unwinder="sframe"),
+        Scenario("fp-seed-v10", profile="seed-v10"),
+        Scenario("fp-dynamic", variant=Variant(static=False, shadow=True), args=("100000000", "raw")),
+        Scenario("fp-timer", requests=("timer",)),
+        Scenario("sframe-v2-timer", toolchain="trixie", variant=_NOFP, unwinder="sframe", requests=("timer",),
+                 args=("100000000", "raw")),
+        # Requests from task context: every syscall entry (do_syscall_64) is a request point.
+        Scenario("fp-syscall-entry", args=("100000000", "raw"), requests=("syscall",)),
+        # Threads: the shadow stack is a __thread variable, found from each thread's fs_base.
+        Scenario("threads", program="threads", args=("3", "spin")),
+        # Fork, exec and exit from known chains; children are tasks of their own.
+        Scenario("forkexec", program="forkexec", args=("8192",)),
+        Scenario("forkexec-syscall", program="forkexec", args=("8192",), requests=("syscall",)),
+        # A SIGALRM handler spinning in a known chain: FP across the signal frame.
+        Scenario("signal", program="signal", args=("spin",)),
+        Scenario("signal-syscall", program="signal", args=("raw",), requests=("syscall",)),
+        # A loop in the vDSO's clock_gettime (the vDSO's image is read from guest memory).
+        Scenario("vdso", program="vdso", args=("mono",)),
+        # Deeper than UNWIND_MAX_ENTRIES: truncated at 510 (mainline) or 512 (seed v10).
+        Scenario("recurse", program="recurse", args=("600",)),
+        Scenario("recurse-seed-v10", program="recurse", args=("600",), profile="seed-v10"),
+        # Samples at function entry and exit: FP loses the caller there, SFrame does not.
+        Scenario("prologues", program="prologues", args=()),
+        Scenario("prologues-sframe", program="prologues", toolchain="sid", unwinder="sframe", args=()),
+        # Calls in tail position (noreturn callees, -O2, no frame pointers): the kernel's SFrame
+        # lookup of a return address at its function's end finds no FDE (or the next function's).
+        Scenario("sframe-tailcall", program="tailcall", toolchain="sid", unwinder="sframe",
+                 variant=Variant(frame_pointers=False, opt="-O2"), args=("-1", "spin")),
+        # A 32-bit task: compat FP (4-byte words) against the shadow stack and i386 DWARF CFI.
+        Scenario("compat-fp", variant=Variant(bits=32, shadow=True)),
+        Scenario("compat-int80", variant=Variant(bits=32, shadow=True), args=("100000000", "raw")),
+    )
+}
+DEFAULT_SET = ("fp-spin", "fp-syscall", "sframe-v3-nofp")
+
+
+def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:
+    """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
+    frame pointers; the CFI oracle always, the shadow stack only for our instrumented builds."""
+    from .images.programs import user_program
+
+    p = user_program(path)
+    return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
+                    args=tuple(args), samples=samples, unwinder="sframe" if p.variant.sframe else "fp",
+                    user_path=str(p.path))
+
+
+def programs_for(scenarios: list[Scenario]) -> list[tuple[str, str, Variant]]:
+    seen = []
+    for sc in scenarios:
+        if sc.user_path:
+            continue
+        key = (sc.program, sc.toolchain, sc.variant)
+        if key not in seen:
+            seen.append(key)
+    return seen

@@ -1,0 +1,580 @@
+"""The engine: breakpoints in a live guest drive the deferred-unwinding model.
+
+Injected NMIs stop the guest at ``exc_nmi``: the engine plays the tracers that *request* a
+deferred user stack for the current task.  While a task has pending work, breakpoints sit on
+the return-to-user points (and in ``do_exit`` right after ``exit_signals()`` has set
+PF_EXITING); when the task reaches one, the engine runs the model's task work there: the
+Python unwinder walks the user stack from the saved pt_regs by reading guest memory, and each
+requesting tracer's callback receives (trace, cookie).  At that same stop the oracles check
+the stack: the program's own shadow stack (instrumented builds), the DWARF CFI unwinder, and
+whether the registers are those of the request (the right stack).
+
+A user-mode NMI returns through ``swapgs_restore_regs_and_return_to_usermode``; the kernel's
+request from NMI context raises a self-IPI (TWA_NMI_CURRENT) whose exit runs the task work
+before any user instruction, with the same user registers.  The engine runs the work at that
+first return, which sees exactly those registers.
+
+Tasks of the program are recognised by tgid (its threads) and, for a child it forks, by the
+program's comm: the binary is static and non-PIE and the guest runs without ASLR, so a child
+(before or after it execs the same program) has the same address space layout and its stacks
+are checked by the same oracles.  A request at syscall entry (``do_syscall_64``) is a third
+request point.  Deferred work is delivered where the kernel runs it: at the return to user
+space, in ``get_signal()`` (which runs pending task work before it sets up a signal frame), or
+in ``do_exit()``.
+
+At that stop every registered oracle (:mod:`harness.oracles`) gives its idea of the stack and
+:func:`harness.verdicts.judge` proves every difference with a cause from the closed registry
+(:mod:`harness.verdicts.causes`); a difference no cause proves is a failure.  Every delivered stack
+goes into the run's JSONL log as a ``stack`` record (each unwinder's and oracle's frames,
+symbolized, and the verdict of each pair with its causes and evidence); the log ends with an
+``end`` record.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import struct
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, ClassVar
+
+from ..deferred.check import check_events
+from ..deferred.log import EventLog
+from ..deferred.model import (
+    IRQ,
+    NMI,
+    SYSCALL,
+    Context,
+    DeferredModel,
+    ModelError,
+    UnwindWork,
+)
+from ..deferred.profile import get_profile
+from ..images.programs import Program
+from ..kernel import PF_EXITING, TaskInfo
+from ..kernel.stops import StopPoint
+from ..memory import MemoryFault
+from ..oracles.base import Oracle, OracleFrames, Request, Setup, Stack, build_oracles
+from ..regs import UserRegs
+from ..rule import FrameRule, ValueRule
+from ..session import Session
+from ..transport.errors import GuestError, TargetError, TargetTimeout
+from ..transport.target import TargetMemory
+from ..unwind.code import CodeFacts
+from ..unwind.maps import VDSO, AddressSpace, parse_maps
+from ..unwind.mixed import sframe_tables_for
+from ..unwind.symbolize import Symbolizer
+from ..unwind.user import StopReason, Trace, UnwindConfig, unwind_user
+from ..verdicts.align import judge
+from ..verdicts.types import FAILURE, NOT_CHECKED
+from .catalog import Scenario
+from .result import Result
+
+__all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "raw_stop_rate", "run_scenarios"]
+
+# Entry and exit assembly: a request interrupting it sees pt_regs that are not (or no longer)
+# those of the user context the task returns to next.
+ENTRY_EXIT_ASM = ("entry_", "asm_", "error_", "common_interrupt_return", "swapgs_restore",
+                  "native_irq_return", "restore_regs_and_return", "paranoid_", "xen_",
+                  "sync_regs", "fixup_bad_iret")
+FAILURES_KEPT = 1000  # failing stack records kept in memory per run (all are in the log)
+
+
+class _BrokenRA:
+    """Test-only rule provider: the right CFA, the return address one word off."""
+
+    def rule_for(self, pc: int) -> FrameRule:
+        return FrameRule(ValueRule("fp", 16), ValueRule("cfa", -16, True), ValueRule("cfa", -16, True))
+
+
+@dataclass
+class Delivered:
+    pid: int
+    cookie: int
+    trace: tuple[int, ...]
+    tracer: str
+
+
+class VdsoBackedMemory:
+    """Guest memory whose vDSO range is served from the kernel's copy of the vDSO image.
+
+    A process maps the vDSO's pages only as it touches them, so the image read through the
+    process (for its .eh_frame, .dynsym and section headers) can fault on a page the process never
+    used.  The pages are the kernel's ``vdso_image_64.data`` (or ``vdso_image_32``) either way."""
+
+    def __init__(self, inner, start: int, image: bytes):
+        self.inner = inner
+        self.start = start
+        self.image = image
+
+    def read(self, addr: int, size: int) -> bytes:
+        off = addr - self.start
+        if 0 <= off and off + size <= len(self.image):
+            return self.image[off : off + size]
+        return self.inner.read(addr, size)
+
+
+# Sampling gives up after this many requests per requested sample (plus 100) when too few land
+# on the program: a program that sleeps must not keep the run going for ever.
+MAX_REQUESTS_PER_SAMPLE = 10
+# ... and after this many stops per allowed request: an NMI goes only into a running guest, so
+# a guest that keeps stopping at return points (another task's work pending) before each
+# injection would otherwise take no request and keep the loop going.
+STOPS_PER_REQUEST_LIMIT = 20
+
+
+class Engine:
+    RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
+    REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
+
+    def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None):
+        self.s = session
+        self.sc = scenario
+        self.result = Result(scenario)
+        self.log = EventLog(log, keep=True)
+        profile = get_profile(scenario.profile)
+        self.max_entries = profile.max_entries  # UNWIND_MAX_ENTRIES of that kernel revision
+        self.model = DeferredModel(profile, self._walk, log=self.log)
+        self.works = []
+        for i in range(scenario.tracers):
+            w = UnwindWork(self._callback, name=f"tracer{i}")
+            self.model.init(w)
+            self.works.append(w)
+        if scenario.user_path:
+            self.program = next(p for p in session.programs.values() if p.path == Path(scenario.user_path).resolve())
+        else:
+            self.program = session.program(scenario.program, scenario.toolchain, scenario.variant)
+        self.ws = 4 if self.program.variant.bits == 32 else 8
+        self.memory = TargetMemory(session.target)
+        self.space: AddressSpace | None = None
+        self.proc = None
+        self.pending: dict[int, Request] = {}
+        self.n_requests = 0  # every request, whichever task it landed on
+        self._walk_regs: UserRegs | None = None
+        self._walk_task: TaskInfo | None = None
+        self._delivered_now: list[Delivered] = []
+        self.symbolizer: Symbolizer | None = None
+        self.code: CodeFacts | None = None
+        self.oracles: list[Oracle] = []
+        self._names: dict[tuple[int, bool], list] = {}  # (address, is a return address) -> record frame
+        self._last_trace: Trace | None = None
+        self._delivered_entry: tuple[int, int] = (0, 0)
+
+    # -- model hooks -------------------------------------------------------------------------
+    def _walk(self, mtask) -> list[int]:
+        """``unwind_user()`` for the model: the Python unwinder on live guest memory."""
+        self.result.walks += 1
+        trace = self._unwind(self._walk_regs)
+        self._last_trace = trace
+        return trace.ips
+
+    def _callback(self, work, trace, cookie) -> None:
+        self.result.callbacks += 1
+        self.result.cookies.add(cookie)
+        mt = self.model.tasks[self._walk_task.pid]
+        self._delivered_entry = (mt.entry, mt.epoch)
+        self._delivered_now.append(Delivered(self._walk_task.pid, cookie, tuple(trace), work.name))
+
+    def _unwind(self, regs: UserRegs) -> Trace:
+        cfg = UnwindConfig(max_entries=self.max_entries)
+        if self.sc.break_ra:
+            cfg = replace(cfg, tables_for=lambda ip: _BrokenRA())
+        elif self.sc.unwinder == "sframe" and self.space is not None:
+            cfg = replace(cfg, tables_for=self._sframe_tables)
+        return unwind_user(self.memory, regs, cfg)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> Result:
+        start = time.monotonic()
+        s = self.s
+        self.proc = s.run_program([self.program.guest_path, *self.sc.args])
+        s.target.resume()
+        maps = s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
+        s.target.interrupt()
+        resolve = {self.program.guest_path: str(self.program.path)}
+        resolve.update({guest: str(host) for host, guest in self.program.runtime})
+        self.memory = self._with_kernel_vdso(self.memory, maps)
+        self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
+        self.symbolizer = Symbolizer(self.space)
+        self.code = CodeFacts(self.space, self.memory, self.ws)
+        self._sframe_tables = sframe_tables_for(self.space)
+        self.oracles = build_oracles(Setup(self.space, self.memory, str(self.program.path), self.sc.variant.shadow))
+        self.result.oracles = [o.name for o in self.oracles]
+        self.request_points = {s.stops[self.REQUEST_POINTS[r]].addr: s.stops[self.REQUEST_POINTS[r]]
+                               for r in self.sc.requests}
+        self.return_points = {s.stops[p].addr: s.stops[p] for p in self.RETURN_POINTS if p in s.stops.points}
+        if "exit" in s.stops.points:
+            self.return_points[s.stops["exit"].addr] = s.stops["exit"]
+        if "get_signal" in s.info.symbols:
+            # get_signal() runs the task's pending task work before it looks for a signal, i.e.
+            # before a handler's frame replaces the user registers: deliver there.
+            self.return_points[s.info.symbols["get_signal"]] = StopPoint(
+                "get_signal", s.info.symbols["get_signal"], "return", "task", "symbol get_signal")
+        self._returns_armed = False
+        self._seen: collections.Counter = collections.Counter()
+        for a in self.request_points:
+            s.target.set_breakpoint(a)
+        loop_start = time.monotonic()
+        rng = random.Random(self.sc.seed)
+        limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
+        try:
+            while self.result.sampled < self.sc.samples:
+                if self.n_requests >= limit or self.result.stops >= STOPS_PER_REQUEST_LIMIT * limit:
+                    self.result.notes.append(
+                        f"sampling stopped after {self.n_requests} requests and {self.result.stops} stops: "
+                        f"only {self.result.sampled} of them landed on the program's tasks (it sleeps, "
+                        f"or other tasks keep the CPU or keep stopping at return points)")
+                    break
+                status = s.machine.exit_status(self.proc)
+                if status is not None:
+                    self.result.program_exit = status
+                    self.result.notes.append(
+                        f"the program exited with status {status} after {self.result.sampled} of "
+                        f"{self.sc.samples} requests on its tasks")
+                    break
+                s.target.resume()
+                if "nmi" in self.sc.requests:
+                    if self.sc.rate:
+                        due = loop_start + self.n_requests / self.sc.rate
+                        time.sleep(max(0.0, due - time.monotonic()))
+                    elif self.sc.jitter:
+                        time.sleep(rng.uniform(0, self.sc.jitter))
+                    # Only into a running guest: one that already stopped (at a return point, on
+                    # its way to this NMI) would keep the NMI pending and take it at once on the
+                    # next resume, and an NMI injected during every such stop livelocks the guest
+                    # in its NMI handler.  A stale NMI that still slips in ends up here as a stop
+                    # that arrived before this check, and the next injection is skipped.
+                    if s.machine.vm_running():
+                        s.machine.inject_nmi()
+                stop = s.target.wait_stop(timeout=15)
+                self.result.stops += 1
+                if stop.pc in self.request_points:
+                    self._on_request(self.request_points[stop.pc])
+                elif stop.pc in self.return_points:
+                    self._on_return(self.return_points[stop.pc])
+                else:
+                    self.result.errors.append(f"stopped at {stop.pc:#x}, not at a breakpoint of ours")
+                    continue
+                # The pending work of the program's tasks is delivered before the next request;
+                # other tasks' (init asleep on the console, say) whenever they return.
+                self._drive(self._own_pending)
+            self.result.loop_seconds = time.monotonic() - loop_start
+            self._flush_pending()
+        except KeyboardInterrupt:
+            # The log still ends with a record a reader can tell from a cut log.
+            self.result.errors.append("interrupted (SIGINT)")
+            self._end("interrupted")
+            raise
+        except (GuestError, TargetError, ModelError) as exc:
+            self.result.errors.append(f"{type(exc).__name__}: {exc}")
+            console = s.machine.console
+            if console is not None and console.panic:
+                # The debugger only sees its connection go: say what the guest said.
+                tail = "\n".join(console.tail(30))
+                self.result.errors.append(f"guest kernel failed: {console.panic}\n{tail}")
+        finally:
+            if not self.result.loop_seconds:
+                self.result.loop_seconds = time.monotonic() - loop_start
+            # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
+            try:
+                if s.machine.alive():
+                    for a in self.request_points:
+                        s.target.remove_breakpoint(a)
+                    self._arm_returns(False)
+                    s.target.resume()
+                    s.machine.shell(f"kill {self.proc.pid}")
+                    s.target.interrupt()
+            except (GuestError, TargetError) as exc:
+                self.result.errors.append(f"cleanup: {exc}")
+        verdict = check_events(self.log.events)
+        self.result.invariant_violations = verdict.messages() + list(self.model.violations)
+        self.result.seconds = time.monotonic() - start
+        self._end("error" if self.result.errors else "complete")
+        return self.result
+
+    def _end(self, reason: str) -> None:
+        """The log's last line: what a reader needs to tell a complete log from a cut one."""
+        r = self.result
+        self.log.emit("end", reason=reason, stacks=r.stacks, failures=len(r.failures),
+                      causes=dict(sorted(r.causes.items())), requests=self.n_requests,
+                      errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations))
+
+    def _with_kernel_vdso(self, memory, maps: str):
+        """``memory`` with the vDSO served from the kernel's image (``struct vdso_image``: data
+        pointer, then size; ``vdso_image_64`` up to 6.x, ``vdso64_image`` in 7.x), when the kernel
+        has the symbol and the image is an ELF file."""
+        vdso = next((m for m in parse_maps(maps) if m.path == VDSO), None)
+        bits = 32 if self.ws == 4 else 64
+        syms = self.s.info.symbols
+        sym = syms.get(f"vdso_image_{bits}") or syms.get(f"vdso{bits}_image")
+        if vdso is None or sym is None:
+            return memory
+        try:
+            data, size = struct.unpack("<QQ", self.s.read(sym, 16))
+            if not 0 < size <= vdso.end - vdso.start:
+                return memory
+            image = self.s.read(data, size)
+        except (MemoryFault, TargetError):
+            return memory
+        if image[:4] != b"\x7fELF":
+            return memory
+        return VdsoBackedMemory(memory, vdso.start, image)
+
+    def _own_pending(self) -> bool:
+        return any(p.own for p in self.pending.values())
+
+    def _own_kind(self, task: TaskInfo) -> str | None:
+        """How ``task`` belongs to the program: its main thread, another thread, a child it
+        forked (same comm: before or after it execs the same program), or not at all."""
+        if task.kthread:
+            return None
+        if task.tgid == self.proc.pid:
+            return "main" if task.pid == task.tgid else "thread"
+        if task.comm == self.program.comm:
+            return "child"
+        return None
+
+    def _model_task(self, task: TaskInfo):
+        mt = self.model.tasks.get(task.pid)
+        if mt is None:
+            # A task the model has not seen: one that existed before the run, or a child forked
+            # since.  Either way its unwind state starts empty (copy_process() ->
+            # unwind_task_init()), which is what spawn() gives it.
+            mt = self.model.spawn(task.pid, kthread=task.kthread)
+        return mt
+
+    def _on_request(self, point) -> None:
+        s = self.s
+        self.n_requests += 1
+        task = s.current()
+        iregs = s.regs_at(point)
+        mt = self._model_task(task)
+        if task.exiting:
+            mt.flags |= PF_EXITING
+        uregs = None if task.kthread else s.task_user_regs(task)
+        user = uregs is not None and uregs.user_mode
+        if not mt.in_kernel and not mt.dead:
+            self.model.enter_kernel(mt, point.kind if iregs.user_mode else "kernel", cpu=s.target.cpu)
+        # A task the model saw exit (its work delivered in do_exit) may still be on its way out:
+        # PF_EXITING is set and the request fails with -EINVAL, as in the kernel.
+        kind = {"nmi": NMI, "syscall": SYSCALL}.get(point.kind, IRQ)
+        ctx = Context(kind, user_mode=user)
+        self.result.sampled += self._own_kind(task) is not None
+        queued = False
+        for w in self.works:
+            ret, _cookie = self.model.request(w, mt, s.target.cpu, ctx)
+            self.result.requests[ret] += 1
+            queued |= ret >= 0
+        if queued and task.pid not in self.pending:
+            # The stack the request is about: the interrupted user registers when the request
+            # hit user mode, else those the task saved on its way into the kernel.  A request
+            # that interrupts the entry or exit assembly (before pt_regs is complete, or after
+            # the last return-to-user point) is delivered at the task's *next* exit, with other
+            # registers: the kernel carries the pending state over in the same way.
+            window = None
+            where = None
+            if not iregs.user_mode:
+                where = self._kernel_symbol(iregs.ip)
+                if where.startswith(ENTRY_EXIT_ASM):
+                    window = where
+            want = iregs if iregs.user_mode else uregs
+            # The syscall the task is in (a request at its entry, or one that interrupted its
+            # kernel code): orig_ax of its pt_regs.
+            syscall = want.orig_ax if want is not None and (point.kind == "syscall" or not iregs.user_mode) else None
+            self.pending[task.pid] = Request(want, window, where, syscall, self._own_kind(task))
+
+    def _kernel_symbol(self, addr: int) -> str:
+        found = self.s.symbols.nearest(addr, text=True)
+        return found[0].name if found else ""
+
+    def _arm_returns(self, on: bool) -> None:
+        """Return-to-user breakpoints sit in the kernel only while some task has pending work,
+        so a trace costs about two stops, not one per kernel exit."""
+        if on == self._returns_armed:
+            return
+        for a in self.return_points:
+            (self.s.target.set_breakpoint if on else self.s.target.remove_breakpoint)(a)
+        self._returns_armed = on
+
+    def _drive(self, waiting, max_stops: int = 5000) -> None:
+        """Continue from return point to return point while ``waiting()``; deliver on the way."""
+        self._arm_returns(bool(self.pending))
+        n = 0
+        self._seen = collections.Counter()
+        while waiting():
+            n += 1
+            if n > max_stops:
+                seen = ", ".join(f"{k[1]}[{k[0]}] at {k[2]} x{v}" for k, v in self._seen.most_common(6))
+                what = "; ".join(f"{pid}: {p.own or 'other'}, requested at ip={p.want.ip if p.want else 0:#x} "
+                                 f"in {p.where or 'user mode'}" for pid, p in sorted(self.pending.items()))
+                self.result.problems.append(
+                    f"pending work of {sorted(self.pending)} not delivered within {max_stops} stops ({what}); "
+                    f"stops were: {seen}")
+                self.pending.clear()
+                break
+            stop = self.s.target.cont(timeout=30)
+            self.result.stops += 1
+            point = self.return_points.get(stop.pc) or self.request_points.get(stop.pc)
+            if point is None:
+                self.result.errors.append(f"stopped at {stop.pc:#x}, not at a breakpoint of ours")
+            elif stop.pc in self.return_points:
+                self._on_return(point)
+            elif point.kind == "syscall" and self.result.sampled < self.sc.samples:
+                # A syscall entry while another task's work is pending (the child that runs while
+                # its parent sits in sched_yield with work pending) is a request like any other,
+                # up to the scenario's number: passed over, that syscall would never be sampled.
+                # NMI and timer request points reached while delivering are passed over (they
+                # come again), so a trace's cost stays measurable.
+                self._on_request(point)
+        self._arm_returns(bool(self.pending))
+
+    def _flush_pending(self) -> None:
+        """At the end, wake sleeping tasks (init reads the console) so that their pending work
+        is delivered; what still stays pending is reported, not dropped."""
+        if not self.pending:
+            return
+        # No new requests now: with the request points still in, timer interrupts on every vCPU
+        # would spend the drive's stops while init wakes up.
+        for a in self.request_points:
+            self.s.target.remove_breakpoint(a)
+        self.s.target.resume()
+        self.s.machine.console.send("")  # an empty line wakes init's read loop
+        self.s.target.interrupt()
+        try:
+            self._drive(lambda: bool(self.pending), max_stops=200)
+        except TargetTimeout:
+            pass
+        self.result.pending_at_end += len(self.pending)
+        if self.pending:
+            self.result.notes.append(f"work of {sorted(self.pending)} still pending at the end of the run "
+                                     f"(the task never returned to user space)")
+        self.pending.clear()
+
+    def _on_return(self, point) -> None:
+        s = self.s
+        task = s.current()
+        self._seen[(task.pid, task.comm, point.name)] += 1
+        if task.pid not in self.pending:
+            return
+        mt = self.model.tasks[task.pid]
+        regs = s.regs_at(point)
+        pending = self.pending.pop(task.pid)
+        self._walk_regs, self._walk_task = regs, task
+        self._delivered_now = []
+        if point.kind == "exit":
+            self.model.exit(mt)
+        else:
+            self.model.return_to_user(mt)
+        self._check(task, regs, pending, point)
+        self._arm_returns(bool(self.pending))
+
+    # -- the oracles and their verdicts, at the delivery stop -----------------------------------
+    def _check(self, task: TaskInfo, regs: UserRegs, req: Request, point) -> None:
+        r = self.result
+        if not self._delivered_now:
+            return
+        r.stacks += 1
+        trace = self._last_trace
+        problems = []
+        if len({d.trace for d in self._delivered_now}) != 1:
+            problems.append(f"pid {task.pid}: tracers got different traces in one entry")
+        own = self._own_kind(task)
+        stack = Stack(regs, trace, self.sc.unwinder, self.max_entries, self.memory, self.space, self.code,
+                      self._sframe_tables, req, self._thread_pointer)
+        if own is None:
+            # Another task: the program's address space and its oracles say nothing about it; only
+            # the request's registers are checked (the model's rules apply to every task).
+            r.foreign += 1
+            oracles = [o for o in self.oracles if o.registers]
+        else:
+            oracles = self.oracles
+            r.tasks.add(task.pid)
+            r.children += own == "child"
+            r.at_exit += point.kind == "exit"
+            if trace.stop.reason is StopReason.LIMIT:
+                r.truncated += 1
+                if len(trace) != self.max_entries:
+                    problems.append(f"pid {task.pid}: trace truncated at {len(trace)} entries, "
+                                    f"not UNWIND_MAX_ENTRIES = {self.max_entries}")
+        frames = {self.sc.unwinder: self._frames(trace.ips, frozenset({0}))}
+        stops = {self.sc.unwinder: str(trace.stop)}
+        verdicts = []
+        for o in oracles:
+            of = o.frames(stack)
+            v = judge(stack, o, of)
+            verdicts.append(v)
+            r.pairs[(o.name, v.verdict)] += 1
+            if v.verdict == NOT_CHECKED:
+                r.not_checked[(o.name, v.reason)] += 1
+            if isinstance(of, OracleFrames):
+                frames[o.name] = self._frames(of.ips, of.marks)
+                stops[o.name] = of.stop
+            for d in v.divergences:
+                if d.cause:
+                    r.causes[d.cause] += 1
+        entry, epoch = self._delivered_entry
+        records = [v.as_record() for v in verdicts]
+        records += [{"unwinder": self.sc.unwinder, "oracle": "delivery", "verdict": FAILURE, "divergences": [],
+                     "reason": p} for p in problems]
+        rec = self.log.emit(
+            "stack", task=task.pid, entry=entry, epoch=epoch, cookie=self._delivered_now[0].cookie,
+            point=point.name, comm=task.comm, own=own, scenario=self.sc.name,
+            regs={"ip": regs.ip, "sp": regs.sp, "bp": regs.bp}, unwinder=self.sc.unwinder,
+            frames=frames, stops=stops, verdicts=records)
+        if problems or any(v.failed for v in verdicts):
+            if len(r.failures) < FAILURES_KEPT:
+                r.failures.append(rec)
+        for v in verdicts:
+            for d in v.divergences:
+                if d.cause and d.cause not in r.examples:
+                    r.examples[d.cause] = rec
+
+    def _thread_pointer(self) -> int:
+        return self.s.target.read_registers()["fs_base"]
+
+    def _frames(self, ips, marks) -> list[list]:
+        """[address, module, symbol+offset] per frame; return addresses looked up at ra - 1."""
+        out = []
+        for k, ip in enumerate(ips):
+            key = (ip, k not in marks)
+            if key not in self._names:
+                loc = self.symbolizer.locate(ip, key[1])
+                self._names[key] = [ip, (loc.module or "").rsplit("/", 1)[-1],
+                                    f"{loc.symbol}+{loc.offset:#x}" if loc.symbol else ""]
+            out.append(self._names[key])
+        return out
+
+
+def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None) -> list[Result]:
+    results = []
+    for sc in scenarios:
+        # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
+        n = sum(r.scenario.name == sc.name for r in results)
+        log = open(log_dir / f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl", "w") if log_dir else None
+        try:
+            results.append(Engine(session, sc, log).run())
+        finally:
+            if log:
+                log.close()
+    return results
+
+
+def raw_stop_rate(session: Session, program: Program, n: int = 200) -> float:
+    """The floor: stops per second at a breakpoint the program hits continuously (a syscall
+    return), with nothing done at each stop but reading the registers."""
+    proc = session.run_program([program.guest_path, "100000000", "raw"])
+    point = session.stops["return_syscall64"]
+    session.target.set_breakpoint(point.addr)
+    try:
+        session.target.cont(timeout=30)
+        start = time.monotonic()
+        for _ in range(n):
+            session.target.cont(timeout=30)
+        return n / (time.monotonic() - start)
+    finally:
+        session.target.remove_breakpoint(point.addr)
+        session.target.resume()
+        session.machine.shell(f"kill {proc.pid}")
+        session.target.interrupt()

@@ -1,0 +1,65 @@
+"""What one scenario run found: counts keyed by oracle, verdict and cause, and the failing stacks.
+
+No display strings: the text table, the HTML report and the JUnit file are drawn from these
+fields and from the run's JSONL stack records (:mod:`harness.report`).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from ..verdicts.types import AGREE, EXPLAINED
+from .catalog import Scenario
+
+__all__ = ["Result"]
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    oracles: list[str] = field(default_factory=list)  # the oracles that checked this program's stacks
+    requests: collections.Counter = field(default_factory=collections.Counter)  # return value -> n
+    stacks: int = 0  # stacks delivered (every task's)
+    foreign: int = 0  # of which of other tasks (init, kernel threads' users): the model's rules only
+    pairs: collections.Counter = field(default_factory=collections.Counter)  # (oracle, verdict) -> stacks
+    causes: collections.Counter = field(default_factory=collections.Counter)  # cause -> divergences
+    not_checked: collections.Counter = field(default_factory=collections.Counter)  # (oracle, reason) -> n
+    failures: list[dict] = field(default_factory=list)  # the stack records with a failing pair
+    problems: list[str] = field(default_factory=list)  # delivery failures (work never delivered, ...)
+    examples: dict[str, dict] = field(default_factory=dict)  # cause -> the first stack record it explained
+    callbacks: int = 0
+    cookies: set = field(default_factory=set)
+    walks: int = 0
+    stops: int = 0
+    tasks: set = field(default_factory=set)  # pids of the program's tasks whose stacks were checked
+    children: int = 0  # stacks of the program's children (fork, exec) checked
+    at_exit: int = 0  # stacks of the program's tasks delivered in do_exit()
+    truncated: int = 0  # stacks cut at UNWIND_MAX_ENTRIES
+    pending_at_end: int = 0  # work still pending when the run ended (the task never returned)
+    seconds: float = 0.0
+    loop_seconds: float = 0.0  # the sampling loop alone (no program start, no log check)
+    invariant_violations: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why sampling ended early, and the like
+    sampled: int = 0  # requests that landed on the program's tasks
+    program_exit: int | None = None  # the status /init reported, if the program ended during the run
+
+    @property
+    def own_stacks(self) -> int:
+        """Stacks of the program's own tasks (the ones the oracles check)."""
+        return self.stacks - self.foreign
+
+    def agreed(self, oracle: str) -> int:
+        return self.pairs[(oracle, AGREE)]
+
+    def explained(self, oracle: str) -> int:
+        return self.pairs[(oracle, EXPLAINED)]
+
+    def judged(self, oracle: str) -> int:
+        """Stacks for which ``oracle`` gave a verdict (agree, explained or failure)."""
+        return sum(n for (o, v), n in self.pairs.items() if o == oracle and v != "not checked")
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failures or self.problems or self.errors or self.invariant_violations) and self.stacks > 0

@@ -1,0 +1,186 @@
+"""Facts about the machine code at run-time addresses of one task: which function an address is
+in, whether that function sets up a frame pointer, whether an IP sits in a prologue or at an
+epilogue ``ret``, which calls a range of code makes.
+
+These are the facts divergence causes (:mod:`harness.verdicts.causes`) prove their case with, so
+each one can also be *shown*: :meth:`CodeFacts.disassemble` decodes instructions with Capstone
+(a maintained x86 decoder: the evidence of "this function sets up no frame pointer" is its
+decoded prologue, and a hand-written decoder for the few byte patterns we test for would show
+nothing a person can check against ``objdump -d``).  The tests themselves stay on raw bytes
+(``push %rbp`` is 0x55, ``mov %rsp,%rbp`` 48 89 e5) because those are what the kernel and the
+compiler agree on; Capstone only renders them.
+
+Pure: code is read through ``memory.read(addr, size)`` (guest memory, or a snapshot), functions
+are found through an :class:`~harness.unwind.maps.AddressSpace`.  Text does not change while a
+program runs, so every fact is memoized per address.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import capstone
+
+from ..memory import Memory, MemoryFault
+from .cfi import cfi_table
+from .maps import AddressSpace
+from .symbolize import symbol_index
+
+__all__ = ["ENDBR", "MOV_SP_FP", "CodeFacts", "FrameSetup", "Function", "Insn"]
+
+PUSH_BP = b"\x55"
+# `mov %rsp,%rbp` by word size: with a `push %rbp` before it near a function's start, the frame
+# setup whose absence makes a function "frameless".  The two need not be adjacent (the vDSO's
+# __vdso_clock_gettime schedules `mov %edi,%r11d` between them).
+MOV_SP_FP = {8: b"\x48\x89\xe5", 4: b"\x89\xe5"}
+ENDBR = (b"\xf3\x0f\x1e\xfa", b"\xf3\x0f\x1e\xfb")
+SETUP_WINDOW = 24  # bytes from a function's start in which its frame setup must begin
+RET = 0xC3
+POP_BP, LEAVE = 0x5D, 0xC9
+CALL_REL32 = 0xE8
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function of the task's address space at run-time addresses."""
+
+    name: str
+    start: int
+    size: int
+    module: str  # the mapped file's path ("[vdso]" for the vDSO)
+    source: str = "symbol"  # "symbol" (.symtab/.dynsym) or "fde" (bounds of its .eh_frame FDE)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+@dataclass(frozen=True)
+class Insn:
+    addr: int
+    size: int
+    text: str  # "push rbp", Intel syntax as Capstone prints it
+
+    def __str__(self) -> str:
+        return f"{self.addr:#x}: {self.text}"
+
+
+@dataclass(frozen=True)
+class FrameSetup:
+    """Where a function's frame pointer is set up: ``push %rbp`` at ``push``, and the address
+    right after ``mov %rsp,%rbp`` (``done``): from there on rbp is this function's frame pointer."""
+
+    push: int
+    done: int
+
+
+class CodeFacts:
+    """Memoized facts about the code of one address space, read through ``memory``."""
+
+    def __init__(self, space: AddressSpace, memory: Memory, ws: int = 8):
+        self.space = space
+        self.memory = memory
+        self.ws = ws
+        self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64 if ws == 8 else capstone.CS_MODE_32)
+        self._memo: dict[tuple, object] = {}
+
+    def memo(self, key: tuple, compute):
+        """``compute()`` once per key (a fact about code, which does not change); None where it
+        faulted."""
+        if key not in self._memo:
+            try:
+                self._memo[key] = compute()
+            except MemoryFault:
+                self._memo[key] = None
+        return self._memo[key]
+
+    # -- functions ---------------------------------------------------------------------------
+    def function_at(self, addr: int, return_address: bool = False) -> Function | None:
+        """The function containing ``addr``; a return address is looked up at ``addr - 1`` (the
+        call), so a call in tail position still names its caller."""
+        return self.memo(("function", addr, return_address),
+                          lambda: self._function(addr - 1 if return_address else addr))
+
+    def _function(self, probe: int) -> Function | None:
+        e = self.space.elf_at(probe)
+        if e is None:
+            return None
+        link = e.link_address(probe)
+        sym = symbol_index(e.image).lookup(link)
+        if sym is not None:
+            return Function(sym.name, sym.addr + e.bias, sym.size, e.path)
+        # No symbol (the vDSO exports only its entry points): the bounds of the FDE.
+        fde = cfi_table(e.image).fde_for(link)
+        if fde is None:
+            return None
+        start = fde["initial_location"]
+        return Function(f"{e.path.rsplit('/', 1)[-1]}+{start:#x}", start + e.bias, fde["address_range"],
+                        e.path, "fde")
+
+    # -- frame pointer -----------------------------------------------------------------------
+    def frame_setup(self, f: Function) -> FrameSetup | None:
+        """``push %rbp`` + ``mov %rsp,%rbp`` near the start of ``f``: adjacent within the first
+        bytes (also after i386 main's stack realignment), or apart when ``push %rbp`` is the first
+        instruction (after ``endbr64``).  None: ``f`` keeps no frame pointer, and rbp inside it
+        is not one."""
+        def compute():
+            head = self.memory.read(f.start, min(f.size or 32, 32))
+            mov = MOV_SP_FP[self.ws]
+            k = head.find(PUSH_BP + mov, 0, SETUP_WINDOW)
+            if k >= 0:
+                return FrameSetup(f.start + k, f.start + k + 1 + len(mov))
+            push = 4 if head.startswith(ENDBR) else 0
+            if head[push : push + 1] != PUSH_BP:
+                return None
+            k = head.find(mov, push + 1, SETUP_WINDOW)
+            return FrameSetup(f.start + push, f.start + k + len(mov)) if k >= 0 else None
+        return self.memo(("setup", f.start), compute)
+
+    def at_epilogue(self, ip: int) -> bool:
+        """``ip`` is a ``ret`` right after ``pop %rbp`` or ``leave``: rbp is the caller's already."""
+        def compute():
+            code = self.memory.read(ip - 1, 2)
+            return code[1] == RET and code[0] in (POP_BP, LEAVE)
+        return bool(self.memo(("epilogue", ip), compute))
+
+    # -- calls -------------------------------------------------------------------------------
+    def calls(self, start: int, end: int) -> set[int]:
+        """Targets of the ``call rel32`` instructions in [start, end) (a byte scan: every e8 whose
+        target is one we look for is a call in compiled code; a stray e8 inside another
+        instruction only adds a target nobody asks about)."""
+        code = self.memory.read(start, end - start) if end > start else b""
+        out = set()
+        for k in range(len(code) - 4):
+            if code[k] == CALL_REL32:
+                out.add((start + k + 5 + struct.unpack_from("<i", code, k + 1)[0]) & ((1 << 64) - 1))
+        return out
+
+    def call_before(self, ra: int) -> Insn | None:
+        """The call instruction that ends exactly at return address ``ra`` (decoded), or None."""
+        def compute():
+            code = self.memory.read(ra - 8, 8)
+            for size in (5, 2, 3, 6, 7, 4):  # call rel32 first, then indirect forms
+                insn = self._decode_one(code[8 - size :], ra - size)
+                if insn is not None and insn.size == size and insn.text.startswith("call"):
+                    return insn
+            return None
+        return self.memo(("call_before", ra), compute)
+
+    # -- rendering ---------------------------------------------------------------------------
+    def _decode_one(self, code: bytes, addr: int) -> Insn | None:
+        for i in self._cs.disasm(code, addr, 1):
+            return Insn(i.address, i.size, f"{i.mnemonic} {i.op_str}".strip())
+        return None
+
+    def disassemble(self, start: int, end: int, limit: int = 16) -> list[Insn]:
+        """Instructions from ``start`` up to ``end`` (at most ``limit``); empty where unreadable."""
+        def compute():
+            code = self.memory.read(start, max(0, end - start))
+            return tuple(Insn(i.address, i.size, f"{i.mnemonic} {i.op_str}".strip())
+                         for i in self._cs.disasm(code, start, limit))
+        return list(self.memo(("disasm", start, end, limit), compute) or ())
+
+    def prologue(self, f: Function, n: int = 6) -> list[Insn]:
+        """The first ``n`` instructions of ``f``: the evidence of how (or whether) it sets up rbp."""
+        return self.disassemble(f.start, f.start + min(f.size or 48, 48), n)

@@ -1,0 +1,443 @@
+"""The closed registry of divergence causes: each one a predicate that proves its case.
+
+A cause is a function ``(stack, divergence) -> evidence | None``: it looks at the binary and the
+task's memory at the stop where the stack was delivered, and returns what it looked at (a dict
+with a one-line ``text`` and the facts: the decoded prologue, the FDE range, the module without
+.sframe, ...) when that explains the divergence, None when it does not.  :func:`explain` tries the
+causes registered for the divergence's kind, unwinder and oracle in registry order (specific
+before general) and returns the divergence proven by the first that accepts.  A divergence no
+cause accepts is a failure.  Adding a cause is one function with one :func:`cause` line.
+
+The model stays exactly the kernel's: the SFrame series looks up every frame with the IP itself
+(``sframe_find(state->ip)``), never ``ra - 1``; where that makes a walk lose frames (a call in tail
+position), the cause names what the kernel does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+
+from ..memory import MemoryFault
+from ..oracles.base import Stack
+from ..oracles.cfi import is_signal_trampoline, signal_frame_regs
+from ..oracles.shadow import HOOK_ENTER, HOOK_EXIT, instrumented, shadow_pushed
+from ..unwind.cfi import CorruptCFI, cfi_table
+from ..unwind.code import Function
+from ..unwind.user import StopReason, UnwinderType
+from .types import DIFFERS, ENDS, EXTRA, KINDS, LOST, PAST_END, REGS, Divergence
+
+__all__ = ["CAUSES", "Cause", "cause", "evidence", "explain"]
+
+PT_GNU_SFRAME = 0x6474E554
+FP_STEPS = (UnwinderType.FP, UnwinderType.COMPAT_FP, UnwinderType.FP_ENTRY)
+EXECVE, EXECVEAT, RT_SIGRETURN = 59, 322, 15  # x86-64 syscall numbers
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    kinds: frozenset[str]
+    summary: str
+    predicate: Callable[[Stack, Divergence], dict | None]
+    oracles: frozenset[str] | None = None  # None: any oracle
+    unwinders: frozenset[str] | None = None  # None: any unwinder
+
+    def applies(self, d: Divergence) -> bool:
+        return (d.kind in self.kinds and (self.oracles is None or d.oracle in self.oracles)
+                and (self.unwinders is None or d.unwinder in self.unwinders))
+
+
+CAUSES: dict[str, Cause] = {}
+
+
+def cause(name: str, kinds, summary: str, *, oracles=None, unwinders=None):
+    """Decorator: register ``predicate`` as the cause ``name`` for divergences of ``kinds``."""
+    def deco(fn):
+        if name in CAUSES:
+            raise ValueError(f"cause {name!r} registered twice")
+        CAUSES[name] = Cause(name, frozenset(kinds), summary, fn,
+                             frozenset(oracles) if oracles else None, frozenset(unwinders) if unwinders else None)
+        return fn
+    return deco
+
+
+def explain(stack: Stack, d: Divergence) -> Divergence:
+    """``d`` proven by the first registered cause that accepts it, or ``d`` as it is."""
+    for c in CAUSES.values():
+        if c.applies(d):
+            ev = c.predicate(stack, d)
+            if ev is not None:
+                return d.proven(c.name, ev)
+    return d
+
+
+def evidence(text: str, **facts) -> dict:
+    return {"text": text, **facts}
+
+
+# -- what the failing step started from ------------------------------------------------------
+def _from(d: Divergence) -> tuple[int, bool]:
+    """The frame the step that went wrong started from, and whether it is an interrupted IP
+    (looked up at itself) rather than a return address (looked up at ra - 1)."""
+    if d.kind in (EXTRA, PAST_END):
+        k = d.got_index - 1
+        return d.got[k], k == 0
+    k = d.want_index - 1
+    return d.want[k], k in d.want_marks
+
+
+def _step(stack: Stack, d: Divergence) -> UnwinderType | None:
+    """The unwinder type of the step that went wrong: for ENDS the one tried when the walk
+    stopped (the kernel's state->current_type), else the one that produced got[i]."""
+    if d.kind == ENDS:
+        return stack.trace.stopped_in
+    frames = stack.trace.frames
+    return frames[d.got_index].how if d.got_index < len(frames) else None
+
+
+def _outcome(stack: Stack, d: Divergence) -> str:
+    if d.kind == ENDS:
+        return f"ended the walk ({stack.trace.stop})"
+    if d.kind == LOST:
+        return f"skipped {d.want[d.want_index]:#x}"
+    return f"gave {d.got[d.got_index]:#x} where {d.oracle} has {d.want[d.want_index]:#x}"
+
+
+def _fn(f: Function) -> dict:
+    return {"function": f.name, "module": f.module, "start": f.start, "end": f.end}
+
+
+def _where(addr: int, is_ip: bool) -> str:
+    return f"the IP {addr:#x}" if is_ip else f"the return address {addr:#x}"
+
+
+# -- frame pointers ----------------------------------------------------------------------------
+def _frameless(stack: Stack, addr: int, is_ip: bool) -> dict | None:
+    """The function at ``addr`` sets up no frame pointer (its decoded prologue shows it)."""
+    code = stack.code
+    f = code.function_at(addr, not is_ip)
+    if f is None or code.frame_setup(f) is not None:
+        return None
+    prologue = [str(i) for i in code.prologue(f)]
+    return {**_fn(f), "prologue": prologue,
+            "why_fp": f"{f.name} sets up no frame pointer (no push %rbp; mov %rsp,%rbp: "
+                      f"{'; '.join(i.split(': ', 1)[1] for i in prologue[:4])})"}
+
+
+def _in_prologue(stack: Stack, addr: int) -> dict | None:
+    code = stack.code
+    f = code.function_at(addr)
+    setup = code.frame_setup(f) if f is not None else None
+    if setup is None or not f.start <= addr < setup.done:
+        return None
+    return {**_fn(f), "ip": addr, "setup_done": setup.done,
+            "code": [str(i) for i in code.disassemble(f.start, setup.done)],
+            "why_fp": f"the IP is in {f.name}'s prologue, before mov %rsp,%rbp completes at {setup.done:#x}: "
+                      f"rbp is still the caller's frame pointer"}
+
+
+def _at_epilogue(stack: Stack, addr: int) -> dict | None:
+    if not stack.code.at_epilogue(addr):
+        return None
+    f = stack.code.function_at(addr)
+    return {**(_fn(f) if f else {}), "ip": addr,
+            "code": [str(i) for i in stack.code.disassemble(addr - 1, addr + 1)],
+            "why_fp": "the IP is the ret after pop %rbp/leave: rbp is the caller's frame pointer already"}
+
+
+def _fp_cannot_step(stack: Stack, addr: int, is_ip: bool) -> dict | None:
+    """Why a frame-pointer step from ``addr`` cannot find its caller, or None when it should."""
+    found = _frameless(stack, addr, is_ip)
+    if found is None and is_ip:
+        found = _in_prologue(stack, addr) or _at_epilogue(stack, addr)
+    return found
+
+
+@cause("signal-frame", (LOST,), "the interrupted IP below a signal frame: no frame links it to the handler")
+def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
+    j = d.want_index
+    if j not in d.want_marks or j < 2 or not is_signal_trampoline(stack.space, d.want[j - 1]):
+        return None
+    tramp = stack.code.function_at(d.want[j - 1], True)
+    name = tramp.name if tramp else f"{d.want[j - 1]:#x}"
+    return evidence(f"{d.want[j]:#x} is the IP a signal interrupted; the frame above it is the trampoline "
+                    f"{name} (CIE augmentation 'S'), whose step follows the interrupted rbp to the interrupted "
+                    f"function's caller", trampoline=name, interrupted_ip=d.want[j])
+
+
+@cause("truncated", (ENDS,), "the walk stopped at UNWIND_MAX_ENTRIES (the deferred cache is one page)")
+def _truncated(stack: Stack, d: Divergence) -> dict | None:
+    t = stack.trace
+    if t.stop.reason is not StopReason.LIMIT or len(t) != stack.max_entries:
+        return None
+    return evidence(f"truncated at {stack.max_entries} entries (UNWIND_MAX_ENTRIES); {d.oracle} goes on to "
+                    f"{len(d.want)}", nr=len(t), max_entries=stack.max_entries, oracle_frames=len(d.want))
+
+
+@cause("fp-prologue-ip", (LOST,), "an IP in a prologue: the FP step skips the caller (entry rule off)",
+       unwinders={"fp"})
+def _fp_prologue(stack: Stack, d: Divergence) -> dict | None:
+    addr, is_ip = _from(d)
+    if not is_ip or _step(stack, d) not in FP_STEPS:
+        return None
+    found = _in_prologue(stack, addr)
+    if found is None:
+        return None
+    return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)} (the kernel's function-entry "
+                    f"frame applies only at a uprobe)", **found)
+
+
+@cause("fp-epilogue-ip", (LOST,), "an IP at an epilogue ret: the FP step skips the caller", unwinders={"fp"})
+def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
+    addr, is_ip = _from(d)
+    if not is_ip or _step(stack, d) not in FP_STEPS:
+        return None
+    found = _at_epilogue(stack, addr)
+    if found is None:
+        return None
+    return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)}", **found)
+
+
+@cause("fp-frameless-function", (LOST, ENDS, DIFFERS),
+       "the FP step from a function that sets up no frame pointer (rbp is not its frame)", unwinders={"fp"})
+def _fp_frameless(stack: Stack, d: Divergence) -> dict | None:
+    if _step(stack, d) not in FP_STEPS:
+        return None
+    addr, is_ip = _from(d)
+    found = _frameless(stack, addr, is_ip)
+    if found is None:
+        return None
+    return evidence(f"{found['why_fp']}: the FP step from {_where(addr, is_ip)} {_outcome(stack, d)}", **found)
+
+
+# -- SFrame ------------------------------------------------------------------------------------
+def _sframe_fallback(stack: Stack, d: Divergence) -> tuple[int, bool, dict] | None:
+    """The step went wrong in the FP fallback of an SFrame walk, and FP could not step there:
+    (address, is_ip, why FP could not)."""
+    if _step(stack, d) not in FP_STEPS:
+        return None  # SFrame had an FRE and took the step (or another unwinder did)
+    addr, is_ip = _from(d)
+    fp = _fp_cannot_step(stack, addr, is_ip)
+    if fp is None:
+        return None
+    return addr, is_ip, fp
+
+
+def _has_sframe(stack: Stack, addr: int) -> bool | None:
+    """The ELF mapped at ``addr`` has a .sframe section or a PT_GNU_SFRAME segment (None: no ELF)."""
+    e = stack.space.elf_at(addr)
+    if e is None:
+        return None
+    try:
+        elf = e.image.elf
+        if elf.num_sections() and elf.get_section_by_name(".sframe") is not None:
+            return True
+        return any(s["p_type"] in ("PT_GNU_SFRAME", PT_GNU_SFRAME) for s in elf.iter_segments())
+    except ELFError:
+        return None
+
+
+@cause("sframe-tail-call", (LOST, ENDS, DIFFERS),
+       "a call in tail position: the return address is its function's end; the kernel looks it up "
+       "at itself, no FDE covers it, and the FP fallback cannot step", unwinders={"sframe"})
+def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
+    found = _sframe_fallback(stack, d)
+    if found is None or found[1]:
+        return None
+    ra, _, fp = found
+    table = stack.sframe_for(ra)
+    if table is None or table.find_fde(ra) is not None:
+        return None
+    f = stack.code.function_at(ra, True)
+    fde = table.find_fde(ra - 1)
+    call = stack.code.call_before(ra)
+    if f is None or f.end != ra or fde is None or fde.func_end != ra or call is None:
+        return None
+    return evidence(
+        f"the return address {ra:#x} is the end of {f.name} (its last instruction is `{call.text}`, a call "
+        f"that never returns); the kernel's SFrame lookup takes the address itself, not ra - 1, and no FDE "
+        f"covers it ({f.name}'s FDE is [{fde.func_start:#x}, {fde.func_end:#x})), so the walk falls back to "
+        f"frame pointers: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
+        **_fn(f), return_address=ra, fde=[fde.func_start, fde.func_end], call=str(call),
+        fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
+
+
+@cause("sframe-tail-call-next-fde", (LOST, ENDS, DIFFERS),
+       "a call in tail position whose return address is the next function's start: the kernel's lookup "
+       "finds that function's FDE and applies its entry row", unwinders={"sframe"})
+def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
+    if _step(stack, d) is not UnwinderType.SFRAME:
+        return None
+    ra, is_ip = _from(d)
+    if is_ip:
+        return None
+    table = stack.sframe_for(ra)
+    f = stack.code.function_at(ra, True)
+    call = stack.code.call_before(ra)
+    if table is None or f is None or f.end != ra or call is None:
+        return None
+    found, own = table.find_fde(ra), table.find_fde(ra - 1)
+    if found is None or found.func_start != ra or own is None or own.func_end != ra:
+        return None
+    nxt = stack.code.function_at(ra)
+    name = nxt.name if nxt else f"{ra:#x}"
+    return evidence(
+        f"the return address {ra:#x} is the end of {f.name} (its last instruction is `{call.text}`, a call that "
+        f"never returns) and the start of {name}; the kernel's SFrame lookup takes the address itself, not "
+        f"ra - 1, so it finds {name}'s FDE [{found.func_start:#x}, {found.func_end:#x}) and applies its "
+        f"function-entry row to {f.name}'s frame: the step {_outcome(stack, d)}",
+        **_fn(f), return_address=ra, fde=[found.func_start, found.func_end], own_fde=[own.func_start, own.func_end],
+        next_function=name, call=str(call))
+
+
+@cause("sframe-function-without-fde", (LOST, ENDS, DIFFERS),
+       "no SFrame FDE covers the function (its object carried no .sframe); the FP fallback cannot step",
+       unwinders={"sframe"})
+def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:
+    found = _sframe_fallback(stack, d)
+    if found is None:
+        return None
+    addr, is_ip, fp = found
+    table = stack.sframe_for(addr)
+    if table is None or table.find_fde(addr) is not None:
+        return None
+    e = stack.space.elf_at(addr)
+    f = stack.code.function_at(addr, not is_ip)
+    if f is not None and not is_ip and f.end == addr:
+        return None  # a return address at its function's end: sframe-tail-call's case, not this one
+    name = f.name if f else f"{addr:#x}"
+    return evidence(
+        f"{e.path if e else '?'} has .sframe ({len(table.fdes)} FDEs) but none covers {name} at "
+        f"{_where(addr, is_ip)} (its object file carried no .sframe: static glibc archives do not); the "
+        f"walk falls back to frame pointers: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
+        **{"module": e.path if e else "", **(_fn(f) if f else {})}, address=addr, fdes=len(table.fdes),
+        fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
+
+
+@cause("sframe-module-without-sframe", (LOST, ENDS, DIFFERS),
+       "the module has no .sframe at all; the FP fallback cannot step", unwinders={"sframe"})
+def _sframe_no_section(stack: Stack, d: Divergence) -> dict | None:
+    found = _sframe_fallback(stack, d)
+    if found is None:
+        return None
+    addr, is_ip, fp = found
+    if _has_sframe(stack, addr) is not False:
+        return None
+    e = stack.space.elf_at(addr)
+    return evidence(
+        f"{e.path} has no .sframe section and no PT_GNU_SFRAME segment, so the walk falls back to frame "
+        f"pointers at {_where(addr, is_ip)}: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
+        module=e.path, address=addr, fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []),
+        function=fp.get("function", ""))
+
+
+# -- the shadow stack --------------------------------------------------------------------------
+@cause("shadow-in-hooks", KINDS, "the IP is inside the instrumentation hooks, which edit the shadow stack",
+       oracles={"shadow"})
+def _shadow_in_hooks(stack: Stack, d: Divergence) -> dict | None:
+    f = stack.code.function_at(d.got[0])
+    if f is None or f.name not in (HOOK_ENTER, HOOK_EXIT):
+        return None
+    return evidence(f"the IP is inside {f.name}, half-way through editing the shadow stack", **_fn(f))
+
+
+@cause("shadow-uninstrumented", (EXTRA,), "the shadow stack has no frame for code built without the hooks",
+       oracles={"shadow"})
+def _shadow_uninstrumented(stack: Stack, d: Divergence) -> dict | None:
+    addr, is_ip = _from(d)
+    f = stack.code.function_at(addr, not is_ip)
+    if f is None or instrumented(stack.code, f):
+        return None
+    return evidence(f"{f.name} makes no call to {HOOK_ENTER} (built without -finstrument-functions), so the "
+                    f"shadow stack has no frame for it", **_fn(f))
+
+
+@cause("shadow-hook-window", (EXTRA,), "the IP is before the enter hook's call or after the exit hook's",
+       oracles={"shadow"})
+def _shadow_hook_window(stack: Stack, d: Divergence) -> dict | None:
+    addr, is_ip = _from(d)
+    if not is_ip:
+        return None
+    f = stack.code.function_at(addr)
+    if f is None or not instrumented(stack.code, f) or shadow_pushed(stack.code, addr, f) is not False:
+        return None
+    return evidence(f"the IP {addr:#x} in {f.name} is before its call to {HOOK_ENTER} completes or after its "
+                    f"call to {HOOK_EXIT}: its shadow frame is not pushed", **_fn(f), ip=addr,
+                    calls_before_ip=[hex(a) for a in sorted(stack.code.calls(f.start, addr))])
+
+
+# -- the CFI oracle's own end ------------------------------------------------------------------
+@cause("cfi-no-fde", (PAST_END,), "the CFI oracle ended for want of an FDE: frames past it cannot be checked",
+       oracles={"cfi"})
+def _cfi_no_fde(stack: Stack, d: Divergence) -> dict | None:
+    if d.want_outermost:
+        return None  # CFI ended at the outermost frame: anything past it is wrong
+    k = len(d.want) - 1
+    addr, probe = d.want[k], d.want[k] - (0 if k in d.want_marks else 1)
+    e = stack.space.elf_at(probe)
+    try:
+        if e is not None and cfi_table(e.image).fde_for(e.link_address(probe)) is not None:
+            return None
+    except CorruptCFI:
+        return None
+    where = e.path if e is not None else "no ELF file (anonymous or generated code)"
+    return evidence(f"no .eh_frame FDE covers {addr:#x} ({where}): the CFI walk ends there and the "
+                    f"{len(d.got) - d.got_index} frame(s) the unwinder reports past it are unchecked",
+                    address=addr, module=e.path if e else "", unchecked=len(d.got) - d.got_index)
+
+
+# -- the request's registers ------------------------------------------------------------------
+@cause("request-in-entry-asm", (REGS,), "the request hit the entry/exit assembly: delivered at the next exit",
+       oracles={"regs"})
+def _in_entry_asm(stack: Stack, d: Divergence) -> dict | None:
+    req = stack.request
+    if req is None or req.window is None:
+        return None
+    return evidence(f"the request interrupted {req.window} (pt_regs incomplete, or past the last "
+                    f"return-to-user point): the work is delivered at the task's next exit, with its registers",
+                    window=req.window)
+
+
+@cause("signal-delivery", (REGS,), "the request came during signal delivery, after get_signal() ran the work",
+       oracles={"regs"})
+def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
+    regs, req = stack.regs, stack.request
+    if req is None or req.want is None or regs.compat:
+        return None
+    try:
+        pretcode = int.from_bytes(stack.memory.read(regs.sp, 8), "little")
+    except MemoryFault:
+        return None
+    saved = signal_frame_regs(stack.space, stack.memory, pretcode, regs.sp + 8)
+    if saved is None or (saved.ip, saved.sp, saved.bp) != (req.want.ip, req.want.sp, req.want.bp):
+        return None
+    return evidence(f"the walk started from a signal handler's registers whose frame (pretcode {pretcode:#x}) "
+                    f"saved exactly the requested ones: the request came while the kernel delivered the signal, "
+                    f"after get_signal() had run the task work", pretcode=pretcode)
+
+
+@cause("execve-replaced", (REGS,), "the request came during execve: the new image's registers were walked",
+       oracles={"regs"})
+def _execve(stack: Stack, d: Divergence) -> dict | None:
+    req = stack.request
+    if req is None or req.syscall not in (EXECVE, EXECVEAT) or not stack.regs.fresh_exec:
+        return None
+    return evidence(f"the task was in execve (syscall {req.syscall}) and the walked registers are those a "
+                    f"successful execve installs (only ip, sp, flags set): unwind_deferred has no exec hook",
+                    syscall=req.syscall)
+
+
+@cause("sigreturn-restored", (REGS,), "the request came during rt_sigreturn: the restored registers were walked",
+       oracles={"regs"})
+def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
+    req, regs = stack.request, stack.regs
+    if req is None or req.syscall != RT_SIGRETURN or req.want is None or req.want.compat:
+        return None
+    restored = signal_frame_regs(stack.space, stack.memory, req.want.ip, req.want.sp)
+    if restored is None or (restored.ip, restored.sp, restored.bp) != (regs.ip, regs.sp, regs.bp):
+        return None
+    return evidence("the task was in rt_sigreturn and the walked registers are those it restored from the "
+                    f"signal frame at sp {req.want.sp:#x}", frame_sp=req.want.sp)
