@@ -18,18 +18,35 @@ one kernel entry, or two when ``unwind_reset_info()`` found PENDING set and kept
    callback of that tracer that was running;
 7. a task accepts no request once ``exit`` set PF_EXITING: such requests return -EINVAL.
 
-:func:`check_events` returns a :class:`Verdict`; :func:`main_check` is the ``harness check LOG``
-command (exit 0 clean, 1 violations, 2 unreadable input).
+``stack`` records (a delivered user stack and the oracles' verdicts on it) leave these invariants
+alone; for them and for the ``end`` record:
+
+8. a stack record's unwinder frames are the trace walked for its task in its epoch (their
+   ``trace_hash`` is the ``walk``'s, or the ``callback``'s when the log has no walk), and its
+   cookie, when given, the one the epoch's callback delivered;
+9. a verdict is ``"failure"`` exactly when one of its divergences has no cause (or, with no
+   divergence at all, when its ``reason`` says what failed), and ``"agree"`` has no divergence;
+10. the ``end`` record is the last line, and its counts (``stacks``, ``failures``, ``causes``) are
+    those of the stack records.
+
+A log whose last event is not an ``end`` record (or an empty one) is *incomplete*: not a violation,
+but not a passing log either.  The verdict also sums up the stack records: verdicts per
+(unwinder, oracle), divergences per cause, and the failures.
+
+:func:`check_events` returns a :class:`Verdict`; :func:`render` turns it into text;
+:func:`main_check` is the ``harness check LOG`` command (exit 0 clean and complete with no
+failure, 1 violations, failures or an incomplete log, 2 unreadable input).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .log import LogFormatError, read_events
+from .log import VERDICTS, LogFormatError, read_events, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 
@@ -42,14 +59,55 @@ class Violation:
         return f"line {self.line}: {self.message}"
 
 
+@dataclass(frozen=True)
+class StackFailure:
+    """One ``"failure"`` verdict of a stack record: the text of its first divergence that has no
+    cause (of its reason, for a failure that is no divergence)."""
+
+    line: int
+    task: int
+    entry: int
+    unwinder: str
+    oracle: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: task {self.task} entry {self.entry} {self.unwinder}/{self.oracle}: {self.text}"
+
+
 @dataclass
 class Verdict:
     events: int = 0
     violations: list[Violation] = field(default_factory=list)
+    complete: bool = False  # the last event is an end record
+    last_line: int = 0  # line of the last event (0: empty log)
+    end_reason: str | None = None  # the (last) end record's reason
+    requests: int | None = None  # the end record's requests
+    errors: list[str] = field(default_factory=list)  # the end record's errors
+    stacks: int = 0  # stack records
+    failed_stacks: int = 0  # stack records with at least one "failure" verdict
+    verdicts: dict[tuple[str, str], Counter] = field(default_factory=dict)  # (unwinder, oracle) -> verdict -> n
+    causes: Counter = field(default_factory=Counter)  # cause -> divergences it explained
+    failures: list[StackFailure] = field(default_factory=list)  # one per "failure" verdict, in log order
 
     @property
     def clean(self) -> bool:
+        """No invariant violated (an incomplete log or failure verdicts can still be clean)."""
         return not self.violations
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the log is incomplete, or None when its last line is an end record."""
+        if self.complete:
+            return None
+        if not self.events:
+            return "no end record; the log is empty"
+        return f"no end record; the log stops after line {self.last_line}"
+
+    @property
+    def ok(self) -> bool:
+        """What ``harness check`` passes: clean, complete, the run complete, no failure verdict."""
+        return self.clean and self.complete and self.end_reason == "complete" and not self.failures
 
     def messages(self) -> list[str]:
         return [str(v) for v in self.violations]
@@ -87,6 +145,16 @@ class Checker:
         self.cancelled: dict[str, int] = {}  # tracer -> line of its cancel
         self.running: dict[tuple[str, int], int] = {}  # (tracer, pid) -> line of callback start
         self.count = 0
+        # what the stack records are checked against, per (pid, "epoch" | "entry", n):
+        self.walked: dict[tuple[int, str, int], tuple[str, int]] = {}  # -> (trace_hash, line) of the walk
+        self.delivered: dict[tuple[int, str, int], tuple[str, int, int]] = {}  # -> (hash, cookie, line) of a callback
+        self.last: dict | None = None
+        self.end: dict | None = None
+        self.stacks = 0
+        self.failed_stacks = 0
+        self.verdicts: dict[tuple[str, str], Counter] = {}
+        self.causes: Counter = Counter()
+        self.failures: list[StackFailure] = []
 
     # helpers
     def _bad(self, event: dict, message: str) -> None:
@@ -147,6 +215,9 @@ class Checker:
     def feed(self, event: dict) -> None:
         self.count += 1
         event.setdefault("line", event.get("seq", self.count))
+        if self.last is not None and self.last["ev"] == "end":
+            self._bad(self.last, f"end record is not the last line (line {event['line']} follows it)")
+        self.last = event
         handler = getattr(self, "_on_" + event["ev"], None)
         if handler is not None:
             handler(event)
@@ -206,6 +277,9 @@ class Checker:
         if self.max_entries and e["nr"] > self.max_entries:
             self._bad(e, f"{self._where(t)}: walk returned {e['nr']} entries, more than "
                       f"UNWIND_MAX_ENTRIES = {self.max_entries}")
+        for key in ((t.pid, "epoch", e["epoch"]), (t.pid, "entry", e["entry"])):
+            if e["nr"] or key not in self.walked:  # an empty walk only when there is no other
+                self.walked[key] = (e["trace_hash"], e["line"])
         if e["nr"] == 0:
             return
         if ep.walk_hash is not None:
@@ -243,6 +317,8 @@ class Checker:
         if e.get("nr", 1):
             self._check_trace(e, t, "callback", tracer)
         self.running[(tracer, t.pid)] = e["line"]
+        for key in ((t.pid, "epoch", e["epoch"]), (t.pid, "entry", e["entry"])):
+            self.delivered[key] = (e["trace_hash"], e["cookie"], e["line"])
 
     def _on_callback_done(self, e: dict) -> None:
         self.running.pop((e["tracer"], e["task"]), None)
@@ -261,8 +337,97 @@ class Checker:
         self._close_epoch(e, t, "the task exited")
         t.dead = True
 
+    def _on_stack(self, e: dict) -> None:
+        pid, entry = e["task"], e["entry"]
+        where = f"task {pid} entry {entry}"
+        self.stacks += 1
+        self.failed_stacks += stack_failed(e)
+        self.causes.update(stack_causes(e))
+        for v in e["verdicts"]:
+            pair = (v["unwinder"], v["oracle"])
+            self.verdicts.setdefault(pair, Counter())[v["verdict"]] += 1
+            divergences = v.get("divergences", [])
+            unexplained = [d for d in divergences if d["cause"] is None]
+            if v["verdict"] == "failure":
+                if unexplained:
+                    text = unexplained[0]["text"]
+                elif not divergences and v.get("reason"):  # a failure that is no divergence (a delivery's)
+                    text = v["reason"]
+                elif divergences:
+                    text = divergences[0]["text"]
+                    self._bad(e, f"{where}: {'/'.join(pair)} verdict is failure, but none of its "
+                              f"{len(divergences)} divergence(s) lacks a cause")
+                else:
+                    text = "(no divergence, no reason)"
+                    self._bad(e, f"{where}: {'/'.join(pair)} verdict is failure, with neither a divergence "
+                              f"nor a reason")
+                self.failures.append(StackFailure(e["line"], pid, entry, v["unwinder"], v["oracle"], text))
+            elif unexplained and v["verdict"] != "not checked":
+                self._bad(e, f"{where}: {'/'.join(pair)} verdict is {v['verdict']}, but a {unexplained[0]['kind']} "
+                          f"divergence has no cause ({unexplained[0]['text']})")
+            elif v["verdict"] == "agree" and divergences:
+                self._bad(e, f"{where}: {'/'.join(pair)} verdict is agree, with {len(divergences)} divergence(s)")
+        self._check_stack_trace(e, where)
+
+    def _check_stack_trace(self, e: dict, where: str) -> None:
+        pid = e["task"]
+        unwinder = e.get("unwinder")
+        if unwinder is None:  # not named: the one unwinder the verdicts name, if they agree
+            named = {v["unwinder"] for v in e["verdicts"]}
+            unwinder = named.pop() if len(named) == 1 else None
+        if unwinder is None or unwinder not in e["frames"]:
+            self._bad(e, f"{where}: stack record has no frames of its unwinder ({unwinder or 'not named'})")
+            return
+        key = (pid, "epoch", e["epoch"]) if "epoch" in e else (pid, "entry", e["entry"])
+        epoch = f"epoch {e['epoch']}" if "epoch" in e else "this entry"
+        got = trace_hash(row[0] for row in e["frames"][unwinder])
+        callback = self.delivered.get(key)
+        if key in self.walked:
+            want, line = self.walked[key]
+            source = "walked"
+        elif callback is not None:
+            want, _, line = callback
+            source = "delivered by the callback"
+        else:
+            self._bad(e, f"{where}: stack record, but no walk or callback of this task in {epoch} before it")
+            return
+        if got != want:
+            self._bad(e, f"{where}: stack record's {unwinder} frames ({len(e['frames'][unwinder])}, trace {got}) "
+                      f"are not the trace {source} in {epoch} at line {line} ({want})")
+        if callback is not None and "cookie" in e and e["cookie"] != callback[1]:
+            self._bad(e, f"{where}: stack record's cookie {e['cookie']:#x} is not the one the callback at line "
+                      f"{callback[2]} delivered ({callback[1]:#x})")
+
+    def _on_end(self, e: dict) -> None:
+        self.end = e
+        if e["stacks"] != self.stacks:
+            self._bad(e, f"end record counts {e['stacks']} stack(s), the log has {self.stacks} stack record(s)")
+        if "failures" in e and e["failures"] != self.failed_stacks:
+            self._bad(e, f"end record counts {e['failures']} failure(s), the log has {self.failed_stacks} stack "
+                      f"record(s) with a failure verdict")
+        if "causes" in e:
+            said = {k: n for k, n in e["causes"].items() if n}
+            for cause in sorted(set(said) | set(self.causes)):
+                if said.get(cause, 0) != self.causes[cause]:
+                    self._bad(e, f"end record counts {said.get(cause, 0)} divergence(s) explained by {cause}, "
+                              f"the stack records {self.causes[cause]}")
+
     def verdict(self) -> Verdict:
-        return Verdict(self.count, list(self.violations))
+        end = self.end or {}
+        return Verdict(
+            self.count,
+            list(self.violations),
+            complete=self.last is not None and self.last["ev"] == "end",
+            last_line=self.last["line"] if self.last is not None else 0,
+            end_reason=end.get("reason"),
+            requests=end.get("requests"),
+            errors=list(end.get("errors", [])),
+            stacks=self.stacks,
+            failed_stacks=self.failed_stacks,
+            verdicts={pair: Counter(c) for pair, c in self.verdicts.items()},
+            causes=Counter(self.causes),
+            failures=list(self.failures),
+        )
 
 
 def check_events(events: Iterable[dict]) -> Verdict:
@@ -279,14 +444,41 @@ def check_lines(lines: Iterable[str]) -> Verdict:
 
 
 def main_check(argv: list[str] | None = None) -> int:
-    """``harness check LOG``: 0 when the log is clean, 1 with a message per violation, 2 when unreadable."""
+    """``harness check LOG``: 0 when the log is clean and complete with no failure verdict, 1 otherwise
+    (a message per violation, failure, or the incompleteness), 2 when unreadable."""
     parser = argparse.ArgumentParser(prog="harness check", description="check an unwind_deferred event log")
     parser.add_argument("log", help="JSONL event log written by harness.deferred")
     args = parser.parse_args(argv)
     return _run_check(args.log)
 
 
+def render(verdict: Verdict, path: str) -> list[str]:
+    """The lines ``harness check`` prints: the stack records' summary (verdicts per pair, causes,
+    each failure), how the run ended, then "clean" or the violations, then incompleteness."""
+    out = [f"{verdict.stacks} stack(s), {verdict.failed_stacks} with a failure verdict"]
+    for (unwinder, oracle), counts in sorted(verdict.verdicts.items()):
+        shown = ", ".join(f"{name} {counts[name]}" for name in VERDICTS if counts[name])
+        out.append(f"{unwinder}/{oracle}: {shown}")
+    if verdict.causes:
+        out.append("causes: " + ", ".join(f"{c} {n}" for c, n in sorted(verdict.causes.items(), key=lambda x: (-x[1], x[0]))))
+    out += [f"failure: {f}" for f in verdict.failures]
+    if verdict.end_reason is not None:
+        requests = f", {verdict.requests} request(s)" if verdict.requests is not None else ""
+        out.append(f"run ended: {verdict.end_reason}{requests}, {len(verdict.errors)} error(s)")
+        out += [f"error: {e}" for e in verdict.errors]
+    if verdict.clean:
+        out.append(f"clean ({verdict.events} events)")
+    else:
+        out += verdict.messages()
+        out.append(f"{len(verdict.violations)} violation(s) in {verdict.events} events")
+    if verdict.incomplete:
+        out.append(f"incomplete: {verdict.incomplete}")
+    return [f"{path}: {line}" for line in out]
+
+
 def _run_check(path: str) -> int:
+    """Check the log at ``path`` and print :func:`render`'s lines: 0 when :attr:`Verdict.ok`,
+    1 otherwise, 2 (one line on stderr) when the file cannot be read as a log."""
     try:
         with open(path, encoding="utf-8") as fp:
             verdict = check_lines(fp)
@@ -299,10 +491,6 @@ def _run_check(path: str) -> int:
     except LogFormatError as exc:
         print(f"harness check: {path}: {exc}", file=sys.stderr)
         return 2
-    if verdict.clean:
-        print(f"{path}: clean ({verdict.events} events)")
-        return 0
-    for message in verdict.messages():
-        print(f"{path}: {message}")
-    print(f"{path}: {len(verdict.violations)} violation(s) in {verdict.events} events")
-    return 1
+    for line in render(verdict, path):
+        print(line)
+    return 0 if verdict.ok else 1

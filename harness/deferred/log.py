@@ -22,7 +22,46 @@ revision's rules.  Events and their fields:
 ``return_to_user`` task, entry
 ``exit``           task, entry            PF_EXITING set   (``do_exit``)
 ``exit_done``      task                   mm gone, cache freed
+``stack``          task, entry, frames, verdicts [epoch, cookie, point, comm, own, regs, unwinder,
+                   stops]                a user stack delivered to a deferred callback, with the
+                                         oracles' verdicts on it (below)
+``end``            reason, stacks [failures, causes, requests, errors]   the log's last line
 =================  =====================================================================
+
+(Fields in brackets are optional.)  A ``stack`` record::
+
+    {"seq": N, "ev": "stack", "task": PID, "entry": E, "epoch": P, "cookie": C,
+     "point": "return_irq", "comm": "callchain-fp-sta", "own": "main" | "thread" | "child" | null,
+     "regs": {"ip": INT, "sp": INT, "bp": INT},
+     "unwinder": "fp" | "sframe",
+     "frames": {"fp": [[ADDR, "MODULE", "SYM+OFF"], ...], "cfi": [...], "shadow": [...], ...},
+     "stops": {"fp": "fp < sp (fp=0x0 sp=0x7ffe...)", "cfi": "end of chain"},
+     "verdicts": [{"unwinder": "fp", "oracle": "cfi",
+                   "verdict": "agree" | "explained" | "failure" | "not checked",
+                   "reason": "why not checked",
+                   "divergences": [{"kind": "lost" | "extra" | "ends" | "past_end" | "differs" | "regs",
+                                    "got_index": I, "want_index": J, "cause": "cause-name" | null,
+                                    "evidence": {...}, "text": "one line"}]}]}
+
+``frames`` maps the unwinder's name (``unwinder``) and each oracle's name to its frames: address
+(int), module basename (``""`` if unknown), ``"symbol+0xoff"`` (``""`` if unknown).  ``entry`` and
+``epoch`` are the task's counters as in its other events; ``cookie`` is the cookie delivered.  A
+verdict is ``"failure"`` when some divergence has cause null (no known cause explains it), or,
+with no divergence, when something else failed (``reason`` says what).  In a
+verdict, ``unwinder``, ``oracle``, ``verdict`` are required; ``reason`` (a string) and
+``divergences`` (a list, default empty) are optional.  In a divergence, ``kind``, ``cause`` and
+``text`` are required; ``got_index``/``want_index`` (int or null) and ``evidence`` (an object) are
+optional.
+
+The ``end`` record::
+
+    {"seq": N, "ev": "end", "reason": "complete" | "error" | "interrupted", "stacks": N,
+     "failures": N, "causes": {"cause-name": COUNT, ...}, "requests": N, "errors": ["...", ...]}
+
+``stacks`` counts the log's ``stack`` records, ``failures`` those with at least one ``"failure"``
+verdict, ``causes`` the divergences each cause explained over the whole log
+(:func:`stack_counts` computes them from the records).  A log without ``end`` as its last line was
+cut short (the writer died, or the file was copied while being written).
 
 ``epoch`` counts the task's stretches between two resets that cleared the unwind state.  It equals
 the kernel entry except when ``unwind_reset_info()`` found PENDING set (a request from an NMI after
@@ -34,6 +73,7 @@ from __future__ import annotations
 import hashlib
 import json
 from ..errors import HarnessError
+from collections import Counter
 from typing import IO, Iterable, Iterator
 
 LOG_VERSION = 1
@@ -57,13 +97,19 @@ def trace_hash(trace: Iterable[int]) -> str:
 
 
 class EventLog:
-    """Writes events as JSON lines to ``fp`` and flushes each one; keeps them in memory too."""
+    """Writes events as JSON lines to ``fp`` and flushes each one; keeps them in memory too.
+
+    It counts the ``stack`` records it writes, so that :meth:`end` writes the ``end`` record's
+    counts (even with ``keep=False``)."""
 
     def __init__(self, fp: IO[str] | None = None, keep: bool = True):
         self.fp = fp
         self.keep = keep
         self.events: list[dict] = []
         self.seq = 0
+        self.stacks = 0
+        self.failures = 0
+        self.causes: Counter[str] = Counter()
 
     def emit(self, ev: str, **fields) -> dict:
         self.seq += 1
@@ -73,7 +119,23 @@ class EventLog:
             self.fp.flush()
         if self.keep:
             self.events.append(event)
+        if ev == "stack":
+            self.stacks += 1
+            self.failures += stack_failed(event)
+            self.causes.update(stack_causes(event))
         return event
+
+    def end(self, reason: str = "complete", *, requests: int | None = None, errors: Iterable[str] = ()) -> dict:
+        """Write the ``end`` record (``reason``: complete, error or interrupted) with the counts of
+        the ``stack`` records written so far; it must be the log's last line."""
+        if reason not in END_REASONS:
+            raise ValueError(f"end reason must be one of {END_REASONS}, not {reason!r}")
+        fields: dict = {"reason": reason, "stacks": self.stacks, "failures": self.failures,
+                        "causes": dict(sorted(self.causes.items()))}
+        if requests is not None:
+            fields["requests"] = requests
+        fields["errors"] = [str(x) for x in errors]
+        return self.emit("end", **fields)
 
 
 # Required fields per event (beyond "ev"), checked when a log is read back.
@@ -95,28 +157,168 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "return_to_user": ("task", "entry"),
     "exit": ("task", "entry"),
     "exit_done": ("task",),
+    "stack": ("task", "entry", "frames", "verdicts"),
+    "end": ("reason", "stacks"),
 }
 
-_INT_FIELDS = ("bit", "ret", "task", "child", "entry", "epoch", "cookie", "nr", "cpu")
+VERDICTS = ("agree", "explained", "failure", "not checked")
+DIVERGENCE_KINDS = ("lost", "extra", "ends", "past_end", "differs", "regs")
+END_REASONS = ("complete", "error", "interrupted")
+
+# Field types, wherever the field appears (end's counts are checked by _check_end).
+_INT_FIELDS = ("seq", "bit", "ret", "task", "child", "entry", "epoch", "cookie", "nr", "cpu", "bits", "flags",
+               "word_bits", "max_entries", "version")
+_STR_FIELDS = ("profile", "tracer", "trace_hash", "how", "context", "point", "comm", "unwinder")
+
+
+class _Bad(Exception):
+    """A field of the right name and the wrong shape; parse_line turns it into LogFormatError."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value, what: str) -> None:
+    if not _is_int(value) or value < 0:
+        raise _Bad(f"{what} must be a non-negative integer, not {value!r}")
+
+
+def _string(value, what: str, null: bool = False) -> None:
+    if not (isinstance(value, str) or (null and value is None)):
+        raise _Bad(f"{what} must be a string{' or null' if null else ''}, not {value!r}")
+
+
+def _check_stack(e: dict) -> None:
+    frames = e["frames"]
+    if not isinstance(frames, dict):
+        raise _Bad(f"frames must be an object (name -> list of frames), not {frames!r}")
+    for name, rows in frames.items():
+        if not isinstance(rows, list):
+            raise _Bad(f"frames[{name!r}] must be a list, not {rows!r}")
+        for i, row in enumerate(rows):
+            if not (isinstance(row, list) and len(row) == 3 and _is_int(row[0])
+                    and isinstance(row[1], str) and isinstance(row[2], str)):
+                raise _Bad(f"frames[{name!r}][{i}] must be [address (int), module (str), symbol (str)], "
+                           f"not {row!r}")
+    if "own" in e:
+        _string(e["own"], "own", null=True)
+    if "regs" in e:
+        regs = e["regs"]
+        if not isinstance(regs, dict) or not all(_is_int(v) for v in regs.values()):
+            raise _Bad(f"regs must be an object of integers, not {regs!r}")
+    if "stops" in e:
+        stops = e["stops"]
+        if not isinstance(stops, dict) or not all(isinstance(v, str) for v in stops.values()):
+            raise _Bad(f"stops must be an object of strings, not {stops!r}")
+    verdicts = e["verdicts"]
+    if not isinstance(verdicts, list):
+        raise _Bad(f"verdicts must be a list, not {verdicts!r}")
+    for i, v in enumerate(verdicts):
+        where = f"verdicts[{i}]"
+        if not isinstance(v, dict):
+            raise _Bad(f"{where} must be an object, not {v!r}")
+        missing = [f for f in ("unwinder", "oracle", "verdict") if f not in v]
+        if missing:
+            raise _Bad(f"{where} lacks field(s) {', '.join(missing)}")
+        _string(v["unwinder"], f"{where}.unwinder")
+        _string(v["oracle"], f"{where}.oracle")
+        if not isinstance(v["verdict"], str) or v["verdict"] not in VERDICTS:
+            raise _Bad(f"{where}.verdict must be one of {', '.join(map(repr, VERDICTS))}, not {v['verdict']!r}")
+        if "reason" in v:
+            _string(v["reason"], f"{where}.reason", null=True)
+        divergences = v.get("divergences", [])
+        if not isinstance(divergences, list):
+            raise _Bad(f"{where}.divergences must be a list, not {divergences!r}")
+        for j, d in enumerate(divergences):
+            dwhere = f"{where}.divergences[{j}]"
+            if not isinstance(d, dict):
+                raise _Bad(f"{dwhere} must be an object, not {d!r}")
+            missing = [f for f in ("kind", "cause", "text") if f not in d]
+            if missing:
+                raise _Bad(f"{dwhere} lacks field(s) {', '.join(missing)}")
+            if not isinstance(d["kind"], str) or d["kind"] not in DIVERGENCE_KINDS:
+                raise _Bad(f"{dwhere}.kind must be one of {', '.join(map(repr, DIVERGENCE_KINDS))}, "
+                           f"not {d['kind']!r}")
+            _string(d["cause"], f"{dwhere}.cause", null=True)
+            _string(d["text"], f"{dwhere}.text")
+            for f in ("got_index", "want_index"):
+                if d.get(f) is not None and not _is_int(d[f]):
+                    raise _Bad(f"{dwhere}.{f} must be an integer or null, not {d[f]!r}")
+            if "evidence" in d and not isinstance(d["evidence"], dict):
+                raise _Bad(f"{dwhere}.evidence must be an object, not {d['evidence']!r}")
+
+
+def _check_end(e: dict) -> None:
+    if not isinstance(e["reason"], str) or e["reason"] not in END_REASONS:
+        raise _Bad(f"reason must be one of {', '.join(map(repr, END_REASONS))}, not {e['reason']!r}")
+    for f in ("stacks", "failures", "requests"):
+        if f in e:
+            _count(e[f], f)
+    if "causes" in e:
+        causes = e["causes"]
+        if not isinstance(causes, dict):
+            raise _Bad(f"causes must be an object (cause -> count), not {causes!r}")
+        for name, n in causes.items():
+            _count(n, f"causes[{name!r}]")
+    if "errors" in e:
+        errors = e["errors"]
+        if not isinstance(errors, list) or not all(isinstance(x, str) for x in errors):
+            raise _Bad(f"errors must be a list of strings, not {errors!r}")
+
+
+_CHECKS = {"stack": _check_stack, "end": _check_end}
+
+
+def stack_failed(event: dict) -> bool:
+    """A stack record with at least one ``"failure"`` verdict."""
+    return any(v.get("verdict") == "failure" for v in event.get("verdicts", ()))
+
+
+def stack_causes(event: dict) -> Iterator[str]:
+    """The cause of each explained divergence of a stack record (one per divergence)."""
+    for v in event.get("verdicts", ()):
+        for d in v.get("divergences", ()):
+            if d.get("cause") is not None:
+                yield d["cause"]
+
+
+def stack_counts(stacks: Iterable[dict]) -> dict:
+    """The ``end`` record's counts of these ``stack`` records: ``stacks``, ``failures``, ``causes``."""
+    n = failures = 0
+    causes: Counter[str] = Counter()
+    for event in stacks:
+        n += 1
+        failures += stack_failed(event)
+        causes.update(stack_causes(event))
+    return {"stacks": n, "failures": failures, "causes": dict(sorted(causes.items()))}
 
 
 def parse_line(line_no: int, text: str) -> dict:
     """Parse and validate one JSONL line; raise :class:`LogFormatError` naming the line."""
     try:
         event = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(line_no, f"not JSON ({exc.msg})", text) from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
+        raise LogFormatError(line_no, f"not JSON ({getattr(exc, 'msg', None) or exc})", text) from exc
     if not isinstance(event, dict):
         raise LogFormatError(line_no, "not a JSON object", text)
     ev = event.get("ev")
-    if ev not in REQUIRED:
+    if not isinstance(ev, str) or ev not in REQUIRED:
         raise LogFormatError(line_no, f"unknown or missing event name {ev!r}", text)
     missing = [f for f in REQUIRED[ev] if f not in event]
     if missing:
         raise LogFormatError(line_no, f"{ev} event lacks field(s) {', '.join(missing)}", text)
     for f in _INT_FIELDS:
-        if f in event and (not isinstance(event[f], int) or isinstance(event[f], bool)):
+        if f in event and not _is_int(event[f]):
             raise LogFormatError(line_no, f"{ev} field {f!r} must be an integer, not {event[f]!r}", text)
+    for f in _STR_FIELDS:
+        if f in event and not isinstance(event[f], str):
+            raise LogFormatError(line_no, f"{ev} field {f!r} must be a string, not {event[f]!r}", text)
+    if ev in _CHECKS:
+        try:
+            _CHECKS[ev](event)
+        except _Bad as exc:
+            raise LogFormatError(line_no, f"{ev} record: {exc}", text) from None
     event["line"] = line_no
     return event
 
@@ -125,4 +327,4 @@ def read_events(lines: Iterable[str]) -> Iterator[dict]:
     """Parse JSONL text lines (blank lines are skipped but counted)."""
     for line_no, text in enumerate(lines, 1):
         if text.strip():
-            yield parse_line(line_no, text)
+            yield parse_line(line_no, text.rstrip("\r\n"))

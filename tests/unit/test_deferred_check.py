@@ -245,13 +245,16 @@ def test_check_events_accepts_dicts_without_line_numbers():
 # ----------------------------------------------------------------------------- command line
 
 
+END = {"ev": "end", "reason": "complete", "stacks": 0, "failures": 0, "causes": {}, "requests": 3, "errors": []}
+
+
 def test_main_check_exit_codes(tmp_path, capsys):
     good = tmp_path / "good.jsonl"
-    good.write_text("\n".join(to_text(scenario())) + "\n")
+    good.write_text("\n".join(to_text(scenario() + [END])) + "\n")
     assert main_check([str(good)]) == 0
     assert "clean" in capsys.readouterr().out
 
-    ev = scenario()
+    ev = scenario() + [END]
     i = first(ev, "walk")
     ev.insert(i + 1, dict(ev[i]))
     bad = tmp_path / "bad.jsonl"
@@ -273,6 +276,10 @@ def test_add_cli_registers_check(tmp_path):
     parser = argparse.ArgumentParser(prog="harness")
     add_cli(parser.add_subparsers(dest="command"))
     good = tmp_path / "good.jsonl"
-    good.write_text("\n".join(to_text(scenario())) + "\n")
+    good.write_text("\n".join(to_text(scenario() + [END])) + "\n")
     args = parser.parse_args(["check", str(good)])
     assert args.command == "check" and args.func(args) == 0
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(to_text(scenario())) + "\n")  # a log written before end records existed
+    args = parser.parse_args(["check", str(cut)])
+    assert args.func(args) == 1
