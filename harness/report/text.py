@@ -44,7 +44,7 @@ def scenario_row(r, oracles: list[str] | None = None) -> dict:
     for o in oracles if oracles is not None else _oracle_order(r.oracles):
         row[f"{o} agree/expl"] = f"{r.agreed(o)}/{r.explained(o)}" if o in r.oracles else "-"
     row["causes"] = sum(r.causes.values())
-    row["failures"] = len(r.failures) + len(r.problems)
+    row["failures"] = r.failed_stacks + len(r.problems)
     row["on program"] = f"{r.sampled}/{sum(r.requests.values()) // max(1, r.scenario.tracers)}"
     row["req 0/1/-EINVAL"] = f"{r.requests[0]}/{r.requests[1]}/{r.requests[-22]}"
     row["callbacks"] = r.callbacks

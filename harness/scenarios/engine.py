@@ -297,7 +297,7 @@ class Engine:
     def _end(self, reason: str) -> None:
         """The log's last line: what a reader needs to tell a complete log from a cut one."""
         r = self.result
-        self.log.emit("end", reason=reason, stacks=r.stacks, failures=len(r.failures),
+        self.log.emit("end", reason=reason, stacks=r.stacks, failures=r.failed_stacks,
                       causes=dict(sorted(r.causes.items())), requests=self.n_requests,
                       errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations))
 
@@ -475,7 +475,6 @@ class Engine:
         r = self.result
         if not self._delivered_now:
             return
-        r.stacks += 1
         trace = self._last_trace
         problems = []
         if len({d.trace for d in self._delivered_now}) != 1:
@@ -523,7 +522,9 @@ class Engine:
             point=point.name, comm=task.comm, own=own, scenario=self.sc.name,
             regs={"ip": regs.ip, "sp": regs.sp, "bp": regs.bp}, unwinder=self.sc.unwinder,
             frames=frames, stops=stops, verdicts=records)
+        r.stacks += 1  # counted with its record: the end record's count is the log's
         if problems or any(v.failed for v in verdicts):
+            r.failed_stacks += 1
             if len(r.failures) < FAILURES_KEPT:
                 r.failures.append(rec)
         for v in verdicts:

@@ -25,7 +25,8 @@ class Result:
     pairs: collections.Counter = field(default_factory=collections.Counter)  # (oracle, verdict) -> stacks
     causes: collections.Counter = field(default_factory=collections.Counter)  # cause -> divergences
     not_checked: collections.Counter = field(default_factory=collections.Counter)  # (oracle, reason) -> n
-    failures: list[dict] = field(default_factory=list)  # the stack records with a failing pair
+    failures: list[dict] = field(default_factory=list)  # the stack records with a failing pair (the first 1000)
+    failed_stacks: int = 0  # stacks with a failing pair, all of them
     problems: list[str] = field(default_factory=list)  # delivery failures (work never delivered, ...)
     examples: dict[str, dict] = field(default_factory=dict)  # cause -> the first stack record it explained
     callbacks: int = 0
@@ -62,4 +63,4 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return not (self.failures or self.problems or self.errors or self.invariant_violations) and self.stacks > 0
+        return not (self.failed_stacks or self.problems or self.errors or self.invariant_violations) and self.stacks > 0

@@ -344,13 +344,20 @@ def _shadow_in_hooks(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the IP is inside {f.name}, half-way through editing the shadow stack", **_fn(f))
 
 
-@cause("shadow-uninstrumented", (EXTRA,), "the shadow stack has no frame for code built without the hooks",
+@cause("shadow-uninstrumented", (EXTRA, PAST_END),
+       "the shadow stack has no frame for code built without the hooks (nor for anything past it)",
        oracles={"shadow"})
 def _shadow_uninstrumented(stack: Stack, d: Divergence) -> dict | None:
     addr, is_ip = _from(d)
     f = stack.code.function_at(addr, not is_ip)
     if f is None or instrumented(stack.code, f):
         return None
+    if d.kind == PAST_END:
+        # The shadow's last entry is the outermost instrumented call; the frames the unwinder
+        # finds beyond an uninstrumented function are CFI's to check, not the shadow's.
+        return evidence(f"the shadow stack ends below {f.name}, which makes no call to {HOOK_ENTER} (built "
+                        f"without -finstrument-functions): the {len(d.got) - d.got_index} frame(s) past it are "
+                        f"beyond what the shadow stack can know", **_fn(f), unchecked=len(d.got) - d.got_index)
     return evidence(f"{f.name} makes no call to {HOOK_ENTER} (built without -finstrument-functions), so the "
                     f"shadow stack has no frame for it", **_fn(f))
 
