@@ -21,7 +21,8 @@ BASE = ["fp-spin", "fp-syscall", "sframe-v3-nofp", "fp-seed-v10", "fp-timer", "s
 # on 6.1 the ones whose kernel entry and exit paths differ there.
 GUESTS = {
     ("default", 1): BASE + ["fp-syscall-entry", "threads", "forkexec", "forkexec-syscall", "signal",
-                            "signal-syscall", "vdso", "recurse", "prologues", "prologues-sframe", "compat-fp"],
+                            "signal-syscall", "vdso", "recurse", "prologues", "prologues-sframe", "compat-fp",
+                            "sframe-tailcall"],
     ("default", 2): BASE + ["threads", "forkexec-syscall", "signal", "fp-syscall-entry"],
     ("bookworm", 1): BASE + ["fp-syscall-entry", "threads", "forkexec-syscall", "signal", "vdso", "recurse",
                              "prologues", "compat-fp"],
@@ -144,7 +145,19 @@ def _compat(r, sc, records):
     assert r.agreed("shadow") >= r.own_stacks // 2
 
 
+def _tailcall(r, sc, records):
+    # spin's return address into die is die's end and middle's start: the kernel's SFrame lookup
+    # of the address itself finds middle's FDE and applies its entry row to die's frame.
+    found = list(_divergences(records, "sframe-tail-call-next-fde"))
+    assert found, dict(r.causes)
+    ev = found[0]["evidence"]
+    assert ev["function"] == "die" and ev["next_function"] == "middle", ev
+    assert ev["return_address"] == ev["end"] == ev["fde"][0], ev
+    assert ev["call"].split(": ", 1)[1].startswith("call"), ev
+
+
 EXPECT = {
+    "sframe-tailcall": _tailcall,
     "threads": _threads,
     "forkexec-syscall": _forkexec_syscall,
     "signal": _signal,
