@@ -99,7 +99,7 @@ DEFAULT_SET = ("fp-spin", "fp-syscall", "sframe-v3-nofp")
 def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:
     """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
     frame pointers; the CFI oracle always, the shadow stack only for our instrumented builds."""
-    from .images.programs import user_program
+    from ..images.programs import user_program
 
     p = user_program(path)
     return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
