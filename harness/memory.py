@@ -3,6 +3,8 @@
 ``read(addr, size)`` returns exactly ``size`` bytes or raises :class:`MemoryFault` naming the first
 address that could not be read.  A live guest (through a debugger target), a captured snapshot
 and a unit test's byte buffer all implement it, so the unwinder runs the same on each.
+:class:`Overlay` puts one memory over another: a perf sample's stack dump over the vDSO image,
+the kernel's copy of the vDSO over live guest memory (:mod:`harness.kernel.vdso`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .errors import HarnessError
+
+__all__ = ["BufferMemory", "Memory", "MemoryFault", "Overlay"]
 
 
 class MemoryFault(HarnessError):
@@ -52,3 +56,19 @@ class BufferMemory:
             if off < len(data):
                 raise MemoryFault(base + len(data))
         raise MemoryFault(addr)
+
+
+class Overlay:
+    """Reads from ``first``; a read that faults there (anywhere in it) is served whole by
+    ``second``, whose fault, if any, is the one raised.  Reads are never stitched from both: a
+    read that straddles the end of ``first``'s bytes comes entirely from ``second``."""
+
+    def __init__(self, first: Memory, second: Memory):
+        self.first = first
+        self.second = second
+
+    def read(self, addr: int, size: int) -> bytes:
+        try:
+            return self.first.read(addr, size)
+        except MemoryFault:
+            return self.second.read(addr, size)

@@ -48,7 +48,7 @@ from ..deferred.stitch import (
 )
 from ..deferred.stitch import Lost as StitchLost
 from ..deferred.stitch import Sample as StitchSample
-from ..memory import BufferMemory, Memory, MemoryFault
+from ..memory import BufferMemory, Memory, Overlay
 from ..regs import UserRegs
 from ..unwind.cfi import cfi_tables_for, unwind_cfi
 from ..unwind.maps import AddressSpace, Resolver
@@ -204,20 +204,6 @@ def sigreturn_regs(sample: Sample) -> UserRegs | None:
     return UserRegs(**dict(zip(SIGCONTEXT_64, values)), cs=sample.regs.cs, ss=sample.regs.ss)
 
 
-class _Overlay:
-    """Reads from ``first``, falling back to ``second`` (the stack dump over the vDSO image)."""
-
-    def __init__(self, first: Memory, second: Memory):
-        self.first = first
-        self.second = second
-
-    def read(self, addr: int, size: int) -> bytes:
-        try:
-            return self.first.read(addr, size)
-        except MemoryFault:
-            return self.second.read(addr, size)
-
-
 def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading entries two chains share."""
     n = 0
@@ -348,7 +334,7 @@ class PerfOracle:
         if self.space.elf_at(s.regs.ip) is None:
             self.report.cfi["not walked: no ELF file for the IP"] += 1
             return
-        memory = _Overlay(stack_memory(s), self.vdso_memory)
+        memory = Overlay(stack_memory(s), self.vdso_memory)
         cfi = unwind_cfi(memory, s.regs, self.cfi_tables, max_entries=self.max_entries).ips
         c = self.report.cfi
         c["walked"] += 1

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import random
-import struct
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +54,7 @@ from ..deferred.profile import get_profile
 from ..images.programs import Program
 from ..kernel import PF_EXITING, TaskInfo
 from ..kernel.stops import StopPoint
+from ..kernel.vdso import kernel_vdso_image, vdso_backed
 from ..memory import MemoryFault
 from ..oracles.base import Oracle, OracleFrames, Request, Setup, Stack, build_oracles
 from ..regs import UserRegs
@@ -95,25 +95,6 @@ class Delivered:
     cookie: int
     trace: tuple[int, ...]
     tracer: str
-
-
-class VdsoBackedMemory:
-    """Guest memory whose vDSO range is served from the kernel's copy of the vDSO image.
-
-    A process maps the vDSO's pages only as it touches them, so the image read through the
-    process (for its .eh_frame, .dynsym and section headers) can fault on a page the process never
-    used.  The pages are the kernel's ``vdso_image_64.data`` (or ``vdso_image_32``) either way."""
-
-    def __init__(self, inner, start: int, image: bytes):
-        self.inner = inner
-        self.start = start
-        self.image = image
-
-    def read(self, addr: int, size: int) -> bytes:
-        off = addr - self.start
-        if 0 <= off and off + size <= len(self.image):
-            return self.image[off : off + size]
-        return self.inner.read(addr, size)
 
 
 # Sampling gives up after this many requests per requested sample (plus 100) when too few land
@@ -302,25 +283,17 @@ class Engine:
                       errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations))
 
     def _with_kernel_vdso(self, memory, maps: str):
-        """``memory`` with the vDSO served from the kernel's image (``struct vdso_image``: data
-        pointer, then size; ``vdso_image_64`` up to 6.x, ``vdso64_image`` in 7.x), when the kernel
-        has the symbol and the image is an ELF file."""
+        """``memory`` with the vDSO served from the kernel's image (:mod:`harness.kernel.vdso`),
+        when the kernel has the symbol and the image is an ELF file."""
         vdso = next((m for m in parse_maps(maps) if m.path == VDSO), None)
-        bits = 32 if self.ws == 4 else 64
-        syms = self.s.info.symbols
-        sym = syms.get(f"vdso_image_{bits}") or syms.get(f"vdso{bits}_image")
-        if vdso is None or sym is None:
+        if vdso is None:
             return memory
         try:
-            data, size = struct.unpack("<QQ", self.s.read(sym, 16))
-            if not 0 < size <= vdso.end - vdso.start:
-                return memory
-            image = self.s.read(data, size)
+            image = kernel_vdso_image(self.s.read, self.s.info.symbols, 32 if self.ws == 4 else 64,
+                                      vdso.end - vdso.start)
         except (MemoryFault, TargetError):
             return memory
-        if image[:4] != b"\x7fELF":
-            return memory
-        return VdsoBackedMemory(memory, vdso.start, image)
+        return memory if image is None else vdso_backed(memory, vdso.start, image)
 
     def _own_pending(self) -> bool:
         return any(p.own for p in self.pending.values())
