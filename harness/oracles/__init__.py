@@ -2,8 +2,9 @@
 
 One module per oracle, each registering itself (:func:`harness.oracles.base.register`):
 ``regs`` (the request's own registers: the right stack), ``cfi`` (DWARF CFI from .eh_frame,
-through signal frames), ``shadow`` (the program's own -finstrument-functions shadow stack).
-``harness perf`` brings the guest kernel's own callchains (:mod:`harness.perf.oracle`).
+through signal frames), ``shadow`` (the program's own -finstrument-functions shadow stack),
+``perf`` (the guest kernel's own callchain of a perf sample: ``harness perf`` only, see
+:mod:`harness.perf.oracle`).
 """
 
 from .base import (

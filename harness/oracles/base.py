@@ -64,6 +64,9 @@ class Stack:
     request: Request | None = None
     # The task's thread pointer (fs_base, for __thread data), read only when an oracle asks.
     thread_pointer: Callable[[], int] | None = None
+    # ``harness perf``: the perf sample this stack was walked from, with the kernel's own user
+    # callchain for it (:class:`harness.oracles.perf.PerfSample`); None in the live engine.
+    sample: object | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ class Setup:
     memory: Memory
     program: str | None = None  # the program's host path
     shadow: bool = False  # built with the -finstrument-functions shadow stack
+    # ``harness perf``'s sample source (:class:`harness.oracles.perf.PerfSource`); None in the
+    # live engine, where the perf oracle does not apply.
+    perf: object | None = None
 
 
 class Oracle:
@@ -108,6 +114,9 @@ class Oracle:
     name: ClassVar[str]
     registers: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    # False for an oracle that runs the unwinder's own algorithm (the kernel's perf callchain):
+    # only causes that name it (``oracles={...}``) may prove a difference from it.
+    generic_causes: ClassVar[bool] = True
 
     @classmethod
     def create(cls, setup: Setup) -> Oracle | None:

@@ -6,7 +6,13 @@ model, :func:`harness.unwind.user.unwind_user`, runs on exactly those registers 
 serves exactly those bytes at ``[sp, sp + dyn_size)`` and faults anywhere else; its return
 addresses must equal the kernel's where the kernel's walk stays inside the dumped stack.
 
-Two kernel walks are compared, depending on the event:
+Each sample becomes a :class:`~harness.oracles.base.Stack` (``stack.sample``: a
+:class:`~harness.oracles.perf.PerfSample`) judged like every stack of the live engine
+(:func:`harness.verdicts.judge`) against the oracles of the shared registry that apply here: the
+kernel's own callchain (``perf``, :mod:`harness.oracles.perf`) and DWARF CFI (``cfi``, where the
+ELF files are at hand).  Every difference from the kernel's chain must be proven by a cause of
+the closed registry (:mod:`harness.verdicts.causes`); one no cause proves is a failure.  Two
+kernel walks are compared, depending on the event:
 
 * without ``defer_callchain``: the user part of the sample's callchain (after
   ``PERF_CONTEXT_USER``) comes from the architecture's own frame-pointer walk,
@@ -14,11 +20,14 @@ Two kernel walks are compared, depending on the event:
   return_address}`` pairs read at ``fp`` while ``fp`` passes ``__access_ok()`` and the reads do
   not fault, up to ``perf_event_max_stack`` (127) entries.  It has none of unwind_user's checks
   (``fp < sp``, CFA growth, alignment), so where unwind_user stops at one of them the kernel's walk
-  goes on through whatever the frame pointer points at: an expected difference, named as such;
+  goes on through whatever the frame pointer points at (cause ``perf-unchecked-fp``);
 * with ``defer_callchain`` (6.19+): the sample carries ``PERF_CONTEXT_USER_DEFERRED`` + cookie,
   and the user stack arrives as ``PERF_RECORD_CALLCHAIN_DEFERRED``, walked by the kernel's
   ``unwind_user()`` at the return to user space: the very function our model models, so its ips
-  must equal our walk exactly (up to where our walk runs off the dumped bytes).
+  must equal our walk exactly (up to where our walk runs off the dumped bytes).  Where the record
+  starts elsewhere than the sample's registers (execve, rt_sigreturn, signal delivery: the same
+  facts as the live engine's regs causes), or a later sample of one entry has other registers,
+  that is a ``regs`` divergence, proven the same way.
 
 The deferred records are also checked the way the project checks its own model
 (:mod:`harness.deferred.check`): the stream is translated into the model's event log (a sample with
@@ -27,15 +36,13 @@ a deferred record is the entry's ``walk`` and ``callback``; a new cookie starts 
 ``PERF_RECORD_EXIT`` is ``exit``), then the samples are joined with their records by
 :mod:`harness.deferred.stitch` (with its lost-events rule).
 
-The DWARF CFI oracle (:func:`harness.unwind.cfi.unwind_cfi`) runs on the same registers and bytes
-for 64-bit samples where the ELF files are at hand; its agreement is counted, not judged (for a
-program without frame pointers, CFI is the truth that both FP walks miss).
+The CFI oracle's verdicts are counted, not failures (for a program without frame pointers, CFI
+is the truth that both FP walks miss).
 """
 
 from __future__ import annotations
 
 import collections
-import struct
 from dataclasses import dataclass, field
 
 from ..deferred.check import check_events
@@ -48,18 +55,28 @@ from ..deferred.stitch import (
 )
 from ..deferred.stitch import Lost as StitchLost
 from ..deferred.stitch import Sample as StitchSample
-from ..memory import BufferMemory, Memory, Overlay
-from ..regs import UserRegs
-from ..unwind.cfi import cfi_tables_for, unwind_cfi
+from ..memory import BufferMemory, Overlay
+from ..oracles.base import OracleFrames, Request, Setup, Stack, build_oracles
+from ..oracles.perf import (
+    PERF_WALK_LACKS,
+    PerfSample,
+    PerfSource,
+    sigreturn_regs,
+    stack_memory,
+)
+from ..report.text import side_by_side
+from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace, Resolver
 from ..unwind.symbolize import Symbolizer
 from ..unwind.user import (
     UNWIND_MAX_ENTRIES,
-    StopReason,
     Trace,
     UnwindConfig,
     unwind_user,
 )
+from ..verdicts.align import judge
+from ..verdicts.causes import explain
+from ..verdicts.types import AGREE, FAILURE, PAST_END, REGS, Divergence, PairVerdict
 from .records import (
     PERF_SAMPLE_REGS_ABI_NONE,
     CallchainDeferred,
@@ -70,29 +87,25 @@ from .records import (
     TaskEvent,
 )
 
-PERF_MAX_STACK_DEPTH = 127  # kernel.perf_event_max_stack's default (include/uapi/linux/perf_event.h)
+__all__ = [
+    "PERF_MAX_STACK_DEPTH",
+    "PERF_WALK_LACKS",
+    "DeferredChecker",
+    "DeferredReport",
+    "PerfOracle",
+    "PerfReport",
+    "check_capture",
+    "deferred_log",
+    "sigreturn_regs",
+    "stack_memory",
+]
 
-# Expected differences, by kind.  Each is a fact about the two walks, checked on the sample.
-RAN_OFF_DUMP = "ours ran off the dumped stack (fault outside [sp, sp+dyn_size)); the kernel read on in live memory"
-KERNEL_MAX_STACK = "the kernel's callchain is cut at perf_event_max_stack ({n} entries); ours goes on"
-NO_CHECK = "unwind_user stops at '{why}'; perf's FP walk (perf_callchain_user) lacks the check, reads on"
-EXEC_REGS = "sample in execve: the deferred walk ran on the new image's registers (no exec hook in unwind_deferred)"
-AFTER_CALLBACK_REGS = ("sample after its entry's callback (request returned 1) with the user registers "
-                       "changed since (signal frame set up): not the walked stack")
-SIGRETURN_RESTORED = ("sample in rt_sigreturn: the deferred walk ran on the registers it restored "
-                      "(those in the signal frame at the sampled sp)")
-SIGNAL_DELIVERY = ("signal delivered after get_signal() ran the task work: the deferred walk ran on the "
-                   "handler's registers (its frame holds the sampled ones)")
-EXEC_SAME_ENTRY = ("samples of one execve entry on the old and the new image's registers (execve replaces "
-                   "pt_regs within the entry)")
-EXIT_UNANSWERED = ("sample in the task's last entry (exit): do_exit() runs perf_event_exit_task() before "
-                   "unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf")
+PERF_MAX_STACK_DEPTH = 127  # kernel.perf_event_max_stack's default (include/uapi/linux/perf_event.h)
+UNWINDER = "fp"  # our unwind_user() without SFrame tables: frame pointers only
+
 NOT_COMPARED_NO_USER = "no user callchain (task without mm, or a kernel thread)"
 NOT_COMPARED_NO_REGS = "no user registers (PERF_SAMPLE_REGS_ABI_NONE)"
 NOT_COMPARED_DEFERRED = "user callchain deferred (compared with its CALLCHAIN_DEFERRED record)"
-# unwind_user stop reasons that perf_callchain_user() does not have: it goes on where they stop us.
-PERF_WALK_LACKS = {StopReason.FP_BELOW_SP: "fp < sp", StopReason.NON_MONOTONIC: "cfa <= sp",
-                   StopReason.MISALIGNED_CFA: "cfa misaligned"}
 
 
 @dataclass
@@ -107,8 +120,9 @@ class DeferredReport:
     unjoined: collections.Counter = field(default_factory=collections.Counter)  # by reason
     compared: int = 0
     equal: int = 0
-    expected: collections.Counter = field(default_factory=collections.Counter)
-    examples: dict[str, str] = field(default_factory=dict)
+    expected: collections.Counter = field(default_factory=collections.Counter)  # by cause
+    explained: list[Divergence] = field(default_factory=list)  # every divergence a cause proved
+    examples: dict[str, str] = field(default_factory=dict)  # by cause
     failures: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -122,10 +136,11 @@ class PerfReport:
     compared: int = 0  # user callchains of the kernel compared with our walk
     compared_kernel_mode: int = 0  # of which from samples taken in kernel mode (entry pt_regs)
     equal: int = 0
-    expected: collections.Counter = field(default_factory=collections.Counter)
+    expected: collections.Counter = field(default_factory=collections.Counter)  # by cause
+    explained: list[Divergence] = field(default_factory=list)  # every divergence a cause proved
     not_compared: collections.Counter = field(default_factory=collections.Counter)
     failures: list[str] = field(default_factory=list)
-    examples: dict[str, str] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)  # by cause
     cfi: collections.Counter = field(default_factory=collections.Counter)
     lost: int = 0  # events lost (sum of PERF_RECORD_LOST.lost)
     lost_records: int = 0
@@ -148,7 +163,7 @@ class PerfReport:
             ("  of which from kernel-mode samples", self.compared_kernel_mode),
             ("equal", self.equal),
         ]
-        out += [(f"expected: {k}", n) for k, n in sorted(self.expected.items())]
+        out += [(f"explained: {k}", n) for k, n in sorted(self.expected.items())]
         out += [(f"not compared: {k}", n) for k, n in sorted(self.not_compared.items())]
         out.append(("failures", len(self.failures)))
         out += [(f"cfi: {k}", n) for k, n in sorted(self.cfi.items())]
@@ -166,7 +181,7 @@ class PerfReport:
             ]
             out += [(f"deferred: unjoined ({k})", n) for k, n in sorted(d.unjoined.items())]
             out += [("deferred: stacks compared", d.compared), ("deferred: equal", d.equal)]
-            out += [(f"deferred: expected: {k}", n) for k, n in sorted(d.expected.items())]
+            out += [(f"deferred: explained: {k}", n) for k, n in sorted(d.expected.items())]
             out += [("deferred: failures", len(d.failures)), ("deferred: invariant violations", len(d.violations))]
         return out
 
@@ -174,54 +189,6 @@ class PerfReport:
         rows = self.rows()
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
-def stack_memory(sample: Sample) -> Memory:
-    """The sampled user stack: ``dyn_size`` bytes at the user sp; every other read faults."""
-    if sample.regs is None or not sample.stack:
-        return BufferMemory()
-    sp = sample.regs.sp & (0xFFFFFFFF if sample.regs.compat else (1 << 64) - 1)
-    return BufferMemory({sp: sample.stack})
-
-
-# arch/x86/include/uapi/asm/ucontext.h + sigcontext.h: at rt_sigreturn's entry sp points at the
-# struct ucontext of the rt_sigframe ({uc_flags, uc_link, stack_t uc_stack (24 bytes)}, then
-# struct sigcontext_64 {r8..r15, di, si, bp, bx, dx, ax, cx, sp, ip, flags, cs, gs, fs, ss, ...}).
-UC_MCONTEXT = 40
-SIGCONTEXT_64 = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "di", "si", "bp", "bx", "dx", "ax",
-                 "cx", "sp", "ip", "flags")
-
-
-def sigreturn_regs(sample: Sample) -> UserRegs | None:
-    """The registers rt_sigreturn would restore if the sampled task is in it: the signal frame's
-    sigcontext at the sampled sp, read from the dump (None where the dump does not hold it)."""
-    if sample.regs is None or sample.regs.compat:
-        return None
-    need = UC_MCONTEXT + 8 * len(SIGCONTEXT_64)
-    if len(sample.stack) < need:
-        return None
-    values = struct.unpack_from(f"<{len(SIGCONTEXT_64)}Q", sample.stack, UC_MCONTEXT)
-    return UserRegs(**dict(zip(SIGCONTEXT_64, values)), cs=sample.regs.cs, ss=sample.regs.ss)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading entries two chains share."""
-    n = 0
-    while n < len(a) and n < len(b) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def relation(chain: list[int], cfi: list[int]) -> str:
-    """How an FP chain relates to the CFI oracle's chain, in a few words for a counter."""
-    n = common_prefix(chain, cfi)
-    if n == len(chain) == len(cfi):
-        return "= cfi"
-    if n == len(chain):
-        return "is a prefix of cfi (cfi goes on)"
-    if n == len(cfi):
-        return "goes on where cfi stops"
-    return "differs from cfi at the IP's caller" if n == 1 else "differs from cfi deeper down"
 
 
 class PerfOracle:
@@ -234,10 +201,27 @@ class PerfOracle:
         vdso = BufferMemory({capture.vdso[0]: capture.vdso[1]}) if capture.vdso else BufferMemory()
         self.vdso_memory = vdso
         self.space = AddressSpace.from_maps(capture.maps, resolve or (lambda p: None), vdso) if capture.maps else None
-        self.symbolizer = Symbolizer(self.space) if self.space else None
-        self.cfi_tables = cfi_tables_for(self.space) if self.space and resolve else None
+        # The oracles of the shared registry that apply to perf samples: the kernel's callchain,
+        # and DWARF CFI where the ELF files are at hand.
+        self.source = PerfSource(self.max_stack, Symbolizer(self.space) if self.space else None)
+        space = self.space or AddressSpace([], lambda p: None, vdso)
+        only = ("perf", "cfi") if self.space is not None and resolve is not None else ("perf",)
+        oracles = {o.name: o for o in build_oracles(Setup(space, vdso, perf=self.source), only)}
+        self.perf, self.cfi = oracles["perf"], oracles.get("cfi")
+        # Code is not in the stack dump: the causes read it from the vDSO image (and find nothing
+        # elsewhere), once per capture.
+        self.code = CodeFacts(space, vdso)
+        self._space = space
         self.report = PerfReport(release=capture.info.get("release", ""))
         self._walks: dict[int, Trace] = {}
+
+    @property
+    def symbolizer(self):
+        return self.source.symbolizer
+
+    @symbolizer.setter
+    def symbolizer(self, value) -> None:
+        self.source.symbolizer = value
 
     # -- helpers -----------------------------------------------------------------------------
     def walk(self, sample: Sample) -> Trace:
@@ -247,19 +231,33 @@ class PerfOracle:
                                                      UnwindConfig(max_entries=self.max_entries))
         return self._walks[sample.offset]
 
-    def name(self, addr: int, return_address: bool) -> str:
-        if self.symbolizer is None:
-            return f"{addr:#x}"
-        return f"{self.symbolizer.name(addr, return_address)} ({addr:#x})"
+    def stack(self, s: Sample, chain, deferred: bool, **where) -> Stack:
+        """The sample as a stack: our walk, the dump over the vDSO image, the kernel's chain."""
+        ps = PerfSample(s, None if chain is None else tuple(chain), deferred, self.source, **where)
+        return Stack(s.regs, self.walk(s), UNWINDER, self.max_entries, Overlay(stack_memory(s), self.vdso_memory),
+                     self._space, self.code, request=Request(s.regs), sample=ps)
 
-    def side_by_side(self, title: str, ours: list[int], theirs: list[int], theirs_name: str) -> str:
-        lines = [title, f"       {'ours (unwind_user model)':56} {theirs_name}"]
-        for i in range(max(len(ours), len(theirs))):
-            a = self.name(ours[i], i > 0) if i < len(ours) else ""
-            b = self.name(theirs[i], i > 0) if i < len(theirs) else ""
-            same = i < len(ours) and i < len(theirs) and ours[i] == theirs[i]
-            lines.append(f"  {'  ' if same else '!!'} #{i:<3} {a:56} {b}")
-        return "\n".join(lines)
+    def _frames(self, ips, marks=frozenset({0})) -> list[list]:
+        """[address, module, symbol+offset] per frame, as the stack records have them."""
+        out = []
+        for k, ip in enumerate(ips):
+            sym = self.symbolizer
+            loc = sym.locate(ip, k not in marks) if sym is not None else None
+            if loc is None:
+                out.append([ip, "", ""])
+            else:
+                out.append([ip, (loc.module or "").rsplit("/", 1)[-1],
+                            f"{loc.symbol}+{loc.offset:#x}" if loc.symbol else ""])
+        return out
+
+    def show(self, title: str, stack: Stack, oracle_ips, verdict: PairVerdict | None = None, stop: str = "") -> str:
+        """A title line, then our frames and the kernel's side by side (the renderer of the live
+        engine's stack records), each divergence's cause and evidence under them."""
+        s = stack.sample.sample
+        rec = {"task": s.tid, "cookie": s.cookie or 0, "point": f"sample at byte {s.offset:#x}",
+               "frames": {UNWINDER: self._frames(stack.trace.ips), "perf": self._frames(oracle_ips)},
+               "stops": {UNWINDER: str(stack.trace.stop), "perf": stop or "?"}}
+        return f"{title}\n{side_by_side(rec, UNWINDER, 'perf', verdict.as_record() if verdict else None)}"
 
     @staticmethod
     def _where(s: Sample) -> str:
@@ -268,79 +266,49 @@ class PerfOracle:
         r = f" ip={regs.ip:#x} sp={regs.sp:#x} bp={regs.bp:#x}" if regs else ""
         return f"sample at byte {s.offset:#x} (tid {s.tid}, time {s.time}, {mode} mode{r}, {len(s.stack)} stack bytes)"
 
-    def _in_dump(self, s: Sample, addr: int, size: int = 8) -> bool:
-        sp = s.regs.sp
-        return sp <= addr and addr + size <= sp + len(s.stack)
-
-    def _word(self, s: Sample, addr: int) -> int | None:
-        if not self._in_dump(s, addr):
-            return None
-        off = addr - s.regs.sp
-        return struct.unpack_from("<Q", s.stack, off)[0]
+    def _tally(self, counts, explained, examples, title: str, stack: Stack, v: PairVerdict, of) -> None:
+        """Count an explained verdict's causes; keep the first example of each."""
+        for d in v.divergences:
+            counts[d.cause] += 1
+            explained.append(d)
+            if d.cause not in examples:
+                examples[d.cause] = self.show(title, stack, of.ips, v, of.stop)
 
     # -- the FP callchain of a sample ---------------------------------------------------------
     def compare_fp(self, s: Sample) -> None:
         r = self.report
-        kernel = list(s.user)
-        trace = self.walk(s)
-        ours = trace.ips
-        first = s.ip if s.user_mode else s.regs.ip
-        if not kernel or kernel[0] != s.regs.ip or (s.user_mode and s.ip != s.regs.ip):
-            r.failures.append(self.side_by_side(
-                f"{self._where(s)}: the kernel's user callchain does not start at the sampled user IP "
-                f"{first:#x}", ours, kernel, "perf callchain (kernel)"))
+        stack = self.stack(s, s.user, False)
+        of = self.perf.frames(stack)
+        v = judge(stack, self.perf, of)
+        if not isinstance(of, OracleFrames):  # the chain does not start at the sampled IP
+            r.failures.append(self.show(f"{self._where(s)}: {v.reason}", stack, s.user, v))
             return
         r.compared += 1
         r.compared_kernel_mode += not s.user_mode
-        why = self._explain_fp(s, kernel, trace)
-        if why == "":
+        if v.verdict == AGREE:
             r.equal += 1
-        elif why is None:
-            r.failures.append(self.side_by_side(
-                f"{self._where(s)}: the kernel's callchain and ours differ (stop: {trace.stop})",
-                ours, kernel, "perf callchain (kernel)"))
+        elif v.verdict == FAILURE:
+            r.failures.append(self.show(f"{self._where(s)}: the kernel's callchain and ours differ "
+                                        f"(our stop: {stack.trace.stop})", stack, of.ips, v, of.stop))
         else:
-            r.expected[why] += 1
-            r.examples.setdefault(why, self.side_by_side(f"{self._where(s)}: {why}", ours, kernel,
-                                                         "perf callchain (kernel)"))
-
-    def _explain_fp(self, s: Sample, kernel: list[int], trace: Trace) -> str | None:
-        """'' when equal, the expected kind, or None for a real difference."""
-        ours = trace.ips
-        n = common_prefix(ours, kernel)
-        if n == len(ours) == len(kernel):
-            return ""
-        if n == len(kernel) < len(ours):
-            return KERNEL_MAX_STACK.format(n=self.max_stack) if len(kernel) >= self.max_stack else None
-        if n == len(ours) < len(kernel):
-            stop = trace.stop
-            if stop.reason is StopReason.FAULT and stop.addr is not None and not self._in_dump(s, stop.addr):
-                return RAN_OFF_DUMP
-            if stop.reason in PERF_WALK_LACKS and trace.frames:
-                # The kernel's next entry is the return address at fp + 8 of the frame we stopped
-                # in, where the dump has it.
-                fp = trace.frames[-1].fp
-                word = self._word(s, fp + 8)
-                if word is not None and word != kernel[n]:
-                    return None
-                return NO_CHECK.format(why=PERF_WALK_LACKS[stop.reason])
-            return None
-        return None
+            self._tally(r.expected, r.explained, r.examples, self._where(s), stack, v, of)
 
     # -- CFI -------------------------------------------------------------------------------------
     def compare_cfi(self, s: Sample, kernel: list[int] | None) -> None:
-        if self.cfi_tables is None or s.regs is None:
+        """Our walk judged against the CFI oracle: counted (verdicts, divergence kinds, causes),
+        not failures."""
+        if self.cfi is None or s.regs is None:
             return
         if self.space.elf_at(s.regs.ip) is None:
             self.report.cfi["not walked: no ELF file for the IP"] += 1
             return
-        memory = Overlay(stack_memory(s), self.vdso_memory)
-        cfi = unwind_cfi(memory, s.regs, self.cfi_tables, max_entries=self.max_entries).ips
+        stack = self.stack(s, kernel, kernel is None)
+        v = judge(stack, self.cfi, self.cfi.frames(stack))
         c = self.report.cfi
         c["walked"] += 1
-        c[f"ours {relation(self.walk(s).ips, cfi)}"] += 1
-        if kernel is not None:
-            c[f"kernel's {relation(kernel, cfi)}"] += 1
+        c[f"ours vs cfi: {v.verdict}"] += 1
+        for d in v.divergences:
+            c[f"ours vs cfi: {d.kind} ({d.cause or 'no cause'})"] += 1
 
     # -- the whole capture -------------------------------------------------------------------------
     def run(self) -> PerfReport:
@@ -414,9 +382,9 @@ class DeferredChecker:
         last_at_exit = self._last_entry_at_exit()
         for u in stitcher.unjoined:
             s = by_index[u.sample.seq]
-            if u.reason != "lost" and last_at_exit.get(s.tid) == s.cookie:
+            at_exit = last_at_exit.get(s.tid) if u.reason != "lost" else None
+            if at_exit is not None and at_exit[0] == s.cookie and self._unanswered(u.sample.seq, s, at_exit[1]):
                 d.unjoined["at exit"] += 1
-                d.expected[EXIT_UNANSWERED] += 1
                 continue
             d.unjoined[u.reason] += 1
             if u.reason != "lost":
@@ -430,18 +398,43 @@ class DeferredChecker:
             d.violations += [f"deferred log (line = record number): {m}" for m in verdict.messages()]
         return d
 
-    def _last_entry_at_exit(self) -> dict[int, int]:
-        """tid -> the cookie of the task's last sampled entry, for tasks whose PERF_RECORD_EXIT
-        came after it with no deferred record for that entry in between."""
+    def _explain(self, title: str, stack: Stack, d: Divergence, oracle_ips=(), stop: str = "") -> bool:
+        """``d`` proven by a cause (counted, with an example), or False."""
+        d = explain(stack, d)
+        if not d.explained:
+            return False
+        self.d.expected[d.cause] += 1
+        self.d.explained.append(d)
+        if d.cause not in self.d.examples:
+            v = PairVerdict(UNWINDER, "perf", "explained", [d])
+            self.d.examples[d.cause] = self.o.show(title, stack, oracle_ips, v, stop)
+        return True
+
+    def _unanswered(self, seq: int, s: Sample, exit_seq: int) -> bool:
+        """The task's last entry, left by exit without a record: the perf oracle has no frames for
+        it, and a cause must prove why."""
+        o = self.o
+        stack = o.stack(s, None, True, seq=seq, exit_seq=exit_seq)
+        of = o.perf.frames(stack)
+        if not isinstance(of, OracleFrames):
+            return False
+        got = tuple(stack.trace.ips)
+        d = Divergence(UNWINDER, "perf", PAST_END, 0, 0, got, of.ips, of.marks, of.outermost)
+        return self._explain(f"{o._where(s)}, cookie {s.cookie:#x}", stack, d, of.ips, of.stop)
+
+    def _last_entry_at_exit(self) -> dict[int, tuple[int, int]]:
+        """tid -> (the cookie of the task's last sampled entry, the PERF_RECORD_EXIT's index), for
+        tasks whose PERF_RECORD_EXIT came after it with no deferred record for that entry in
+        between."""
         current: dict[int, int | None] = {}
-        out: dict[int, int] = {}
-        for rec in self.records:
+        out: dict[int, tuple[int, int]] = {}
+        for i, rec in enumerate(self.records):
             if isinstance(rec, Sample) and rec.deferred:
                 current[rec.tid] = rec.cookie
             elif isinstance(rec, CallchainDeferred) and current.get(rec.tid) == rec.cookie:
                 current[rec.tid] = None
             elif isinstance(rec, TaskEvent) and rec.kind == "exit" and current.get(rec.tid) is not None:
-                out[rec.tid] = current.pop(rec.tid)
+                out[rec.tid] = (current.pop(rec.tid), i)
             elif isinstance(rec, Lost):
                 current.clear()
         return out
@@ -449,9 +442,9 @@ class DeferredChecker:
     def _entries(self, by_index: dict[int, Sample]) -> None:
         """Samples with one cookie are one kernel entry: the same user registers until the
         callback ran; the first one assigned the cookie on its own CPU (mainline: cpu + 1 in the
-        low half)."""
+        low half).  A later sample on other registers is a regs divergence a cause must prove."""
         d = self.d
-        first: dict[tuple[int, int], Sample] = {}
+        first: dict[tuple[int, int], tuple[int, Sample]] = {}
         answered: dict[tuple[int, int], int] = {}
         for i, rec in enumerate(self.records):
             if isinstance(rec, CallchainDeferred):
@@ -461,21 +454,20 @@ class DeferredChecker:
             s = by_index[i]
             key = (s.tid, s.cookie)
             if key not in first:
-                first[key] = s
+                first[key] = (i, s)
                 if s.cpu is not None and s.cookie & 0xFFFFFFFF != s.cpu + 1:
                     d.violations.append(f"record {i}: cookie {s.cookie:#x} of the entry's first sample does not "
                                         f"carry its CPU {s.cpu} + 1 in the low 32 bits")
                 continue
             d.shared += 1
-            f = first[key]
-            same = (f.regs.ip, f.regs.sp, f.regs.bp) == (s.regs.ip, s.regs.sp, s.regs.bp)
-            if key in answered and answered[key] < i:
-                d.after_callback += 1
-                if not same:
-                    d.expected[AFTER_CALLBACK_REGS] += 1
-            elif not same and s.regs.fresh_exec:
-                d.expected[EXEC_SAME_ENTRY] += 1
-            elif not same:
+            _, f = first[key]
+            d.after_callback += key in answered and answered[key] < i
+            got, want = (s.regs.ip, s.regs.sp, s.regs.bp), (f.regs.ip, f.regs.sp, f.regs.bp)
+            if got == want:
+                continue
+            stack = self.o.stack(s, None, True, seq=i, record_seq=answered.get(key), entry_first=f)
+            div = Divergence(UNWINDER, "perf", REGS, 0, 0, got, want)
+            if not self._explain(f"{self.o._where(s)}, cookie {s.cookie:#x}", stack, div):
                 d.violations.append(
                     f"record {i}: task {s.tid} cookie {s.cookie:#x} on user registers ip={s.regs.ip:#x} "
                     f"sp={s.regs.sp:#x} bp={s.regs.bp:#x}, but the entry's first sample (byte {f.offset:#x}) "
@@ -483,72 +475,27 @@ class DeferredChecker:
 
     def _compare(self, j: Joined, s: Sample) -> None:
         d, o = self.d, self.o
-        theirs = list(j.user.ips)
-        trace = o.walk(s)
-        ours = trace.ips
+        theirs = tuple(j.user.ips)
+        stack = o.stack(s, theirs, True, seq=j.sample.seq, record_seq=j.user.seq)
         title = f"{o._where(s)}, cookie {s.cookie:#x}: deferred record (seq {j.user.seq})"
-        name = "CALLCHAIN_DEFERRED (kernel unwind_user)"
+        stop = "CALLCHAIN_DEFERRED (kernel unwind_user)"
         if theirs and theirs[0] != s.regs.ip:
-            why = None
-            if self._at_elf_entry(theirs[0]) or self._at_function_start(theirs[0], "_start"):
-                why = EXEC_REGS  # the new image's stack is not in the dump: nothing more to check
-            elif j.user.seq < j.sample.seq:
-                return  # after the callback, on other registers: counted as AFTER_CALLBACK_REGS
-            else:
-                restored = sigreturn_regs(s)
-                if restored is not None and restored.ip == theirs[0]:
-                    walk = unwind_user(stack_memory(s), restored, UnwindConfig(max_entries=o.max_entries))
-                    if self._agrees(s, walk, theirs) is not None:
-                        why = SIGRETURN_RESTORED
-                if why is None and self._at_function_start(theirs[0]) and len(ours) > 1:
-                    # The handler's walk starts with the sampled bp, as ours does: the same callers.
-                    tail = Trace(trace.frames[1:], trace.stop)
-                    if self._agrees(s, tail, theirs[1:]) is not None:
-                        why = SIGNAL_DELIVERY
-            if why is not None:
-                d.expected[why] += 1
-                d.examples.setdefault(why, o.side_by_side(f"{title}: {why}", ours, theirs, name))
+            if j.user.seq < j.sample.seq:
+                return  # after the callback, on other registers: judged with the entry (perf-after-callback)
+            # The kernel's walk started elsewhere than the sample's registers: a regs divergence.
+            div = Divergence(UNWINDER, "perf", REGS, 0, 0, (theirs[0],), (s.regs.ip, s.regs.sp, s.regs.bp))
+            if self._explain(title, stack, div, theirs, stop):
                 return
         d.compared += 1
-        how = self._agrees(s, trace, theirs)
-        if how == "":
+        of = o.perf.frames(stack)
+        v = judge(stack, o.perf, of)
+        if v.verdict == AGREE:
             d.equal += 1
-        elif how is not None:
-            d.expected[how] += 1
-            d.examples.setdefault(how, o.side_by_side(f"{title}: {how}", ours, theirs, name))
+        elif v.verdict == FAILURE:
+            d.failures.append(o.show(f"{title}: CALLCHAIN_DEFERRED (kernel unwind_user) and ours differ "
+                                     f"(our stop: {stack.trace.stop})", stack, theirs, v, stop))
         else:
-            d.failures.append(o.side_by_side(f"{title} and ours differ (our stop: {trace.stop})", ours, theirs,
-                                             name))
-
-    def _agrees(self, s: Sample, trace: Trace, theirs: list[int]) -> str | None:
-        """'' when our walk equals the kernel's, RAN_OFF_DUMP when it is a prefix of it and stopped
-        reading outside the dump, else None."""
-        ours = trace.ips
-        n = common_prefix(ours, theirs)
-        if n == len(ours) == len(theirs):
-            return ""
-        stop = trace.stop
-        if (n == len(ours) < len(theirs) and stop.reason is StopReason.FAULT and stop.addr is not None
-                and not self.o._in_dump(s, stop.addr)):
-            return RAN_OFF_DUMP
-        return None
-
-    def _at_elf_entry(self, ip: int) -> bool:
-        """``ip`` is the entry point (e_entry) of the ELF mapped there: the program's, or for a
-        dynamic one the interpreter's, where a successful execve starts."""
-        space = self.o.space
-        e = space.elf_at(ip) if space is not None else None
-        if e is None:
-            return False
-        return ip == e.image.elf.header["e_entry"] + e.bias  # elf_at() has parsed it already
-
-    def _at_function_start(self, ip: int, name: str | None = None) -> bool:
-        """``ip`` is the first byte of a function (of ``name``, if given), by the ELF's symbols."""
-        sym = self.o.symbolizer
-        if sym is None:
-            return False
-        loc = sym.locate(ip)
-        return loc.symbol is not None and loc.offset == 0 and (name is None or loc.symbol == name)
+            o._tally(d.expected, d.explained, d.examples, title, stack, v, of)
 
 
 def deferred_log(records: list[Record], max_entries: int = UNWIND_MAX_ENTRIES) -> list[list[dict]]:
@@ -602,8 +549,8 @@ def deferred_log(records: list[Record], max_entries: int = UNWIND_MAX_ENTRIES) -
             t = state.pop(rec.tid, None)
             if t is not None and t["cookie"] is not None and not t["walked"]:
                 # The task's last entry got no record: do_exit() detached perf's events before it ran
-                # the deferred work (EXIT_UNANSWERED, checked by DeferredChecker); the epoch is left
-                # open rather than reported as a callback that never ran.
+                # the deferred work (cause perf-exit-unanswered, proven by DeferredChecker); the
+                # epoch is left open rather than reported as a callback that never ran.
                 continue
             emit(i, ev="exit", task=rec.tid, entry=t["entry"] if t else 0)
             emit(i, ev="exit_done", task=rec.tid)

@@ -8,6 +8,11 @@ causes registered for the divergence's kind, unwinder and oracle in registry ord
 before general) and returns the divergence proven by the first that accepts.  A divergence no
 cause accepts is a failure.  Adding a cause is one function with one :func:`cause` line.
 
+Oracles that run the unwinder's own algorithm (``perf``: the kernel's FP callchain, or its
+deferred unwind_user() record) set ``generic_causes = False``: a cause registered for any oracle
+says why an unwinder misses the truth, which the same walk misses the same way, so only causes
+that name such an oracle may prove a difference from it.
+
 The model stays exactly the kernel's: the SFrame series looks up every frame with the IP itself
 (``sframe_find(state->ip)``), never ``ra - 1``; where that makes a walk lose frames (a call in tail
 position), the cause names what the kernel does.
@@ -21,12 +26,22 @@ from dataclasses import dataclass
 from elftools.common.exceptions import ELFError
 
 from ..memory import MemoryFault
-from ..oracles.base import Stack
+from ..oracles.base import ORACLES, Stack
 from ..oracles.cfi import is_signal_trampoline, signal_frame_regs
+from ..oracles.perf import (
+    PERF_WALK_LACKS,
+    at_elf_entry,
+    at_function_start,
+    chain_agrees,
+    in_dump,
+    sigreturn_regs,
+    stack_memory,
+    word,
+)
 from ..oracles.shadow import HOOK_ENTER, HOOK_EXIT, instrumented, shadow_pushed
 from ..unwind.cfi import CorruptCFI, cfi_table
 from ..unwind.code import Function
-from ..unwind.user import StopReason, UnwinderType
+from ..unwind.user import StopReason, Trace, UnwindConfig, UnwinderType, unwind_user
 from .types import DIFFERS, ENDS, EXTRA, KINDS, LOST, PAST_END, REGS, Divergence
 
 __all__ = ["CAUSES", "Cause", "cause", "evidence", "explain"]
@@ -46,6 +61,10 @@ class Cause:
     unwinders: frozenset[str] | None = None  # None: any unwinder
 
     def applies(self, d: Divergence) -> bool:
+        if self.oracles is None:
+            oracle = ORACLES.get(d.oracle)
+            if oracle is not None and not oracle.generic_causes:
+                return False
         return (d.kind in self.kinds and (self.oracles is None or d.oracle in self.oracles)
                 and (self.unwinders is None or d.unwinder in self.unwinders))
 
@@ -396,6 +415,82 @@ def _cfi_no_fde(stack: Stack, d: Divergence) -> dict | None:
                     address=addr, module=e.path if e else "", unchecked=len(d.got) - d.got_index)
 
 
+# -- the kernel's perf callchain ---------------------------------------------------------------
+# ``harness perf``: the stack is our unwinder on a sample's registers over its dumped stack bytes
+# (``stack.sample``: the sample and the kernel's chain).  For the regs-kind divergences of the
+# deferred records (the kernel's walk started elsewhere than the sample's registers), ``got`` is
+# what the kernel's walk started from as far as known (its first IP, or a later sample of the
+# entry's registers), ``want`` the sample's (the request's) ip/sp/bp.
+def _perf(stack: Stack):
+    ps = stack.sample
+    return ps if ps is not None and getattr(ps, "source", None) is not None else None
+
+
+@cause("perf-max-stack", (PAST_END,), "the kernel's FP callchain is cut at perf_event_max_stack; the unwinder "
+       "goes on", oracles={"perf"})
+def _perf_max_stack(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    if ps is None or ps.deferred or d.want_outermost or len(d.want) < ps.max_stack or d.want_index != len(d.want):
+        return None
+    return evidence(f"the kernel's callchain is cut at perf_event_max_stack ({ps.max_stack} entries); "
+                    f"{d.unwinder} goes on to {len(d.got)}", max_stack=ps.max_stack, kernel_entries=len(d.want),
+                    unwinder_entries=len(d.got))
+
+
+@cause("perf-ran-off-dump", (ENDS,), "the unwinder ran off the dumped stack (a fault outside [sp, sp + dyn_size)); "
+       "the kernel read on in live memory", oracles={"perf"})
+def _perf_ran_off_dump(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    stop = stack.trace.stop
+    if ps is None or stop.reason is not StopReason.FAULT or stop.addr is None or in_dump(ps.sample, stop.addr):
+        return None
+    sp = ps.sample.regs.sp
+    return evidence(f"{d.unwinder} read {stop.addr:#x}, outside the {len(ps.sample.stack)} bytes dumped at sp "
+                    f"[{sp:#x}, {sp + len(ps.sample.stack):#x}); the kernel read on in live memory",
+                    fault=stop.addr, dump=[sp, sp + len(ps.sample.stack)])
+
+
+@cause("perf-unchecked-fp", (ENDS,), "unwind_user stops at a check perf's FP walk (perf_callchain_user) lacks "
+       "(fp < sp, cfa <= sp, cfa misaligned): the kernel reads on", oracles={"perf"})
+def _perf_unchecked_fp(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    t = stack.trace
+    if ps is None or ps.deferred or t.stop.reason not in PERF_WALK_LACKS or not t.frames:
+        return None
+    # The kernel's next entry is the return address at fp + 8 of the frame we stopped in, where
+    # the dump has it.
+    fp = t.frames[-1].fp
+    ra = word(ps.sample, fp + 8)
+    if ra is not None and ra != d.want[d.want_index]:
+        return None
+    check = PERF_WALK_LACKS[t.stop.reason]
+    seen = f"the word at fp + 8 is its next entry {ra:#x}" if ra is not None else "fp + 8 is not in the dump"
+    return evidence(f"unwind_user stops at '{check}' (fp {fp:#x}); perf's FP walk (perf_callchain_user) lacks "
+                    f"the check and reads on: {seen}", check=check, fp=fp, return_address=ra)
+
+
+@cause("perf-after-callback", (REGS,), "a sample after its entry's CALLCHAIN_DEFERRED (the request returned 1), "
+       "with the user registers changed since (a signal frame set up): not the walked stack", oracles={"perf"})
+def _perf_after_callback(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    if ps is None or ps.record_seq is None or ps.seq is None or ps.record_seq >= ps.seq:
+        return None
+    return evidence(f"the entry's CALLCHAIN_DEFERRED (record {ps.record_seq}) came before this sample (record "
+                    f"{ps.seq}): the callback had run, and the registers changed after the walk",
+                    record=ps.record_seq, sample=ps.seq)
+
+
+@cause("perf-exit-unanswered", (PAST_END,), "the task's last entry (exit): do_exit() runs perf_event_exit_task() "
+       "before unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf", oracles={"perf"})
+def _perf_exit_unanswered(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    if ps is None or not ps.deferred or ps.chain is not None or ps.exit_seq is None or d.want:
+        return None
+    return evidence(f"PERF_RECORD_EXIT (record {ps.exit_seq}) came after the task's last sampled entry and no "
+                    f"CALLCHAIN_DEFERRED answered it: do_exit() detaches perf's events "
+                    f"(perf_event_exit_task) before it runs the deferred work", exit=ps.exit_seq)
+
+
 # -- the request's registers ------------------------------------------------------------------
 @cause("request-in-entry-asm", (REGS,), "the request hit the entry/exit assembly: delivered at the next exit",
        oracles={"regs"})
@@ -409,8 +504,10 @@ def _in_entry_asm(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("signal-delivery", (REGS,), "the request came during signal delivery, after get_signal() ran the work",
-       oracles={"regs"})
+       oracles={"regs", "perf"})
 def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
+    if d.oracle == "perf":
+        return _perf_signal_delivery(stack, d)
     regs, req = stack.regs, stack.request
     if req is None or req.want is None or regs.compat:
         return None
@@ -427,8 +524,10 @@ def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("execve-replaced", (REGS,), "the request came during execve: the new image's registers were walked",
-       oracles={"regs"})
+       oracles={"regs", "perf"})
 def _execve(stack: Stack, d: Divergence) -> dict | None:
+    if d.oracle == "perf":
+        return _perf_execve(stack, d)
     req = stack.request
     if req is None or req.syscall not in (EXECVE, EXECVEAT) or not stack.regs.fresh_exec:
         return None
@@ -438,8 +537,10 @@ def _execve(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("sigreturn-restored", (REGS,), "the request came during rt_sigreturn: the restored registers were walked",
-       oracles={"regs"})
+       oracles={"regs", "perf"})
 def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
+    if d.oracle == "perf":
+        return _perf_sigreturn(stack, d)
     req, regs = stack.request, stack.regs
     if req is None or req.syscall != RT_SIGRETURN or req.want is None or req.want.compat:
         return None
@@ -448,3 +549,60 @@ def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
         return None
     return evidence("the task was in rt_sigreturn and the walked registers are those it restored from the "
                     f"signal frame at sp {req.want.sp:#x}", frame_sp=req.want.sp)
+
+
+# The same facts proven from a perf sample: the kernel's deferred record starts elsewhere than
+# the sample's registers (``got[0]``), or a later sample of the entry has other registers.
+def _perf_signal_delivery(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    if ps is None or not ps.deferred or not ps.chain or len(stack.trace) < 2:
+        return None
+    handler = at_function_start(ps, d.got[0])
+    if handler is None:
+        return None
+    # The handler's walk starts with the sampled bp, as ours does: the same callers.
+    tail = Trace(stack.trace.frames[1:], stack.trace.stop)
+    if chain_agrees(ps.sample, tail, ps.chain[1:]) is None:
+        return None
+    return evidence(f"the kernel's deferred walk starts at {handler} ({d.got[0]:#x}, a function's first byte) and "
+                    f"goes on with the sample's callers: the signal was delivered after get_signal() had run the "
+                    f"task work, and the walk ran on the handler's registers (its frame holds the sampled ones)",
+                    handler=handler, walked_ip=d.got[0])
+
+
+def _perf_sigreturn(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    if ps is None or not ps.deferred or not ps.chain:
+        return None
+    restored = sigreturn_regs(ps.sample)
+    if restored is None or restored.ip != d.got[0]:
+        return None
+    walk = unwind_user(stack_memory(ps.sample), restored, UnwindConfig(max_entries=stack.max_entries))
+    how = chain_agrees(ps.sample, walk, ps.chain)
+    if how is None:
+        return None
+    sp = ps.sample.regs.sp
+    return evidence(f"the sample is in rt_sigreturn: the signal frame's sigcontext at sp {sp:#x} + 40 holds ip "
+                    f"{restored.ip:#x} sp {restored.sp:#x} bp {restored.bp:#x}, and the walk from those registers "
+                    f"gives the kernel's record ({how})", frame_sp=sp, restored_ip=restored.ip,
+                    restored_sp=restored.sp, restored_bp=restored.bp)
+
+
+def _perf_execve(stack: Stack, d: Divergence) -> dict | None:
+    ps = _perf(stack)
+    if ps is None or not ps.deferred:
+        return None
+    r = stack.regs
+    if len(d.got) == 3 and d.got == (r.ip, r.sp, r.bp) and r.fresh_exec:
+        first = getattr(ps.entry_first, "offset", None)
+        return evidence(f"this sample's registers are those a successful execve installs (only ip, sp, flags "
+                        f"set), its entry's first sample's (byte {first or 0:#x}) the old image's: execve "
+                        f"replaces pt_regs within the entry", how="same entry", first_sample=first)
+    entry = at_elf_entry(stack.space, d.got[0])
+    start = None if entry else at_function_start(ps, d.got[0], "_start")
+    if entry is None and start is None:
+        return None
+    where = f"the entry point of {entry}" if entry else "_start"
+    return evidence(f"the kernel's deferred walk starts at {d.got[0]:#x}, {where}: the task was in execve and "
+                    f"the walk ran on the new image's registers (unwind_deferred has no exec hook)",
+                    how="new image", walked_ip=d.got[0], elf=entry or "")

@@ -78,8 +78,10 @@ class Divergence:
     def what(self) -> str:
         """The divergence itself, without its cause: 'fp lacks cfi's frame #3'."""
         if self.kind == REGS:
-            return (f"{self.unwinder} walked ip/sp/bp {'/'.join(f'{x:#x}' for x in self.got)}, the request was "
-                    f"about {'/'.join(f'{x:#x}' for x in self.want)}")
+            # ip/sp/bp, or as many of them as are known (perf's deferred record gives only the IP)
+            def regs(v: tuple[int, ...]) -> str:
+                return f"{'/'.join(('ip', 'sp', 'bp')[:len(v)])} {'/'.join(f'{x:#x}' for x in v)}"
+            return f"the walk started from {regs(self.got)}, the request was about {regs(self.want)}"
         return _WHAT[self.kind].format(u=self.unwinder, o=self.oracle, i=self.got_index, j=self.want_index,
                                        j_1=self.want_index - 1)
 

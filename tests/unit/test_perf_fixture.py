@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.perf.oracle import NO_CHECK, check_capture
+from harness.perf.oracle import check_capture
 from harness.perf.records import (
     PERF_RECORD_MISC_KERNEL,
     PERF_RECORD_MISC_USER,
@@ -72,7 +72,8 @@ def test_plain_capture_records(plain):
 def test_plain_capture_checked(plain):
     r = check_capture(parse_capture(plain))
     assert (r.samples, r.compared, r.compared_kernel_mode, r.failures) == (11, 11, 7, [])
-    assert r.expected == {NO_CHECK.format(why="fp < sp"): 11}
+    assert r.expected == {"perf-unchecked-fp": 11}
+    assert {d.evidence["check"] for d in r.explained} == {"fp < sp"}
     assert r.ok
 
 

@@ -1,5 +1,6 @@
-"""The perf oracle (harness.perf.oracle) on crafted samples: agreement, each named difference,
-failures, and the deferred-record checks (cookies, entries, joins, the lost-events rule)."""
+"""The perf oracle (harness.perf.oracle) on crafted samples: agreement, each difference proven by
+its cause (harness.verdicts.causes), failures, and the deferred-record checks (cookies, entries,
+joins, the lost-events rule)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,6 @@ import perf_build as pb
 import pytest
 
 from harness.perf.oracle import (
-    EXEC_REGS,
-    EXEC_SAME_ENTRY,
-    EXIT_UNANSWERED,
-    KERNEL_MAX_STACK,
-    NO_CHECK,
-    RAN_OFF_DUMP,
-    SIGNAL_DELIVERY,
-    SIGRETURN_RESTORED,
     DeferredChecker,
     PerfOracle,
     check_capture,
@@ -67,8 +60,9 @@ def test_kernel_mode_sample_starts_at_the_user_ip():
 def test_the_kernel_reads_on_where_unwind_user_checks_fp_below_sp():
     st = stack({0x40: (SP + 0x80, 0x401100), 0x80: (0x600000, 0x401200)})  # fp into .data, below sp
     r = run(fp_sample([*WALK, 0x12345678], st))
-    assert r.failures == [] and r.expected == {NO_CHECK.format(why="fp < sp"): 1}
-    assert "0x12345678" in next(iter(r.examples.values()))
+    assert r.failures == [] and r.expected == {"perf-unchecked-fp": 1}
+    assert [d.evidence["check"] for d in r.explained] == ["fp < sp"]
+    assert "0x12345678" in r.examples["perf-unchecked-fp"] and "fp < sp" in r.examples["perf-unchecked-fp"]
 
 
 def test_misaligned_cfa_checked_against_the_dump():
@@ -76,19 +70,20 @@ def test_misaligned_cfa_checked_against_the_dump():
     b = bytearray(st)
     struct.pack_into("<Q", b, 0x83 + 8, 0x401777)  # what the kernel reads at fp + 8
     ok = run(fp_sample([IP, 0x401100, 0x401777], bytes(b)))
-    assert ok.failures == [] and sum(ok.expected.values()) == 1
+    assert ok.failures == [] and ok.expected == {"perf-unchecked-fp": 1}
+    assert [(d.evidence["check"], d.evidence["return_address"]) for d in ok.explained] == [("cfa misaligned", 0x401777)]
     bad = run(fp_sample([IP, 0x401100, 0x401778], bytes(b)))  # not the word at fp + 8: a real difference
     assert len(bad.failures) == 1 and "differ" in bad.failures[0]
 
 
 def test_our_walk_runs_off_the_dump():
     r = run(fp_sample(WALK, GOOD[:0x48]))  # the dump ends inside the first frame record
-    assert r.expected == {RAN_OFF_DUMP: 1} and not r.failures
+    assert r.expected == {"perf-ran-off-dump": 1} and not r.failures
 
 
 def test_kernel_limit_and_a_kernel_that_stops_early():
     r = run(fp_sample(WALK[:2]), info="release=t\nmax_stack=2\n")
-    assert r.expected == {KERNEL_MAX_STACK.format(n=2): 1}
+    assert r.expected == {"perf-max-stack": 1} and r.explained[0].evidence["max_stack"] == 2
     r = run(fp_sample(WALK[:2]))  # max_stack 127: stopping early is not explained
     assert len(r.failures) == 1
 
@@ -136,7 +131,7 @@ def test_deferred_ips_must_equal_our_walk():
     _, d = dcheck(dsample(C1, 1) + drec(C1, [IP, 0x401100, 0x999], 2))
     assert len(d.failures) == 1 and "CALLCHAIN_DEFERRED" in d.failures[0]
     _, d = dcheck(dsample(C1, 1, st=GOOD[:0x48]) + drec(C1, WALK, 2))  # ours runs off the dump
-    assert d.expected == {RAN_OFF_DUMP: 1} and not d.failures
+    assert d.expected == {"perf-ran-off-dump": 1} and not d.failures
 
 
 def test_sample_after_the_callback_joins_the_earlier_record():
@@ -185,7 +180,7 @@ def test_an_entry_left_by_exit_gets_no_record():
     """7.3.4's do_exit() detaches perf's events before it runs the deferred work: the task's last
     entry is never answered.  Any other unanswered entry is a violation."""
     _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + dsample(C2, 3) + pb.task("exit", 10, 10, 4))
-    assert d.expected == {EXIT_UNANSWERED: 1} and d.unjoined == {"at exit": 1} and d.violations == []
+    assert d.expected == {"perf-exit-unanswered": 1} and d.unjoined == {"at exit": 1} and d.violations == []
     _, d = dcheck(dsample(C1, 1) + dsample(C2, 2) + drec(C2, WALK, 3) + pb.task("exit", 10, 10, 4))
     assert any("never answered" in v for v in d.violations) and not d.expected
 
@@ -225,7 +220,8 @@ def test_sample_in_rt_sigreturn_is_walked_on_the_restored_registers():
     regs = {**REGS, "ip": 0x408B89, "bp": SP + 0x140}
     restored = [0x401839, 0x401887, 0x4018BD]
     _, d = dcheck(dsample(C1, 1, regs=regs, st=bytes(b), misc=1) + drec(C1, restored, 2))
-    assert d.expected == {SIGRETURN_RESTORED: 1} and not d.failures
+    assert d.expected == {"sigreturn-restored": 1} and not d.failures
+    assert d.explained[0].evidence["restored_ip"] == 0x401839
     _, d = dcheck(dsample(C1, 1, regs=regs, st=bytes(b), misc=1) + drec(C1, [*restored[:2], 0x999], 2))
     assert len(d.failures) == 1 and not d.expected
 
@@ -234,7 +230,8 @@ def test_signal_delivered_after_the_task_work_walks_the_handler():
     recs = dsample(C1, 1, misc=1) + drec(C1, [0x4017A5, *WALK[1:]], 2)  # ip = the handler's first byte
     o = oracle_with(recs, {0x401000: "c", 0x4017A5: "on_alarm"})
     d = DeferredChecker(o, o.cap.records()).run()
-    assert d.expected == {SIGNAL_DELIVERY: 1} and not d.failures
+    assert d.expected == {"signal-delivery": 1} and not d.failures
+    assert d.explained[0].evidence["handler"] == "on_alarm"
     bad = dsample(C1, 1, misc=1) + drec(C1, [0x4017A5, 0x401100, 0x401201], 2)  # callers differ
     o = oracle_with(bad, {0x401000: "c", 0x4017A5: "on_alarm"})
     assert len(DeferredChecker(o, o.cap.records()).run().failures) == 1
@@ -247,7 +244,10 @@ def test_execve_changes_the_registers_within_one_entry():
     recs = dsample(C1, 1, misc=1) + dsample(C1, 2, regs=fresh, misc=1) + drec(C1, [0x401540], 3)
     o = oracle_with(recs, {0x401000: "c", 0x401540: "_start"})
     d = DeferredChecker(o, o.cap.records()).run()
-    assert d.expected == {EXEC_SAME_ENTRY: 1, EXEC_REGS: 1} and d.violations == [] and d.failures == []
+    # both facts of one execve: a later sample of the entry on the new image's registers, and the
+    # record walked from them
+    assert d.expected == {"execve-replaced": 2} and d.violations == [] and d.failures == []
+    assert sorted(e.evidence["how"] for e in d.explained) == ["new image", "same entry"]
     assert d.equal == 1  # the sample on the new image's registers walks to the record
     _, d = dcheck(dsample(C1, 1, misc=1) + dsample(C1, 2, regs={**fresh, "bp": SP}, misc=1) + drec(C1, WALK, 3))
     assert any("two entries share a cookie" in v for v in d.violations)  # not what execve leaves
@@ -268,7 +268,35 @@ def test_execve_of_a_dynamic_program_starts_at_the_interpreters_entry():
     flags = ("sample_id_all", "defer_callchain")
     cap = parse_capture(pb.capture({0: recs}, pb.attr(flags=flags), "release=test\n", maps=maps))
     d = check_capture(cap, lambda p: p).deferred
-    assert d.expected == {EXEC_REGS: 1} and not d.failures
+    assert d.expected == {"execve-replaced": 1} and not d.failures
+    assert d.explained[0].evidence["how"] == "new image" and d.explained[0].evidence["elf"] == str(path)
     cap = parse_capture(pb.capture({0: dsample(C1, 1, misc=1) + drec(C1, [entry + 1], 2)}, pb.attr(flags=flags),
                                    "release=test\n", maps=maps))
     assert len(check_capture(cap, lambda p: p).deferred.failures) == 1  # not the entry point
+
+
+def test_the_perf_oracle_is_built_only_from_a_perf_source():
+    """The live engine's Setup has no perf source: its oracles stay those it had."""
+    from harness.memory import BufferMemory
+    from harness.oracles import Setup, build_oracles
+    from harness.oracles.perf import PerfSource
+    from harness.unwind.maps import AddressSpace
+
+    setup = Setup(AddressSpace([], lambda p: None), BufferMemory())
+    assert sorted(o.name for o in build_oracles(setup)) == ["cfi", "regs"]
+    setup = Setup(AddressSpace([], lambda p: None), BufferMemory(), perf=PerfSource(127))
+    assert sorted(o.name for o in build_oracles(setup)) == ["cfi", "perf", "regs"]
+
+
+def test_generic_causes_do_not_explain_a_difference_from_the_kernels_walk():
+    """A cause registered for any oracle (fp-frameless-function, truncated, ...) says why an
+    unwinder misses the truth; the kernel's walk is the same algorithm, so only causes naming
+    ``perf`` apply to its divergences."""
+    from harness.verdicts.causes import CAUSES
+    from harness.verdicts.types import ENDS, KINDS, Divergence
+
+    for kind in KINDS:
+        d = Divergence("fp", "perf", kind, 1, 1, (1, 2), (1, 3))
+        assert all(c.oracles is not None and "perf" in c.oracles for c in CAUSES.values() if c.applies(d))
+    assert CAUSES["truncated"].applies(Divergence("fp", "cfi", ENDS, 1, 1, (1,), (1, 3)))
+    assert not CAUSES["truncated"].applies(Divergence("fp", "perf", ENDS, 1, 1, (1,), (1, 3)))
