@@ -66,7 +66,7 @@ from ..oracles.perf import (
 )
 from ..report.text import side_by_side
 from ..unwind.code import CodeFacts
-from ..unwind.maps import AddressSpace, Resolver
+from ..unwind.maps import AddressSpace, FileBackedMemory, Resolver
 from ..unwind.symbolize import Symbolizer
 from ..unwind.user import (
     UNWIND_MAX_ENTRIES,
@@ -208,9 +208,9 @@ class PerfOracle:
         only = ("perf", "cfi") if self.space is not None and resolve is not None else ("perf",)
         oracles = {o.name: o for o in build_oracles(Setup(space, vdso, perf=self.source), only)}
         self.perf, self.cfi = oracles["perf"], oracles.get("cfi")
-        # Code is not in the stack dump: the causes read it from the vDSO image (and find nothing
-        # elsewhere), once per capture.
-        self.code = CodeFacts(space, vdso)
+        # Code is not in the stack dump: the causes read it from the vDSO image and the ELF files
+        # (memoized once per capture).
+        self.code = CodeFacts(space, Overlay(vdso, FileBackedMemory(space)))
         self._space = space
         self.report = PerfReport(release=capture.info.get("release", ""))
         self._walks: dict[int, Trace] = {}

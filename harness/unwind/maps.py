@@ -297,3 +297,23 @@ class AddressSpace:
             return cache[key]
 
         return tables_for
+
+
+class FileBackedMemory:
+    """The read-only file mappings of an address space, served from their ELF files (text does
+    not change while a program runs: what the code causes read where no live memory is, as for a
+    perf sample); any other read faults."""
+
+    def __init__(self, space: AddressSpace):
+        self.space = space
+
+    def read(self, addr: int, size: int) -> bytes:
+        m = self.space.mapping_at(addr)
+        if m is None or not m.is_file or "w" in m.perms or size < 0 or addr + size > m.end:
+            raise MemoryFault(addr)
+        e = self.space.elf_at(addr)
+        off = m.offset + addr - m.start
+        if e is None or off + size > len(e.image.data):
+            raise MemoryFault(addr)
+        return e.image.data[off:off + size]
+

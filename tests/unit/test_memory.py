@@ -79,3 +79,25 @@ def test_vdso_backed_serves_the_image_over_the_process():
     assert m.read(VDSO, 4) == b"\x7fELF"
     assert m.read(VDSO + len(ELF) - 4, 8) == b"pppppppp"  # past the image's end: the process
     assert m.read(0x400000, 4) == b"text"
+
+
+def test_file_backed_memory_serves_read_only_file_mappings():
+    from pathlib import Path
+
+    from harness.unwind.maps import AddressSpace, FileBackedMemory, load_image, parse_maps
+
+    path = next((Path(p).resolve() for p in ("/usr/bin/true", "/bin/true", "/usr/bin/env") if Path(p).is_file()), None)
+    if path is None:
+        pytest.skip("no system binary to map")
+    img = load_image(path)
+    base = 0x555555554000 if img.is_pie_or_shared else 0
+    lines = [f"{base + (s.vaddr & ~0xFFF):x}-{base + ((s.vaddr + s.memsz + 0xFFF) & ~0xFFF):x} r-xp "
+             f"{s.offset & ~0xFFF:08x} 08:01 1 {path}" for s in img.segments if s.p_type == "PT_LOAD"]
+    lines.append("7ffff7ff0000-7ffff7ff1000 rw-p 00000000 00:00 0")
+    first = parse_maps("\n".join(lines))[0]
+    m = FileBackedMemory(AddressSpace(parse_maps("\n".join(lines)), lambda p: p))
+    assert m.read(first.start, 16) == img.data[first.offset:first.offset + 16]
+    with pytest.raises(MemoryFault):
+        m.read(0x7FFFF7FF0000, 8)  # anonymous, writable: not in any file
+    with pytest.raises(MemoryFault):
+        m.read(first.end - 4, 8)  # past the mapping's end
