@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..memory import BufferMemory, Memory
+from ..perf.records import Sample
 from ..regs import UserRegs
 from ..unwind.user import StopReason, Trace
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
@@ -64,21 +65,21 @@ class PerfSample:
     """One perf sample as the source of a stack (``Stack.sample``), and the kernel's user
     callchain for it."""
 
-    sample: object  # harness.perf.records.Sample
+    sample: Sample
     chain: tuple[int, ...] | None  # the kernel's user callchain; None: none arrived
     deferred: bool  # from CALLCHAIN_DEFERRED (kernel unwind_user), else perf_callchain_user's FP walk
     source: PerfSource
     seq: int | None = None  # the sample's index in the record stream
     record_seq: int | None = None  # the index of the CALLCHAIN_DEFERRED record answering its entry
     exit_seq: int | None = None  # the PERF_RECORD_EXIT that ended its entry without a record
-    entry_first: object | None = None  # the first sample of its entry (same cookie), if not itself
+    entry_first: Sample | None = None  # the first sample of its entry (same cookie), if not itself
 
     @property
     def max_stack(self) -> int:
         return self.source.max_stack
 
 
-def stack_memory(sample) -> Memory:
+def stack_memory(sample: Sample) -> Memory:
     """The sampled user stack: ``dyn_size`` bytes at the user sp; every other read faults."""
     if sample.regs is None or not sample.stack:
         return BufferMemory()
@@ -86,13 +87,13 @@ def stack_memory(sample) -> Memory:
     return BufferMemory({sp: sample.stack})
 
 
-def in_dump(sample, addr: int, size: int = 8) -> bool:
+def in_dump(sample: Sample, addr: int, size: int = 8) -> bool:
     """``[addr, addr + size)`` lies in the dumped stack bytes."""
     sp = sample.regs.sp
     return sp <= addr and addr + size <= sp + len(sample.stack)
 
 
-def word(sample, addr: int) -> int | None:
+def word(sample: Sample, addr: int) -> int | None:
     """The 64-bit word at ``addr`` in the dump, or None where the dump does not hold it."""
     if not in_dump(sample, addr):
         return None
@@ -107,7 +108,7 @@ SIGCONTEXT_64 = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "di", "si
                  "cx", "sp", "ip", "flags")
 
 
-def sigreturn_regs(sample) -> UserRegs | None:
+def sigreturn_regs(sample: Sample) -> UserRegs | None:
     """The registers rt_sigreturn would restore if the sampled task is in it: the signal frame's
     sigcontext at the sampled sp, read from the dump (None where the dump does not hold it)."""
     if sample.regs is None or sample.regs.compat:
@@ -119,7 +120,7 @@ def sigreturn_regs(sample) -> UserRegs | None:
     return UserRegs(**dict(zip(SIGCONTEXT_64, values)), cs=sample.regs.cs, ss=sample.regs.ss)
 
 
-def chain_agrees(sample, trace: Trace, chain) -> str | None:
+def chain_agrees(sample: Sample, trace: Trace, chain) -> str | None:
     """How our ``trace`` over the sample's dump relates to a kernel chain: "equal", "ran off the
     dump" (a prefix of it, stopped by a fault outside the dumped bytes: the kernel read on in live
     memory), or None."""

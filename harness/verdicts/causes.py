@@ -30,6 +30,7 @@ from ..oracles.base import ORACLES, Stack
 from ..oracles.cfi import is_signal_trampoline, signal_frame_regs
 from ..oracles.perf import (
     PERF_WALK_LACKS,
+    PerfSample,
     at_elf_entry,
     at_function_start,
     chain_agrees,
@@ -421,9 +422,8 @@ def _cfi_no_fde(stack: Stack, d: Divergence) -> dict | None:
 # deferred records (the kernel's walk started elsewhere than the sample's registers), ``got`` is
 # what the kernel's walk started from as far as known (its first IP, or a later sample of the
 # entry's registers), ``want`` the sample's (the request's) ip/sp/bp.
-def _perf(stack: Stack):
-    ps = stack.sample
-    return ps if ps is not None and getattr(ps, "source", None) is not None else None
+def _perf(stack: Stack) -> PerfSample | None:
+    return stack.sample if isinstance(stack.sample, PerfSample) else None
 
 
 @cause("perf-max-stack", (PAST_END,), "the kernel's FP callchain is cut at perf_event_max_stack; the unwinder "
