@@ -139,6 +139,17 @@ def test_sample_after_the_callback_joins_the_earlier_record():
     assert (d.joined, d.after_callback, d.violations) == (2, 1, [])
 
 
+def test_a_sample_after_the_callback_on_other_registers():
+    """The entry's record came first: the registers may have changed since (a signal frame set up)."""
+    moved = {**REGS, "ip": 0x401010, "sp": SP + 8}
+    _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + dsample(C1, 3, regs=moved))
+    assert d.expected == {"perf-after-callback": 1} and d.violations == [] and d.failures == []
+    assert (d.after_callback, d.compared, d.equal) == (1, 1, 1)  # its frames: judged with the first sample's
+    assert (d.explained[0].evidence["record"], d.explained[0].evidence["sample"]) == (1, 2)
+    _, d = dcheck(dsample(C1, 1) + dsample(C1, 2, regs=moved) + drec(C1, WALK, 3))  # before it: no cause
+    assert any("two entries share a cookie" in v for v in d.violations) and not d.expected
+
+
 def test_violations():
     _, d = dcheck(dsample(C1, 1) + drec(C1, WALK, 2) + drec(C1, WALK, 3))
     assert any("second CALLCHAIN_DEFERRED" in v for v in d.violations)
