@@ -26,7 +26,11 @@ The stops, beyond those of cause_snapshots.py:
   ``__cyg_profile_func_enter``, at c's call of it, at getppid in c, at mprotect in glibc's
   start-up (before main); in ``__vdso_clock_gettime``;
 * tests/unit/data/nofde.c (host gcc, no unwind tables): at getppid in spin, and, run with ``exec``,
-  at its execve of itself and at the new image's ``_start``.
+  at its execve of itself and at the new image's ``_start``;
+* the perf causes: the two real perf captures of tests/unit/data (test_perf_fixture.py), checked as
+  ``harness perf`` does (PerfOracle); where the captures hold no such case (a chain cut at
+  perf_event_max_stack, a dump too short, an entry left unanswered at exit, a sample after its
+  entry's record) the case changes one fact of a real sample by hand, and says so.
 
 The capture records only the stack and the vDSO; the shadow stack lives in the program's .data,
 so the shadow builds are captured with the program's writable mappings too (:func:`data_regions`).
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,6 +67,9 @@ from harness.oracles.base import Oracle, OracleFrames, Request, Stack
 from harness.oracles.cfi import CFIOracle, is_signal_trampoline, signal_frame_regs
 from harness.oracles.regs import RegsOracle
 from harness.oracles.shadow import HOOK_ENTER, ShadowOracle, shadow_symbol
+from harness.perf.oracle import UNWINDER as PERF_UNWINDER
+from harness.perf.oracle import PerfOracle
+from harness.perf.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
 from harness.unwind import capture_gdb
 from harness.unwind.capture_gdb import CaptureError, StopPoint, capture, capture_program
@@ -76,7 +84,7 @@ from harness.unwind.user import (
     unwind_user,
 )
 from harness.verdicts.align import judge
-from harness.verdicts.causes import CAUSES
+from harness.verdicts.causes import CAUSES, explain
 from harness.verdicts.types import (
     DIFFERS,
     ENDS,
@@ -245,6 +253,14 @@ def vdso_snaps(tmp_path_factory) -> CauseCapture:
     return cap
 
 
+@pytest.fixture(scope="session")
+def perf_captures():
+    """The two real perf captures of tests/unit/data (test_perf_fixture.py says where they come
+    from), parsed: ``{"plain": ..., "deferred": ...}``."""
+    return {k: parse_capture(gzip.decompress((DATA / f).read_bytes()))
+            for k, f in (("plain", "perf-callchain-7.3.4.perfcc.gz"), ("deferred", "perf-callchain-defer-7.3.4.perfcc.gz"))}
+
+
 NOFDE_FLAGS = ["-O1", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables",
                "-static"]
 
@@ -356,6 +372,9 @@ class Accepted:
     at: tuple[int, int]
     evidence: dict[str, Any] = field(default_factory=dict)
     kinds: tuple[str, ...] | None = None
+    # Set where the harness proves a divergence it built itself with explain(), not judge() (the
+    # deferred perf records: a regs divergence of an entry's samples, an entry left unanswered).
+    divergence: Divergence | None = None
 
 
 @dataclass
@@ -879,6 +898,130 @@ def refuse_regs(build):
     return refuse
 
 
+# the kernel's perf callchain ---------------------------------------------------------------------------
+
+def perf_oracle(request, which: str) -> tuple[PerfOracle, list]:
+    """A fresh PerfOracle (``harness perf``'s) over one of the two real captures of
+    test_perf_fixture.py (callchain fp static, host toolchain, in the default guest, every sample at
+    the getppid syscall in c), and its records."""
+    cap = _fixture(request, "perf_captures")[which]
+    return PerfOracle(cap), cap.records()
+
+
+def perf_fp(request, *, max_stack: int | None = None, dump: int | None = None, cut: int | None = None):
+    """The plain capture's first sample, judged against perf_callchain_user()'s chain: with
+    ``max_stack`` as kernel.perf_event_max_stack and the chain cut there (``cut``), or the stack
+    dump cut to ``dump`` bytes."""
+    o, recs = perf_oracle(request, "plain")
+    s = recs[0]
+    if max_stack is not None:
+        o.source.max_stack = max_stack
+    if dump is not None:
+        s = dataclasses.replace(s, stack=s.stack[:dump])
+    st = o.stack(s, s.user[:cut] if cut else s.user, False)
+    frames = o.perf.frames(st)
+    assert isinstance(frames, OracleFrames), frames
+    return s, st, o.perf, frames
+
+
+def accept_perf_unchecked_fp(request):
+    """Real: the plain capture's first sample.  Our walk stops after __libc_start_call_main
+    (glibc's rbp is an address in .data, below sp); perf_callchain_user() reads on."""
+    _s, st, oracle, frames = perf_fp(request)
+    assert st.trace.stop.reason is StopReason.FP_BELOW_SP and len(frames.ips) == 7 and len(st.trace) == 5
+    return Accepted(st, oracle, frames, (5, 5), {
+        "check": "fp < sp", "fp": st.trace.frames[-1].fp, "return_address": None,  # fp + 8 is not in the dump
+    }, (ENDS,))
+
+
+def accept_perf_max_stack(request):
+    """Built by hand over the real sample: the chain as a kernel with perf_event_max_stack = 4
+    would give it (its first 4 entries); our walk has 5."""
+    _s, st, oracle, frames = perf_fp(request, max_stack=4, cut=4)
+    assert not frames.outermost
+    return Accepted(st, oracle, frames, (4, 4), {"max_stack": 4, "kernel_entries": 4, "unwinder_entries": 5},
+                    (PAST_END,))
+
+
+def accept_perf_ran_off_dump(request):
+    """Built by hand over the real sample: its stack dump cut to 0x48 bytes (as ``--stack 72``
+    would copy): our walk faults reading b's frame record, the kernel read it in live memory."""
+    s, st, oracle, frames = perf_fp(request, dump=0x48)
+    sp = s.regs.sp
+    assert st.trace.stop.reason is StopReason.FAULT
+    return Accepted(st, oracle, frames, (2, 2), {"fault": st.trace.stop.addr, "dump": [sp, sp + 0x48]}, (ENDS,))
+
+
+def perf_deferred(request, k: int):
+    o, recs = perf_oracle(request, "deferred")
+    s = recs[k]
+    assert isinstance(s, Sample) and s.deferred
+    return o, recs, s
+
+
+def accept_perf_exit_unanswered(request):
+    """Built by hand over the real deferred capture: its last entry (sample 18) as if its
+    CALLCHAIN_DEFERRED (record 19) had not come before the task's PERF_RECORD_EXIT (record 20):
+    the stack and the divergence as DeferredChecker builds them for an unanswered entry."""
+    o, recs, s = perf_deferred(request, 18)
+    assert isinstance(recs[20], TaskEvent) and recs[20].kind == "exit"
+    st = o.stack(s, None, True, seq=18, exit_seq=20)
+    frames = o.perf.frames(st)
+    d = Divergence(PERF_UNWINDER, "perf", PAST_END, 0, 0, tuple(st.trace.ips), frames.ips, frames.marks,
+                   frames.outermost)
+    return Accepted(st, o.perf, frames, (0, 0), {"exit": 20}, (PAST_END,), d)
+
+
+def accept_perf_after_callback(request):
+    """Built by hand over the real deferred capture: sample 2 as a later sample of sample 0's
+    entry, after that entry's CALLCHAIN_DEFERRED (record 1), on other registers (its ip moved by
+    one byte: every sample of the capture has the same registers, and the predicate looks only at
+    the order of the records)."""
+    o, recs, s0 = perf_deferred(request, 0)
+    s2 = recs[2]
+    s2 = dataclasses.replace(s2, regs=dataclasses.replace(s2.regs, ip=s2.regs.ip + 1))
+    st = o.stack(s2, None, True, seq=2, record_seq=1, entry_first=s0)
+    r, f = s2.regs, s0.regs
+    d = Divergence(PERF_UNWINDER, "perf", REGS, 0, 0, (r.ip, r.sp, r.bp), (f.ip, f.sp, f.bp))
+    return Accepted(st, o.perf, OracleFrames(()), (0, 0), {"record": 1, "sample": 2}, (REGS,), d)
+
+
+def refuse_perf_deferred_ends(request):
+    """Built by hand: an ENDS of the real deferred sample 0 (answered by record 1): the deferred
+    record is unwind_user() itself, which has the checks."""
+    o, recs, s = perf_deferred(request, 0)
+    st = o.stack(s, recs[1].ips, True, seq=0, record_seq=1)
+    frames = o.perf.frames(st)
+    return Refused(st, div(st, o.perf, frames, ENDS, len(st.trace) - 1, len(st.trace) - 1))
+
+
+def refuse_perf_deferred_past_end(request):
+    """Built by hand: a PAST_END of the real deferred sample 18, answered by its record 19 (not
+    left unanswered at exit, not an FP chain cut at perf_event_max_stack)."""
+    o, recs, s = perf_deferred(request, 18)
+    st = o.stack(s, recs[19].ips, True, seq=18, record_seq=19)
+    frames = o.perf.frames(st)
+    return Refused(st, div(st, o.perf, dataclasses.replace(frames, ips=frames.ips[:3], outermost=False),
+                           PAST_END, 3, 3))
+
+
+def refuse_perf_fp(request, spec: dict):
+    """The plain capture's first sample (``spec``: perf_fp's arguments), the divergence at
+    ``spec["at"]``."""
+    _s, st, oracle, frames = perf_fp(request, **{k: v for k, v in spec.items() if k != "at"})
+    kind, i, j = spec["at"]
+    return Refused(st, div(st, oracle, frames, kind, i, j))
+
+
+def refuse_perf_before_callback(request):
+    """The real deferred sample 0, whose entry's record (1) comes after it: a regs divergence of
+    it (built by hand: its registers are its entry's) is not one after the callback."""
+    o, _recs, s = perf_deferred(request, 0)
+    st = o.stack(s, None, True, seq=0, record_seq=1, entry_first=s)
+    r = s.regs
+    return Refused(st, Divergence(PERF_UNWINDER, "perf", REGS, 0, 0, (r.ip + 1, r.sp, r.bp), (r.ip, r.sp, r.bp)))
+
+
 # --- the tables ---------------------------------------------------------------------------------------
 
 ACCEPT = [
@@ -912,6 +1055,13 @@ ACCEPT = [
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
     Case("execve-replaced", "nofde-host:in-execve->new-image", accept_execve),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn", accept_sigreturn),
+    Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0", accept_perf_unchecked_fp),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:max-stack-4", accept_perf_max_stack),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:dump-0x48", accept_perf_ran_off_dump),
+    Case("perf-exit-unanswered", "perf-callchain-defer-7.3.4:sample-18:record-19-left-out",
+         accept_perf_exit_unanswered),
+    Case("perf-after-callback", "perf-callchain-defer-7.3.4:sample-2-in-sample-0s-entry",
+         accept_perf_after_callback),
 ]
 
 REFUSE = [
@@ -979,6 +1129,17 @@ REFUSE = [
     Case("sigreturn-restored", "signal-fp-static-host:on-alarm:signal-delivery's",
          refuse_regs(regs_signal_delivery)),
     Case("sigreturn-restored", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    # the kernel's perf callchain
+    Case("perf-unchecked-fp", "perf-callchain-defer-7.3.4:sample-0:deferred", refuse_perf_deferred_ends),
+    Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0:dump-0x48:ran-off-dump's", refuse_perf_fp,
+         ({"dump": 0x48, "at": (ENDS, 2, 2)},)),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:unchecked-fp's", refuse_perf_fp,
+         ({"at": (ENDS, 5, 5)},)),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:cut-at-4-max-stack-127", refuse_perf_fp,
+         ({"cut": 4, "at": (PAST_END, 4, 4)},)),
+    Case("perf-max-stack", "perf-callchain-defer-7.3.4:sample-18:deferred", refuse_perf_deferred_past_end),
+    Case("perf-exit-unanswered", "perf-callchain-defer-7.3.4:sample-18:answered", refuse_perf_deferred_past_end),
+    Case("perf-after-callback", "perf-callchain-defer-7.3.4:sample-0:before-its-record", refuse_perf_before_callback),
 ]
 
 
@@ -996,7 +1157,11 @@ def test_every_cause_has_cases():
 def test_cause_accepts(case: Case, request):
     a = case.build(request, *case.args)
     assert isinstance(a, Accepted)
-    v = judge(a.stack, a.oracle, a.frames)
+    if a.divergence is not None:
+        d = explain(a.stack, a.divergence)
+        v = PairVerdict(a.stack.unwinder, a.oracle.name, EXPLAINED if d.explained else FAILURE, [d])
+    else:
+        v = judge(a.stack, a.oracle, a.frames)
     assert v.verdict == EXPLAINED, describe(v)
     at = [d for d in v.divergences if (d.got_index, d.want_index) == a.at]
     assert len(at) == 1, f"no divergence at {a.at}:\n{describe(v)}"
