@@ -181,7 +181,9 @@ def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
     j = d.want_index
     if j not in d.want_marks or j < 2 or not is_signal_trampoline(stack.space, d.want[j - 1]):
         return None
-    tramp = stack.code.function_at(d.want[j - 1], True)
+    # The frame's "return address" is the trampoline's first byte (the handler returns to it):
+    # named at itself; glibc's FDE for it starts one byte earlier, at a nop.
+    tramp = stack.code.function_at(d.want[j - 1]) or stack.code.function_at(d.want[j - 1], True)
     name = tramp.name if tramp else f"{d.want[j - 1]:#x}"
     return evidence(f"{d.want[j]:#x} is the IP a signal interrupted; the frame above it is the trampoline "
                     f"{name} (CIE augmentation 'S'), whose step follows the interrupted rbp to the interrupted "
