@@ -52,7 +52,7 @@ This module imports nothing from the harness, so every layer can import it.
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
 
-Outside the tree: ``CaptureError`` of :mod:`harness.unwind.capture_gdb` (a ``RuntimeError``),
+Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
 which belongs to a test tool that captures snapshots with gdb; and the private control-flow
 exceptions (names starting with ``_``), which never leave their module.
 ``tests/unit/test_errors.py`` checks that this tree matches the classes.

@@ -36,7 +36,7 @@ from harness.images.cache import ImageError
 from harness.images.programs import Variant
 from harness.memory import Memory, MemoryFault
 from harness.sframe.elf import SFrameTable
-from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
+from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.snapshot import Snapshot
 
 TOOLCHAINS = ("host", "trixie", "sid")

@@ -71,8 +71,8 @@ from harness.perf.oracle import UNWINDER as PERF_UNWINDER
 from harness.perf.oracle import PerfOracle
 from harness.perf.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
-from harness.unwind import capture_gdb
-from harness.unwind.capture_gdb import CaptureError, StopPoint, capture, capture_program
+from harness.tools import capture_gdb
+from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
 from harness.unwind.code import CodeFacts
 from harness.unwind.mixed import sframe_tables_for
 from harness.unwind.snapshot import Snapshot

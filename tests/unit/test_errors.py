@@ -15,7 +15,7 @@ from harness.errors import HarnessError
 
 # Public exception classes knowingly left outside the tree, with the reason.
 OUTSIDE = {
-    "harness.unwind.capture_gdb.CaptureError": "a RuntimeError of the gdb snapshot-capture test tool",
+    "harness.tools.capture_gdb.CaptureError": "a RuntimeError of the gdb snapshot-capture test tool",
 }
 
 

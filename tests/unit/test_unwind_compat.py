@@ -2,7 +2,7 @@
 
 A session fixture builds ``guest_programs/callchain.c`` with ``Variant(bits=32)`` (the host
 toolchain with and without frame pointers, static and dynamic; sid's without frame pointers),
-runs each on the host under gdb and captures snapshots (harness/unwind/capture_gdb.py): the
+runs each on the host under gdb and captures snapshots (harness/tools/capture_gdb.py): the
 registers are a compat task's (CS = 0x23), so :func:`unwind_cfi` walks with 4-byte words and
 the i386 register numbering.
 
@@ -47,7 +47,7 @@ from harness.rule import (
     apply_rule,
     dwarf_regs,
 )
-from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
+from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.cfi import (
     I386,
     X86_64,

@@ -2,7 +2,7 @@
 
 A session fixture builds ``guest_programs/callchain.c`` with the host, trixie and sid toolchains
 (frame pointers on and off, static and dynamic), runs each on the host under gdb and captures
-snapshots at chosen IPs (harness/unwind/capture_gdb.py).  The tests then unwind the snapshots
+snapshots at chosen IPs (harness/tools/capture_gdb.py).  The tests then unwind the snapshots
 and check that the unwinders agree where they should, and that the known divergences appear,
 named, where they should:
 
@@ -24,7 +24,7 @@ from captured import get, walk
 from conftest import require
 
 from harness.images.cache import ImageError
-from harness.unwind.capture_gdb import CaptureError, StopPoint, capture_program
+from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
