@@ -1,5 +1,10 @@
 """``harness``: the command line.
 
+Exit codes, the same for every subcommand: 0 every stack agrees or is explained (or the command
+did what it was asked); 1 failures or invariant violations; 2 bad usage or input (one line naming
+what was wrong; ``--debug`` shows the traceback); 3 the infrastructure failed (guest timeout, QEMU
+died, disk full, interrupted).
+
     harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...]
     harness boot [--smp N] [--pti] ...   boot the default guest and leave it open for gdb
     harness doctor                       what is installed, which accelerator, what is cached
@@ -12,12 +17,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
 import signal
 import sys
 import time
+import traceback
 
 from .images.cache import cache_root
 from .images.programs import Variant
@@ -28,10 +35,41 @@ DEFAULT_PROGRAMS = [
 ]
 
 
+EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the exit-code contract's one line for bad usage (exit 2), not the usage block."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a bad value exits 2 with one line, as argparse does)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
 def _guest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="default", help="default (trixie-backports 7.x), trixie (6.12), bookworm (6.1)")
     p.add_argument("--kernel-path", help="boot this bzImage or vmlinux instead")
-    p.add_argument("--smp", type=int, default=1)
+    p.add_argument("--smp", type=positive_int, default=1)
     p.add_argument("--accel", default="auto", choices=("auto", "tcg", "kvm"))
     p.add_argument("--pti", action="store_true", help="boot with pti=on")
     p.add_argument("--transport", default="rsp", choices=("rsp", "mi"))
@@ -171,7 +209,7 @@ def cmd_run(args) -> int:
             sc = dataclasses.replace(sc, rate=args.rate)
         spec = _spec(args, [])
         spec.user_programs = [args.program]
-        return _run_and_report(spec, [sc], args.out)
+        return _run_and_report(spec, [sc], args.out, args.junit_xml)
     names = args.scenarios or list(DEFAULT_SET)
     if names == ["all"]:
         names = list(CATALOG)
@@ -186,12 +224,14 @@ def cmd_run(args) -> int:
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
     if args.rate:
         scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
-    return _run_and_report(_spec(args, programs_for(scenarios)), scenarios, args.out)
+    return _run_and_report(_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml)
 
 
-def _run_and_report(spec, scenarios, out_dir) -> int:
+def _run_and_report(spec, scenarios, out_dir, junit: str | None = None) -> int:
     from pathlib import Path
 
+    from .report.junit import junit_xml
+    from .report.summary import run_exit_code, summary
     from .report.text import cause_table, format_table, scenario_rows, stack_failures
     from .scenarios.engine import run_scenarios
     from .session import Session
@@ -199,7 +239,8 @@ def _run_and_report(spec, scenarios, out_dir) -> int:
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     with Session(spec) as sess:
-        (out / "run.json").write_text(json.dumps(sess.describe(), indent=1))
+        facts = sess.describe()
+        (out / "run.json").write_text(json.dumps(facts, indent=1))
         for sc in scenarios:
             print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
         results = run_scenarios(sess, scenarios, out)
@@ -207,7 +248,6 @@ def _run_and_report(spec, scenarios, out_dir) -> int:
     print(format_table(scenario_rows(results)))
     print("\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):")
     print(cause_table(results))
-    bad = 0
     for r in results:
         print(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
         for (oracle, reason), n in sorted(r.not_checked.items()):
@@ -219,8 +259,15 @@ def _run_and_report(spec, scenarios, out_dir) -> int:
             print(f"\n{r.scenario.name}: {f}")
         for note in r.notes:
             print(f"{r.scenario.name}: note: {note}")
-        bad += not r.ok
-    return 1 if bad else 0
+    code, why = run_exit_code(results)
+    if len(results) < len(scenarios):
+        code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
+    (out / "summary.json").write_text(json.dumps({**summary(results, facts), "exit_code": code, "outcome": why},
+                                                 indent=1))
+    if junit:
+        Path(junit).write_bytes(junit_xml(results))
+    print(f"exit {code}: {why}")
+    return code
 
 
 def cmd_bench(args) -> int:
@@ -271,7 +318,8 @@ def cmd_bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="harness", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="harness", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     images = sub.add_parser("images", help="fetch and build kernels, toolchain roots, programs, initramfs")
@@ -293,8 +341,9 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("run", help="run scenarios on a guest and check every delivered stack")
     run.add_argument("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)")
-    run.add_argument("--samples", type=int, help="requests on the program's tasks per scenario")
-    run.add_argument("--rate", type=float, help="sampling mode: inject NMIs at this rate (per second)")
+    run.add_argument("--samples", type=positive_int, help="requests on the program's tasks per scenario")
+    run.add_argument("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)")
+    run.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario")
     run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
     run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")
     run.add_argument("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)")
@@ -303,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("what", choices=("transport", "unwind", "deferred"))
-    bench.add_argument("--samples", type=int, help="requests for bench deferred")
+    bench.add_argument("--samples", type=positive_int, help="requests for bench deferred")
     _guest_args(bench)
     bench.set_defaults(func=cmd_bench)
 
@@ -320,7 +369,35 @@ def main(argv: list[str] | None = None) -> int:
         args.kernels = args.kernels or ["default"]
         args.toolchains = args.toolchains or ["host", "trixie", "sid"]
         args.qemus = args.qemus or [None]  # None: $HARNESS_QEMU, else the default
-    return args.func(args) or 0
+    try:
+        return args.func(args) or EXIT_OK
+    except KeyboardInterrupt:
+        print(f"harness {args.cmd}: interrupted", file=sys.stderr)
+        return EXIT_INFRA
+    except Exception as exc:
+        code = exit_code(exc)
+        if code is None:
+            raise  # a bug in the harness: its traceback is the report
+        if args.debug:
+            traceback.print_exc()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"harness {args.cmd}: {first}", file=sys.stderr)
+        return code
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code for an error that reached the command line; None for a bug (not ours to
+    classify: it keeps its traceback)."""
+    from .errors import HarnessError
+
+    if isinstance(exc, HarnessError):
+        return exc.exit_code
+    if isinstance(exc, OSError):
+        # A full disk or a dead pipe is the machine's; a path that cannot be opened is the input's.
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE):
+            return EXIT_INFRA
+        return EXIT_USAGE
+    return None
 
 
 if __name__ == "__main__":

@@ -10,12 +10,18 @@ also catch one layer's failures.  Some bases keep a built-in exception as a seco
 
 This module imports nothing from the harness, so every layer can import it.
 
+Exit codes: an error that reaches the command line exits with its class's ``exit_code``: 2 for
+the parsers' errors and a user's bad binary (what was given is wrong), 3 for everything else
+(the guest, QEMU, gdb, the images, the disk: the infrastructure failed).
+
 .. admonition:: Harness Exception Hierarchy Reference
 
  |   `Exception`
  |    +-- `HarnessError`
  |         +-- `ImageError`                    images: harness/images/cache.py
  |         |    +-- `QemuImageError`           harness/images/qemu.py
+ |         |    +-- `ProgramError`             harness/images/programs.py
+ |         |    +-- `KernelInputError`         harness/images/kernel.py
  |         +-- `GuestError`                    transport: harness/transport/errors.py
  |         |    +-- `QemuStartError`
  |         |    +-- `GuestPanic`
@@ -64,4 +70,11 @@ __all__ = ["HarnessError"]
 
 
 class HarnessError(Exception):
-    """Abstract root of every exception the harness raises on purpose (see the tree above)."""
+    """Abstract root of every exception the harness raises on purpose (see the tree above).
+
+    ``exit_code`` is what the command line exits with when the error reaches it (the contract of
+    every subcommand: 0 agree or explained, 1 failures, 2 bad usage or input, 3 infrastructure):
+    3 unless a class says the error is about its input (a file, a binary, a log, an argument),
+    which sets 2."""
+
+    exit_code = 3

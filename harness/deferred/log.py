@@ -82,6 +82,8 @@ LOG_VERSION = 1
 class LogFormatError(HarnessError):
     """A log line that is not a well-formed event; names the line."""
 
+    exit_code = 2  # bad input (harness.errors)
+
     def __init__(self, line_no: int, message: str, text: str = ""):
         self.line_no = line_no
         self.text = text

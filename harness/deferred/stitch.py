@@ -31,6 +31,8 @@ PERF_RECORD_CALLCHAIN_DEFERRED = 22
 class StitchError(HarnessError, ValueError):
     """A callchain or record that does not follow the deferred-callchain format."""
 
+    exit_code = 2  # bad input (harness.errors)
+
 
 def deferred_marker(cookie: int) -> list[int]:
     """The two u64 words a sample's callchain ends with when its user part is deferred."""

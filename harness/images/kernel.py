@@ -43,12 +43,19 @@ class Kernel:
         return d
 
 
+class KernelInputError(ImageError):
+    """A kernel the user named that cannot be booted: an unknown name, a missing file, or a file
+    that is not a vmlinux or bzImage."""
+
+    exit_code = 2  # bad input (harness.errors)
+
+
 def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
     """Resolve, fetch (cached) and unpack a kernel; ``path`` takes a user bzImage or vmlinux."""
     if path:
         return _user_kernel(Path(path))
     if name not in KERNELS:
-        raise ImageError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)} or --kernel PATH")
+        raise KernelInputError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)} or --kernel PATH")
     suite, meta = KERNELS[name]
     apt = PrivateApt()
     pkg = _resolve(apt, suite, meta)
@@ -111,7 +118,7 @@ def _sha_cached(path: Path) -> str:
 
 def _user_kernel(path: Path) -> Kernel:
     if not path.is_file():
-        raise ImageError(f"--kernel {path}: no such file")
+        raise KernelInputError(f"--kernel-path {path}: no such file")
     data = path.read_bytes()
     digest = sha256_file(path)
     if data[:4] == b"\x7fELF":
@@ -119,7 +126,10 @@ def _user_kernel(path: Path) -> Kernel:
     key = content_key("user-kernel-v1", digest)
 
     def build(tmp: Path) -> None:
-        (tmp / "vmlinux").write_bytes(extract_vmlinux(data))
+        try:
+            (tmp / "vmlinux").write_bytes(extract_vmlinux(data))
+        except KernelInputError as exc:
+            raise KernelInputError(f"--kernel-path {path}: {exc}") from exc
 
     d = cached_dir("kernels", key, build, what=f"vmlinux from {path}")
     return Kernel("file", str(path), "", "", d / "vmlinux", _sha_cached(d / "vmlinux"))
@@ -136,17 +146,17 @@ def extract_vmlinux(bzimage: bytes) -> bytes:
     if bzimage[:4] == b"\x7fELF":
         return bzimage
     if len(bzimage) < 0x250 or bzimage[0x202:0x206] != _HDR_MAGIC:
-        raise ImageError("not a bzImage: no 'HdrS' setup header at 0x202")
+        raise KernelInputError("not a bzImage: no 'HdrS' setup header at 0x202")
     setup_sects = bzimage[0x1F1] or 4
     version = struct.unpack_from("<H", bzimage, 0x206)[0]
     if version < 0x208:
-        raise ImageError(f"boot protocol {version:#x} has no payload_offset (needs >= 2.08)")
+        raise KernelInputError(f"boot protocol {version:#x} has no payload_offset (needs >= 2.08)")
     payload_offset, payload_length = struct.unpack_from("<II", bzimage, 0x248)
     start = (setup_sects + 1) * 512 + payload_offset
     payload = bzimage[start : start + payload_length]
     out = _decompress(payload)
     if out[:4] != b"\x7fELF":
-        raise ImageError("bzImage payload did not decompress to an ELF image")
+        raise KernelInputError("bzImage payload did not decompress to an ELF image")
     return out
 
 
@@ -159,7 +169,7 @@ def _decompress(payload: bytes) -> bytes:
         return gzip.decompress(payload)
     if payload[:4] == b"\x02\x21\x4c\x18":  # lz4 legacy frame
         return _external(["lz4", "-dc"], payload, "lz4")
-    raise ImageError(f"unknown bzImage payload compression (magic {payload[:6].hex()})")
+    raise KernelInputError(f"unknown bzImage payload compression (magic {payload[:6].hex()})")
 
 
 def _external(cmd: list[str], data: bytes, what: str) -> bytes:

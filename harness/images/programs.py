@@ -105,6 +105,13 @@ class Program:
 USER = "user"  # the toolchain name of a user's own binary
 
 
+class ProgramError(ImageError):
+    """A user's own binary (``--program``) that cannot run in the guest: missing, not ELF, or
+    not x86-64/i386."""
+
+    exit_code = 2  # bad input (harness.errors)
+
+
 def user_program(path: str | Path) -> Program:
     """A user's own x86-64 or i386 binary, run in the guest as it was linked: its interpreter
     and libraries are copied from this machine to the same paths in the guest.  The variant
@@ -112,12 +119,12 @@ def user_program(path: str | Path) -> Program:
     it keeps frame pointers cannot be read from the file, so it is left True."""
     path = Path(path).resolve()
     if not path.is_file():
-        raise ImageError(f"--program {path}: no such file")
+        raise ProgramError(f"--program {path}: no such file")
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
             if elf.header.e_machine not in ("EM_X86_64", "EM_386"):
-                raise ImageError(f"--program {path}: {elf.header.e_machine}, not x86-64 or i386")
+                raise ProgramError(f"--program {path}: {elf.header.e_machine}, not x86-64 or i386")
             bits = elf.elfclass
             static = not any(s["p_type"] == "PT_INTERP" for s in elf.iter_segments())
             sframe = elf.get_section_by_name(".sframe") is not None or any(
@@ -125,7 +132,7 @@ def user_program(path: str | Path) -> Program:
             symtab = elf.get_section_by_name(".symtab")
             shadow = bool(symtab and symtab.get_symbol_by_name("harness_shadow"))
     except ELFError as exc:
-        raise ImageError(f"--program {path}: not an ELF file ({exc})") from exc
+        raise ProgramError(f"--program {path}: not an ELF file ({exc})") from exc
     variant = Variant(bits=bits, sframe=sframe, static=static, shadow=shadow)
     runtime = () if static else tuple(runtime_files(path, Path("/")))
     return Program(path.name, USER, variant, path, runtime)

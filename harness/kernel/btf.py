@@ -46,6 +46,8 @@ __all__ = [
 class BtfError(HarnessError, ValueError):
     """The BTF bytes are malformed (or a type has no such property, e.g. the size of a function)."""
 
+    exit_code = 2  # bad input (harness.errors)
+
 
 class BtfLookupError(HarnessError, KeyError):
     """A type, member, enumerator or variable asked for is not in this BTF."""

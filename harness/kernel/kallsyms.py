@@ -44,6 +44,8 @@ __all__ = [
 class KallsymsError(HarnessError, ValueError):
     """The symbol text, cache or ELF file cannot be used."""
 
+    exit_code = 2  # bad input (harness.errors)
+
 
 class KallsymsParseError(KallsymsError):
     def __init__(self, lineno: int, line: str, why: str, source: str = "kallsyms"):

@@ -44,6 +44,8 @@ class PerfFormatError(HarnessError, ValueError):
     ``field`` names it in the header's terms (``"header.size"``, ``"sample.callchain.nr"``, ...).
     """
 
+    exit_code = 2  # bad input (harness.errors)
+
     def __init__(self, message: str, *, field: str, offset: int) -> None:
         self.field = field
         self.offset = offset

@@ -522,13 +522,23 @@ class Engine:
 
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None) -> list[Result]:
+    """Run each scenario in turn; on Ctrl-C the interrupted scenario's partial result (its log
+    closed by an "interrupted" end record) is the last one returned, and no further one runs."""
     results = []
     for sc in scenarios:
         # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
         n = sum(r.scenario.name == sc.name for r in results)
-        log = open(log_dir / f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl", "w") if log_dir else None
+        name = f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl"
+        log = open(log_dir / name, "w") if log_dir else None
+        engine = None
         try:
-            results.append(Engine(session, sc, log).run())
+            engine = Engine(session, sc, log)
+            engine.result.log = name if log_dir else None
+            results.append(engine.run())
+        except KeyboardInterrupt:
+            if engine is not None:
+                results.append(engine.result)
+            break
         finally:
             if log:
                 log.close()

@@ -45,6 +45,7 @@ class Result:
     notes: list[str] = field(default_factory=list)  # why sampling ended early, and the like
     sampled: int = 0  # requests that landed on the program's tasks
     program_exit: int | None = None  # the status /init reported, if the program ended during the run
+    log: str | None = None  # the JSONL log's file name in the run directory
 
     @property
     def own_stacks(self) -> int:

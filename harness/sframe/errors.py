@@ -13,6 +13,8 @@ class SFrameError(HarnessError, ValueError):
     from the start of the section, or None where no single byte is at fault.
     """
 
+    exit_code = 2  # bad input (harness.errors)
+
     def __init__(self, message: str, *, field: str, offset: int | None = None) -> None:
         self.field = field
         self.offset = offset

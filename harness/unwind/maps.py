@@ -39,6 +39,8 @@ _MAPS_LINE = re.compile(
 class MapsError(HarnessError, ValueError):
     """A maps line does not parse; carries the line."""
 
+    exit_code = 2  # bad input (harness.errors)
+
     def __init__(self, line: str, lineno: int):
         self.line = line
         self.lineno = lineno

@@ -35,6 +35,8 @@ VERSION = 1
 class SnapshotError(HarnessError, ValueError):
     """A snapshot directory is missing, of another format, or inconsistent; names the path."""
 
+    exit_code = 2  # bad input (harness.errors)
+
 
 @dataclass
 class Region:

@@ -66,6 +66,8 @@ class UnwindError(HarnessError):
 class UnwindConfigError(UnwindError):
     """The walk cannot start with these parameters (the kernel's ``-EINVAL`` for max_entries 0)."""
 
+    exit_code = 2  # bad input (harness.errors)
+
 
 class Profile(enum.Enum):
     SEED_V10 = "seed-v10"

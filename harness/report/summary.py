@@ -1,0 +1,79 @@
+"""``summary.json``: the run's outcome for machines, beside the JSONL logs in the run directory.
+
+One object: the exit code and why, the run's facts (run.json's kernel, QEMU, accelerator), and per
+scenario the counts the text table shows, keyed by name (oracle, verdict, cause), never by
+column position.  Failing stacks are not repeated here: ``log`` names the JSONL file that has
+them as stack records.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+__all__ = ["summary", "run_exit_code", "SUMMARY_VERSION"]
+
+SUMMARY_VERSION = 1
+
+
+def run_exit_code(results) -> tuple[int, str]:
+    """The exit-code contract for a run: 3 when the infrastructure failed in any scenario (its
+    stacks are incomplete), else 1 when any stack failed, any delivery went wrong, an invariant
+    was violated or a scenario delivered nothing, else 0."""
+    if any(r.errors for r in results):
+        return 3, "infrastructure: " + "; ".join(f"{r.scenario.name}: {r.errors[0].splitlines()[0]}"
+                                                   for r in results if r.errors)
+    bad = [r.scenario.name for r in results
+           if r.failed_stacks or r.problems or r.invariant_violations or r.stacks == 0]
+    if bad:
+        return 1, "failures in " + ", ".join(bad)
+    return 0, "every stack agrees or is explained"
+
+
+def _pairs(r) -> dict:
+    out: dict = defaultdict(dict)
+    for (oracle, verdict), n in sorted(r.pairs.items()):
+        out[oracle][verdict] = n
+    return dict(out)
+
+
+def summary(results, facts: dict | None = None) -> dict:
+    code, why = run_exit_code(results)
+    return {
+        "version": SUMMARY_VERSION,
+        "exit_code": code,
+        "outcome": why,
+        "run": facts or {},
+        "scenarios": [
+            {
+                "name": r.scenario.name,
+                "description": r.scenario.describe(),
+                "log": r.log,
+                "oracles": r.oracles,
+                "stacks": r.stacks,
+                "own_stacks": r.own_stacks,
+                "failed_stacks": r.failed_stacks,
+                "pairs": _pairs(r),
+                "causes": dict(sorted(r.causes.items())),
+                "not_checked": [{"oracle": o, "reason": why, "stacks": n} for (o, why), n in sorted(r.not_checked.items())],
+                "requests": {str(k): v for k, v in sorted(r.requests.items())},
+                "sampled": r.sampled,
+                "callbacks": r.callbacks,
+                "cookies": len(r.cookies),
+                "walks": r.walks,
+                "stops": r.stops,
+                "truncated": r.truncated,
+                "at_exit": r.at_exit,
+                "problems": r.problems,
+                "errors": r.errors,
+                "invariant_violations": r.invariant_violations,
+                "notes": r.notes,
+                "seconds": round(r.seconds, 3),
+            }
+            for r in results
+        ],
+        "totals": {
+            "stacks": sum(r.stacks for r in results),
+            "failed_stacks": sum(r.failed_stacks for r in results),
+            "causes": dict(sorted(sum((r.causes for r in results), start=Counter()).items())),
+        },
+    }
