@@ -72,9 +72,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from ..errors import HarnessError
 from collections import Counter
 from typing import IO, Iterable, Iterator
+
+from ..errors import HarnessError
+from ..verdicts.types import KINDS as DIVERGENCE_KINDS
+from ..verdicts.types import VERDICTS
 
 LOG_VERSION = 1
 
@@ -163,8 +166,6 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "end": ("reason", "stacks"),
 }
 
-VERDICTS = ("agree", "explained", "failure", "not checked")
-DIVERGENCE_KINDS = ("lost", "extra", "ends", "past_end", "differs", "regs")
 END_REASONS = ("complete", "error", "interrupted")
 
 # Field types, wherever the field appears (end's counts are checked by _check_end).
