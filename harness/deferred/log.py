@@ -22,8 +22,8 @@ revision's rules.  Events and their fields:
 ``return_to_user`` task, entry
 ``exit``           task, entry            PF_EXITING set   (``do_exit``)
 ``exit_done``      task                   mm gone, cache freed
-``stack``          task, entry, frames, verdicts [epoch, cookie, point, comm, own, regs, unwinder,
-                   stops]                a user stack delivered to a deferred callback, with the
+``stack``          task, entry, frames, verdicts [epoch, cookie, point, comm, own, regs, request,
+                   unwinder, stops]                a user stack delivered to a deferred callback, with the
                                          oracles' verdicts on it (below)
 ``end``            reason, stacks [failures, causes, requests, errors]   the log's last line
 =================  =====================================================================
@@ -33,6 +33,8 @@ revision's rules.  Events and their fields:
     {"seq": N, "ev": "stack", "task": PID, "entry": E, "epoch": P, "cookie": C,
      "point": "return_irq", "comm": "callchain-fp-sta", "own": "main" | "thread" | "child" | null,
      "regs": {"ip": INT, "sp": INT, "bp": INT},
+     "request": {"where": "user mode" | KERNEL SYMBOL, "window": ENTRY ASM SYMBOL | null,
+                 "syscall": INT | null, "regs": {"ip": INT, "sp": INT, "bp": INT}},
      "unwinder": "fp" | "sframe",
      "frames": {"fp": [[ADDR, "MODULE", "SYM+OFF"], ...], "cfi": [...], "shadow": [...], ...},
      "stops": {"fp": "fp < sp (fp=0x0 sp=0x7ffe...)", "cfi": "end of chain"},

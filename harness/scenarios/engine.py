@@ -350,13 +350,21 @@ class Engine:
             where = None
             if not iregs.user_mode:
                 where = self._kernel_symbol(iregs.ip)
-                if where.startswith(ENTRY_EXIT_ASM):
+                if where.startswith(ENTRY_EXIT_ASM) or self._in_entry_text(iregs.ip):
                     window = where
             want = iregs if iregs.user_mode else uregs
             # The syscall the task is in (a request at its entry, or one that interrupted its
             # kernel code): orig_ax of its pt_regs.
             syscall = want.orig_ax if want is not None and (point.kind == "syscall" or not iregs.user_mode) else None
             self.pending[task.pid] = Request(want, window, where, syscall, self._own_kind(task))
+
+    def _in_entry_text(self, addr: int) -> bool:
+        """``addr`` is in the kernel's .entry.text (the entry and exit assembly: past the last
+        return-to-user point, e.g. in syscall_return_via_sysret, a request is delivered at the
+        next exit), where the kernel has the section's bounds."""
+        syms = self.s.info.symbols
+        start, end = syms.get("__entry_text_start"), syms.get("__entry_text_end")
+        return start is not None and end is not None and start <= addr < end
 
     def _kernel_symbol(self, addr: int) -> str:
         found = self.s.symbols.nearest(addr, text=True)
@@ -493,7 +501,8 @@ class Engine:
         rec = self.log.emit(
             "stack", task=task.pid, entry=entry, epoch=epoch, cookie=self._delivered_now[0].cookie,
             point=point.name, comm=task.comm, own=own, scenario=self.sc.name,
-            regs={"ip": regs.ip, "sp": regs.sp, "bp": regs.bp}, unwinder=self.sc.unwinder,
+            regs={"ip": regs.ip, "sp": regs.sp, "bp": regs.bp}, request=self._request_record(req),
+            unwinder=self.sc.unwinder,
             frames=frames, stops=stops, verdicts=records)
         r.stacks += 1  # counted with its record: the end record's count is the log's
         if problems or any(v.failed for v in verdicts):
@@ -504,6 +513,14 @@ class Engine:
             for d in v.divergences:
                 if d.cause and d.cause not in r.examples:
                     r.examples[d.cause] = rec
+
+    @staticmethod
+    def _request_record(req: Request) -> dict:
+        """What the request was about: its registers and where in the kernel it hit."""
+        out = {"where": req.where or "user mode", "window": req.window, "syscall": req.syscall}
+        if req.want is not None:
+            out["regs"] = {"ip": req.want.ip, "sp": req.want.sp, "bp": req.want.bp}
+        return out
 
     def _thread_pointer(self) -> int:
         return self.s.target.read_registers()["fs_base"]
