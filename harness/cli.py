@@ -7,6 +7,7 @@
     harness bench transport|unwind|deferred  figures, printed
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
     harness perf [--defer] ...           the guest kernel's perf callchains against our unwinder
+    harness sframe check|dump BINARY...  a binary's SFrame section checked against its .eh_frame, or dumped
 """
 
 from __future__ import annotations
@@ -314,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     from .perf.cli import add_cli as add_perf_cli
 
     add_perf_cli(sub, _guest_args, _spec)
+
+    from .sframe.cli import add_cli as add_sframe_cli
+
+    add_sframe_cli(sub)
 
     args = ap.parse_args(argv)
     if args.cmd == "images" and args.images_cmd == "build":

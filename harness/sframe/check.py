@@ -2,7 +2,7 @@
 
 :func:`check_binary` reads one ELF file and returns a :class:`BinaryCheck`: what was checked
 (FDEs, FREs compared with the DWARF CFI) and a list of :class:`Finding`, each of one kind
-from :data:`KINDS`.  Rendering lives in :mod:`.text`, the command in :mod:`.cli`.
+from :data:`KINDS`.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
 
 The checks, in the order they run:
 
@@ -35,7 +35,6 @@ table that does not decode -- raises :class:`SFrameError` (the CLI's exit code 2
 from __future__ import annotations
 
 import bisect
-import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,9 +50,8 @@ from .elf import SFrameTable
 from .errors import SFrameError
 from .parse import SFrameFDE, SFrameFRE, SFrameSection
 
-__all__ = ["BinaryCheck", "Finding", "KINDS", "RULE_KINDS", "check_binary", "check_table"]
+__all__ = ["BinaryCheck", "Finding", "KINDS", "RULE_KINDS", "check_binary", "check_table", "load"]
 
-log = logging.getLogger(__name__)
 
 # Every kind of finding, with a one-line description (the report prints them in this order).
 KINDS = {
@@ -120,12 +118,12 @@ class BinaryCheck:
         return [f for f in self.findings if f.kind == kind]
 
 
-def check_binary(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | None = None) -> BinaryCheck:
-    """Check the SFrame section of the ELF file at ``path`` (see the module docstring).
+def load(path: str | os.PathLike, *, strict: bool = False) -> tuple[SFrameTable, ElfImage]:
+    """The SFrame table and ELF image of the file at ``path``.
 
-    ``expect_binutils``: the (major, minor) of the binutils that linked it, when known; decides
-    whether a V2 section must carry FDE_FUNC_START_PCREL.  Raises :class:`SFrameError` for input
-    that cannot be checked at all.
+    Raises :class:`SFrameError` naming what is wrong with the input: no such file, not a
+    regular file, unreadable, not ELF, no SFrame section, a header or FDE table that does not
+    decode.  Other OS errors (an I/O error, ...) propagate: they are not the input's fault.
     """
     path = Path(path)
     if not path.exists():
@@ -133,13 +131,24 @@ def check_binary(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | 
     if not path.is_file():
         raise SFrameError(f"{path}: not a regular file", field="file")
     try:
-        table = SFrameTable.from_elf(path, strict=False)
+        table = SFrameTable.from_elf(path, strict=strict)
         image = ElfImage.from_path(path)
         image.elf  # noqa: B018 -- parse the ELF header now: a failure is bad input
     except PermissionError as exc:
         raise SFrameError(f"{path}: cannot read: {exc.strerror}", field="file") from exc
     except (ELFError, MapsError) as exc:
         raise SFrameError(f"{path}: not a readable ELF file: {exc}", field="file") from exc
+    return table, image
+
+
+def check_binary(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | None = None) -> BinaryCheck:
+    """Check the SFrame section of the ELF file at ``path`` (see the module docstring).
+
+    ``expect_binutils``: the (major, minor) of the binutils that linked it, when known; decides
+    whether a V2 section must carry FDE_FUNC_START_PCREL.  Raises :class:`SFrameError` for input
+    that cannot be checked at all (see :func:`load`).
+    """
+    table, image = load(path, strict=False)
     return check_table(table, image, expect_binutils=expect_binutils)
 
 
