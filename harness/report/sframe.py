@@ -25,7 +25,7 @@ from ..sframe.check import KINDS, BinaryCheck
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
 
-__all__ = ["format_check", "format_summary", "objdump_sframe", "fre_columns"]
+__all__ = ["format_check", "format_summary", "fre_columns", "objdump_sframe"]
 
 
 # ------------------------------------------------------------------------------------ check

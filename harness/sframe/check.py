@@ -22,7 +22,7 @@ The checks, in the order they run:
 * rules -- each FRE's CFA, RA and FP rules equal the ``.eh_frame`` row for every address the
   FRE covers (``cfa``, ``ra``, ``fp``; ``signal`` for V3's signal-frame bit against the CIE's
   "S" augmentation); an FRE covering an address no CFI row describes is ``no-cfi``.  Both sides
-  are :class:`harness.rule.FrameRule` values: SFrame's through :meth:`SFrameSection._rule`, the
+  are :class:`harness.rule.FrameRule` values: SFrame's through :meth:`SFrameSection.rule`, the
   CFI's through :meth:`CFITable.rule_for_link`.  An RA-undefined FRE (the outermost frame) has no
   CFA or FP, so only its RA is compared.  The comparison runs at every FRE start and at every
   CFI row start inside an FRE's range; for a PCMASK FDE (PLT stubs, whose CFA expression depends
@@ -35,9 +35,10 @@ table that does not decode -- raises :class:`SFrameError` (the CLI's exit code 2
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
@@ -50,7 +51,7 @@ from .elf import SFrameTable
 from .errors import SFrameError
 from .parse import SFrameFDE, SFrameFRE, SFrameSection
 
-__all__ = ["BinaryCheck", "Finding", "KINDS", "RULE_KINDS", "check_binary", "check_table", "load"]
+__all__ = ["KINDS", "RULE_KINDS", "BinaryCheck", "Finding", "check_binary", "check_table", "load"]
 
 
 # Every kind of finding, with a one-line description (the report prints them in this order).
@@ -243,7 +244,7 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
                 out: BinaryCheck) -> set[int]:
     """Order, overlap, placement and symbols.  Returns the indexes of FDEs outside the text."""
     fdes = sec.fdes
-    for prev, fde in zip(fdes, fdes[1:]):
+    for prev, fde in itertools.pairwise(fdes):
         if fde.func_start < prev.func_start:
             out.findings.append(Finding(
                 "fde-order", f"{_fde_where(fde)} starts before FDE {prev.index} ({prev.func_start:#x})",
@@ -363,12 +364,12 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
     compare_signal = fde.has_attr  # V1/V2 cannot mark a signal frame
     for k, fre, ranges in _fre_ranges(fde, fres):
         try:
-            ours = sec._rule(fde, fre)
+            ours = sec.rule(fde, fre)
         except SFrameError as exc:
             out.findings.append(Finding("fre-decode", f"{_fde_where(fde)}: FRE {k}: {exc}", fde.index, k))
             continue
         complete = True
-        open_: dict[str, Finding] = {}  # kind -> the finding the next address may extend
+        open_: dict[str, int] = {}  # kind -> index of the finding the next address may widen
         for lo, hi in ranges:
             points = list(range(lo, hi)) if fde.pcmask else [lo, *_row_starts(cfi, lo, hi)]
             for i, pc in enumerate(points):
@@ -423,19 +424,15 @@ def _rule_message(kind: str, fde: SFrameFDE, k: int, pc: int, end: int, ours: Fr
     return f"{where}: {kind.upper()} sframe {getattr(ours, kind)}, eh_frame {getattr(theirs, kind)}"
 
 
-def _add(out: BinaryCheck, open_: dict[str, Finding], f: Finding) -> None:
-    """Append ``f``, or extend the previous finding of its kind for the same FRE and rules when
-    the two ranges touch (one finding per FRE and disagreement, not per CFI row)."""
-    prev = open_.get(f.kind)
-    if (prev is not None and prev.end == f.addr and prev.sframe == f.sframe and prev.cfi == f.cfi
-            and out.findings and prev in out.findings):
-        i = len(out.findings) - 1 - out.findings[::-1].index(prev)
-        merged = Finding(f.kind, f.message.replace(f"[{f.addr:#x}, ", f"[{prev.addr:#x}, ", 1)
-                         if f.kind == "no-cfi" else
-                         f.message.replace(f"at [{f.addr:#x}, ", f"at [{prev.addr:#x}, ", 1),
-                         f.fde, f.fre, prev.addr, f.end, f.sframe, f.cfi)
-        out.findings[i] = merged
-        open_[f.kind] = merged
+def _add(out: BinaryCheck, open_: dict[str, int], f: Finding) -> None:
+    """Append ``f``, or widen the FRE's previous finding of its kind when that one ends where
+    ``f`` starts and names the same two rules (one finding per FRE and disagreement, not one per
+    CFI row).  ``open_``: kind -> index in ``out.findings`` of the FRE's last finding of it."""
+    i = open_.get(f.kind)
+    prev = out.findings[i] if i is not None else None
+    if prev is not None and prev.end == f.addr and prev.sframe == f.sframe and prev.cfi == f.cfi:
+        old, new = f"[{f.addr:#x}, {f.end:#x})", f"[{prev.addr:#x}, {f.end:#x})"
+        out.findings[i] = replace(f, addr=prev.addr, message=f.message.replace(old, new, 1))
         return
+    open_[f.kind] = len(out.findings)
     out.findings.append(f)
-    open_[f.kind] = f

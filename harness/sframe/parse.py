@@ -312,6 +312,10 @@ class SFrameSection:
 
     # ------------------------------------------------------------------ rules
 
+    def rule(self, fde: SFrameFDE, fre: SFrameFRE) -> FrameRule:
+        """The FrameRule ``fre`` of ``fde`` stands for (AMD64; raises :class:`SFrameError` else)."""
+        return self._rule(fde, fre)
+
     def _rule(self, fde: SFrameFDE, fre: SFrameFRE) -> FrameRule:
         """The FrameRule an FRE stands for (AMD64; see module doc of harness.rule)."""
         h = self.header

@@ -30,7 +30,7 @@ from harness.images.toolchain import Toolchain, get_toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from harness.sframe.check import KINDS, check_binary
+from harness.sframe.check import check_binary
 from objdump_sframe import parse_objdump_sframe
 
 TOOLCHAINS = ("host", "trixie", "sid")
@@ -40,7 +40,7 @@ PROGRAMS = sorted(p.stem for p in SOURCES.glob("*.c"))
 VARIANTS = (Variant(), Variant(frame_pointers=False))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toolchain(name: str) -> Toolchain | ImageError:
     try:
         return get_toolchain(name)
@@ -54,7 +54,7 @@ def need(name: str) -> Toolchain:
     return tc  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def program(name: str, tc_name: str, variant: Variant) -> Program:
     return build_program(name, need(tc_name), variant)
 
@@ -134,7 +134,7 @@ def test_the_known_findings_exit_1_and_name_both_rules(capsys):
     rc, out, _ = run_cli(capsys, "check", str(p.path))
     assert rc == 1
     assert re.search(r"^  ra: FDE 1 \[0x[0-9a-f]+, 0x[0-9a-f]+\): FRE 1 at \[0x[0-9a-f]+, 0x[0-9a-f]+\): "
-                     r"RA sframe \*\(cfa-8\), eh_frame undefined$", out, re.M), out
+                     r"RA sframe \*\(cfa-8\), eh_frame undefined$", out, re.MULTILINE), out
     assert re.search(r"\n  5 FDEs, (\d+) FREs, \1 FREs checked against \.eh_frame \(\d+ addresses\): 1 ra\n$", out), out
 
 
@@ -143,7 +143,7 @@ def test_clean_binaries_exit_0_with_a_summary_each(capsys):
     rc, out, err = run_cli(capsys, "check", *paths)
     assert rc == 0 and err == ""
     assert len(re.findall(r"FDEs, \d+ FREs, \d+ FREs checked against \.eh_frame \(\d+ addresses\): clean$",
-                          out, re.M)) == 3
+                          out, re.MULTILINE)) == 3
 
 
 # ------------------------------------------------------------------------------ corruptions
@@ -232,7 +232,7 @@ def test_pcrel_required_of_a_v2_from_binutils_2_45(capsys):
     assert check_binary(p.path, expect_binutils=(2, 44)).clean
     r = check_binary(p.path, expect_binutils=(2, 45))
     assert [f.kind for f in r.findings] == ["header"] and "binutils 2.45" in r.findings[0].message
-    rc, out, _ = run_cli(capsys, "check", "--binutils", "2.45", str(p.path))
+    rc, _out, _ = run_cli(capsys, "check", "--binutils", "2.45", str(p.path))
     assert rc == 1
 
 
@@ -425,3 +425,16 @@ def test_dump_prints_flags_as_each_objdump_does(tc_name, flags, tmp_path, capsys
     monkeypatch.chdir(tmp_path)
     rc, ours, _ = run_cli(capsys, "dump", "flags")
     assert rc == 0 and ours == theirs
+
+
+def test_an_io_error_is_infrastructure(monkeypatch, capsys):
+    import errno
+
+    from harness.sframe import check
+
+    def fail(path, **kw):
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(check, "check_binary", fail)
+    rc, out, err = run_cli(capsys, "check", "/some/binary")
+    assert rc == 3 and out == "" and err.startswith("harness sframe: ") and "Input/output error" in err
