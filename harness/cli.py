@@ -12,6 +12,7 @@ died, disk full, interrupted).
     harness bench transport|unwind|deferred  figures, printed
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
     harness perf [--defer] ...           the guest kernel's perf callchains against our unwinder
+    harness sframe check|dump BINARY...  a binary's SFrame section checked against its .eh_frame, or dumped
 """
 
 from __future__ import annotations
@@ -363,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     from .perf.cli import add_cli as add_perf_cli
 
     add_perf_cli(sub, _guest_args, _spec)
+
+    from .sframe.cli import add_cli as add_sframe_cli
+
+    add_sframe_cli(sub)
 
     args = ap.parse_args(argv)
     if args.cmd == "images" and args.images_cmd == "build":

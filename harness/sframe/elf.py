@@ -37,8 +37,11 @@ class SFrameTable:
     via: str = "bytes"  # "section", "PT_GNU_SFRAME" or "bytes"
 
     @classmethod
-    def from_elf(cls, path: str | os.PathLike, load_bias: int = 0) -> "SFrameTable":
+    def from_elf(cls, path: str | os.PathLike, load_bias: int = 0, *, strict: bool = True) -> "SFrameTable":
         """Parse the SFrame data of the ELF file at ``path``, relocated by ``load_bias``.
+
+        ``strict``: as for :meth:`SFrameSection.parse` (False for the checker, which reports
+        ordering faults itself).
 
         Raises :class:`SFrameError` (field ".sframe") if the file has neither a ``.sframe``
         section nor a PT_GNU_SFRAME segment, or is not an ELF file.
@@ -61,7 +64,7 @@ class SFrameTable:
                     data, vaddr, via = seg.data(), seg["p_vaddr"], "PT_GNU_SFRAME"
         except ELFError as exc:
             raise SFrameError(f"{path}: not a readable ELF file: {exc}", field=".sframe") from exc
-        return cls(SFrameSection.parse(data, vaddr + load_bias), str(path), load_bias, text, via)
+        return cls(SFrameSection.parse(data, vaddr + load_bias, strict=strict), str(path), load_bias, text, via)
 
     @classmethod
     def from_bytes_at(cls, data: bytes, vaddr: int) -> "SFrameTable":

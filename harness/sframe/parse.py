@@ -196,13 +196,17 @@ class _Decoded:
 class SFrameSection:
     """A decoded .sframe section at a known address."""
 
-    def __init__(self, data: bytes, section_vaddr: int, header: SFrameHeader, fdes: list[SFrameFDE]) -> None:
+    def __init__(self, data: bytes, section_vaddr: int, header: SFrameHeader, fdes: list[SFrameFDE],
+                 strict: bool = True) -> None:
         self.data = data
         self.section_vaddr = section_vaddr
         self.header = header
         self.fdes = fdes  # in section order
+        self.strict = strict
         self._layouts = F.LITTLE if header.byte_order == "<" else F.BIG
-        order = sorted(range(len(fdes)), key=lambda i: fdes[i].func_start) if not header.sorted else range(len(fdes))
+        # Not strict: the FDE_SORTED flag is not trusted (the checker reports a wrong one).
+        order = (sorted(range(len(fdes)), key=lambda i: fdes[i].func_start)
+                 if not header.sorted or not strict else range(len(fdes)))
         self._by_start = [fdes[i] for i in order]
         self._starts = [f.func_start for f in self._by_start]
         self._sizes = [f.func_size for f in self._by_start]
@@ -212,17 +216,22 @@ class SFrameSection:
     # ------------------------------------------------------------------ parsing
 
     @classmethod
-    def parse(cls, data: bytes | bytearray | memoryview, section_vaddr: int) -> "SFrameSection":
+    def parse(cls, data: bytes | bytearray | memoryview, section_vaddr: int, *,
+              strict: bool = True) -> "SFrameSection":
         """Decode the header and FDEs of ``data``, a section whose first byte is at ``section_vaddr``.
 
         Trailing bytes past the FRE sub-section are ignored (PT_GNU_SFRAME segments are often
         longer than the section).  Raises :class:`SFrameError` on anything malformed.
+
+        ``strict=False`` decodes what is decodable and leaves the semantic rules to the caller
+        (:mod:`.check` reports them): FDEs out of order under FDE_SORTED, FRE starts out of order
+        or past their function's end.  Bounds are checked either way.
         """
         data = bytes(data)
         header = _parse_header(data)
         lay = F.LITTLE if header.byte_order == "<" else F.BIG
-        fdes = _parse_fdes(data, header, lay, section_vaddr)
-        return cls(data, section_vaddr, header, fdes)
+        fdes = _parse_fdes(data, header, lay, section_vaddr, strict)
+        return cls(data, section_vaddr, header, fdes, strict)
 
     def fres(self, fde: SFrameFDE) -> list[SFrameFRE]:
         """The FREs of ``fde`` (decoded and cached)."""
@@ -246,7 +255,7 @@ class SFrameSection:
         d = self._decoded.get(i)
         if d is None:
             fde = self._by_start[i]
-            fres = _parse_fres(self.data, self.header, self._layouts, fde)
+            fres = _parse_fres(self.data, self.header, self._layouts, fde, self.strict)
             # Rules are modelled for AMD64 only; other ABIs decode, and rule_for raises.
             rules = [self._rule(fde, fre) for fre in fres] if self._amd64 else None
             d = _Decoded(fres, rules, fde.rep_size if fde.pcmask else 0)
@@ -302,6 +311,10 @@ class SFrameSection:
         return d.rules[j]
 
     # ------------------------------------------------------------------ rules
+
+    def rule(self, fde: SFrameFDE, fre: SFrameFRE) -> FrameRule:
+        """The FrameRule ``fre`` of ``fde`` stands for (AMD64; raises :class:`SFrameError` else)."""
+        return self._rule(fde, fre)
 
     def _rule(self, fde: SFrameFDE, fre: SFrameFRE) -> FrameRule:
         """The FrameRule an FRE stands for (AMD64; see module doc of harness.rule)."""
@@ -387,7 +400,7 @@ def _parse_header(data: bytes) -> SFrameHeader:
     return h
 
 
-def _parse_fdes(data: bytes, h: SFrameHeader, lay: F.Layouts, vaddr: int) -> list[SFrameFDE]:
+def _parse_fdes(data: bytes, h: SFrameHeader, lay: F.Layouts, vaddr: int, strict: bool = True) -> list[SFrameFDE]:
     fdes: list[SFrameFDE] = []
     version = h.version
     size = h.fde_size
@@ -440,7 +453,7 @@ def _parse_fdes(data: bytes, h: SFrameHeader, lay: F.Layouts, vaddr: int) -> lis
             func_start = vaddr + off + F.FDE_FUNC_START_FIELD_OFFSET + rel_start
         else:
             func_start = vaddr + rel_start
-        if h.sorted and prev_start is not None and func_start < prev_start:
+        if strict and h.sorted and prev_start is not None and func_start < prev_start:
             raise SFrameError(f"FDE {i} starts at {func_start:#x}, before FDE {i - 1} ({prev_start:#x}), but the "
                               f"header says FDE_SORTED", field="fde.func_start", offset=off)
         prev_start = func_start
@@ -452,7 +465,8 @@ def _parse_fdes(data: bytes, h: SFrameHeader, lay: F.Layouts, vaddr: int) -> lis
     return fdes
 
 
-def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE) -> list[SFrameFRE]:
+def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE,
+                strict: bool = True) -> list[SFrameFRE]:
     addr_size = F.FRE_START_ADDR_SIZE[fde.fre_type]
     addr = lay.start_addr[addr_size]
     end = h.end
@@ -484,10 +498,10 @@ def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE) ->
         if nxt > end:
             raise SFrameError(f"FDE {fde.index}: FRE {k}: {count} data words of {wsize} bytes run past the FRE "
                               f"sub-section", field="fre.info", offset=pos + addr_size)
-        if start <= prev:
+        if strict and start <= prev:
             raise SFrameError(f"FDE {fde.index}: FRE {k} starts at {start:#x}, not after FRE {k - 1} "
                               f"({prev:#x})", field="fre.start", offset=pos)
-        if pcinc and start > fde.func_size:
+        if strict and pcinc and start > fde.func_size:
             raise SFrameError(f"FDE {fde.index}: FRE {k} starts at {start:#x}, past the function's "
                               f"{fde.func_size} bytes", field="fre.start", offset=pos)
         prev = start

@@ -291,6 +291,13 @@ class CFITable:
             if self.error is not None:
                 raise CorruptCFI(self.error)
             return None
+        pcs, table, ra_col = self._rows(fde)
+        i = bisect.bisect_right(pcs, link_pc) - 1
+        if i < 0:
+            return None
+        return table[i], ra_col
+
+    def _rows(self, fde: FDE) -> tuple[list[int], list[dict], int]:
         key = id(fde)
         dec = self._decoded.get(key)
         if dec is None:
@@ -301,11 +308,23 @@ class CFITable:
                 raise CorruptCFI(f"{self.image.name}: FDE at {fde['initial_location']:#x} does not decode "
                                  f"({type(exc).__name__}: {exc})") from exc
             dec = self._decoded[key] = ([r["pc"] for r in table], table, ra_col)
-        pcs, table, ra_col = dec
-        i = bisect.bisect_right(pcs, link_pc) - 1
-        if i < 0:
-            return None
-        return table[i], ra_col
+        return dec
+
+    def row_starts(self, lo: int, hi: int) -> list[int]:
+        """The addresses in ``(lo, hi)`` where the row in force may change: the starts of rows
+        and the bounds of FDEs (link-time addresses, sorted).  Raises :class:`CorruptCFI`."""
+        if self.error is not None:
+            raise CorruptCFI(self.error)
+        out: set[int] = set()
+        for starts, fdes in self._indices:
+            i = max(bisect.bisect_right(starts, lo) - 1, 0)
+            while i < len(fdes) and fdes[i][0] < hi:
+                start, end, fde = fdes[i]
+                if end > lo:
+                    out.update((start, end))
+                    out.update(self._rows(fde)[0])
+                i += 1
+        return sorted(a for a in out if lo < a < hi)
 
     def parse_expr(self, expr) -> list:
         """The ops of a DWARF expression (bytes of a CFA or register rule)."""
@@ -348,11 +367,15 @@ class CFITable:
             raise CorruptCFI(f"{self.image.name}: the CIE of the FDE at {fde['initial_location']:#x} "
                              f"does not decode ({type(exc).__name__}: {exc})") from exc
 
-    def rule_for_link(self, link_pc: int, runtime_pc: int | None = None) -> FrameRule | None:
+    def rule_for_link(self, link_pc: int, runtime_pc: int | None = None, *,
+                      signal_ok: bool = False) -> FrameRule | None:
+        """The row at ``link_pc`` as a FrameRule.  ``signal_ok``: a signal frame's row is
+        returned (marked ``signal_frame``) instead of raising, for a static comparison of rules."""
         found = self.row_for(link_pc)
         if found is None:
             return None
-        if self.is_signal_frame(self.fde_for(link_pc)):
+        signal = self.is_signal_frame(self.fde_for(link_pc))
+        if signal and not signal_ok:
             # The walk ends here, typed: the rules (DW_CFA_expression over the saved ucontext or
             # sigcontext) give the interrupted registers, and the frame after this one is that
             # context, not a caller.  A caller that knows signal frames continues from there
@@ -372,7 +395,8 @@ class CFITable:
         if ra is None:
             raise UnsupportedCFI("no rule for the return address")
         return FrameRule(cfa_rule, self._register_rule(ra, "RA", ValueRule(UNDEFINED), pc),
-                         self._register_rule(row.get(arch.fp), arch.reg_name(arch.fp), ValueRule(SAME), pc))
+                         self._register_rule(row.get(arch.fp), arch.reg_name(arch.fp), ValueRule(SAME), pc),
+                         signal)
 
 
 def cfi_table(image: ElfImage) -> CFITable:

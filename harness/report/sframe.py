@@ -1,0 +1,141 @@
+"""Text for ``harness sframe``: the checker's report, and a decoded section in the layout of
+``objdump --sframe``.
+
+:func:`format_check` renders a :class:`harness.sframe.check.BinaryCheck`; :func:`objdump_sframe`
+renders an :class:`harness.sframe.SFrameTable` as the objdump of the binutils that writes its
+version prints it (libsframe ``sframe-dump.c``; checked line for line against binutils 2.40 for
+V1, 2.44 for V2 and 2.47 for V3, tests/unit/test_sframe_check.py):
+
+* 2.40 (V1) prints neither fixed offset, and "u" in the RA column even where the header fixes
+  the RA; 2.41+ print "CFA fixed RA offset" (and "CFA fixed FP offset" where one is set) and "f".
+* Flags: 2.40 and 2.44 print one name on one line -- with both FDE_SORTED and FRAME_POINTER set,
+  only SFRAME_F_FRAME_POINTER (their flag string is overwritten, not appended) -- and "NONE" for
+  none; 2.46+ print every name, joined by ",\\n" and aligned under the first.  A V2 section with
+  FDE_FUNC_START_PCREL can only come from 2.45, whose objdump is not among the toolchains here:
+  it is rendered in the 2.46+ way, unverified.
+* V3 appends ``, attr = "S"`` (signal frame) and/or ``"F"`` (flexible FDE) to the function line;
+  flexible FREs print ``reg+off``, ``(reg+off)`` for a dereference, ``c`` for the CFA, ``U`` for a
+  padding RA word.
+"""
+
+from __future__ import annotations
+
+from ..sframe import format as F
+from ..sframe.check import KINDS, BinaryCheck
+from ..sframe.elf import SFrameTable
+from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
+
+__all__ = ["format_check", "format_summary", "fre_columns", "objdump_sframe"]
+
+
+# ------------------------------------------------------------------------------------ check
+
+
+def format_check(r: BinaryCheck, *, limit: int | None = None) -> str:
+    """Every finding of one binary (at most ``limit`` of each kind), its notes, then its summary."""
+    out = [f"{r.path}: SFrame V{r.version} ({', '.join(r.flags) or 'no flags'}) via {r.via}"]
+    shown: dict[str, int] = {}
+    for f in r.findings:
+        shown[f.kind] = shown.get(f.kind, 0) + 1
+        if limit is not None and shown[f.kind] > limit:
+            continue
+        out.append(f"  {f.kind}: {f.message}")
+    for kind, n in shown.items():
+        if limit is not None and n > limit:
+            out.append(f"  {kind}: ... {n - limit} more")
+    for note in r.notes:
+        out.append(f"  note: {note}")
+    out.append("  " + format_summary(r))
+    return "\n".join(out)
+
+
+def format_summary(r: BinaryCheck) -> str:
+    counts = r.by_kind()
+    verdict = "clean" if r.clean else ", ".join(f"{counts[k]} {k}" for k in KINDS if counts.get(k))
+    return (f"{r.num_fdes} FDEs, {r.num_fres} FREs, {r.fres_checked} FREs checked against .eh_frame "
+            f"({r.addresses_compared} addresses): {verdict}")
+
+
+# ------------------------------------------------------------------------------------ dump
+
+
+def objdump_sframe(table: SFrameTable, name: str | None = None) -> str:
+    """``objdump --sframe NAME`` as the binutils that writes the section's version prints it.
+
+    ``name`` is the file name objdump would print (the path as given on its command line).
+    """
+    sec = table.section
+    h = sec.header
+    lines = ["", f"{name or table.source}:     file format elf64-x86-64", "",
+             "Contents of the SFrame section .sframe:", "  Header :", "",
+             f"    Version: SFRAME_VERSION_{h.version}"]
+    lines += _flag_lines(h.version, h.flags)
+    if h.version >= F.SFRAME_VERSION_2:
+        if h.cfa_fixed_fp_offset != F.CFA_FIXED_OFFSET_INVALID:
+            lines.append(f"    CFA fixed FP offset: {h.cfa_fixed_fp_offset}")
+        if h.cfa_fixed_ra_offset != F.CFA_FIXED_OFFSET_INVALID:
+            lines.append(f"    CFA fixed RA offset: {h.cfa_fixed_ra_offset}")
+    lines += [f"    Num FDEs: {h.num_fdes}", f"    Num FREs: {h.num_fres}", "", "  Function Index :"]
+    for fde in sec.fdes:
+        lines.append("")
+        attrs = ("S" if fde.signal_frame else "") + ("F" if fde.flex else "")
+        lines.append(f"    func idx [{fde.index}]: pc = {fde.func_start:#x}, size = {fde.func_size} bytes"
+                     + (f', attr = "{attrs}"' if attrs else ""))
+        lines.append(f"    {'STARTPC[m]' if fde.pcmask else 'STARTPC':<16}{'CFA':<10}{'FP':<10}{'RA':<13}")
+        for fre in sec.fres(fde):
+            startpc = fre.start if fde.pcmask else fde.func_start + fre.start
+            cols = fre_columns(sec, fde, fre)
+            if cols is None:
+                lines.append(f"    {startpc:016x}  RA undefined")
+            else:
+                cfa, fp, ra = cols
+                lines.append(f"    {startpc:016x}  {cfa:<10}{fp:<10}{ra:<13}")
+    return "\n".join(lines) + "\n"
+
+
+def _flag_lines(version: int, flags: int) -> list[str]:
+    if version <= F.SFRAME_VERSION_2 and not flags & F.F_FDE_FUNC_START_PCREL:
+        if flags & F.F_FRAME_POINTER:
+            name = F.FLAG_NAMES[F.F_FRAME_POINTER]
+        elif flags & F.F_FDE_SORTED:
+            name = F.FLAG_NAMES[F.F_FDE_SORTED]
+        else:
+            name = "NONE"
+        return [f"    Flags: {name}"]
+    names = [n for bit, n in F.FLAG_NAMES.items() if flags & bit] or ["NONE"]
+    first = "    Flags: "
+    return [(first if i == 0 else " " * len(first)) + n + ("," if i < len(names) - 1 else "")
+            for i, n in enumerate(names)]
+
+
+def fre_columns(sec: SFrameSection, fde: SFrameFDE, fre: SFrameFRE) -> tuple[str, str, str] | None:
+    """The CFA, FP and RA columns objdump prints for ``fre``; None for "RA undefined"."""
+    h = sec.header
+    if fre.cfa is None:
+        return None
+    if not fde.flex:
+        cfa = f"{fre.base_reg}+{fre.cfa.offset}"
+        fp = f"c{fre.fp.offset:+d}" if fre.fp is not None else "u"
+        if fre.ra is not None:
+            ra = f"c{fre.ra.offset:+d}"
+        elif h.version >= F.SFRAME_VERSION_2 and h.cfa_fixed_ra_offset != F.CFA_FIXED_OFFSET_INVALID:
+            ra = "f"
+        else:
+            ra = "u"
+    else:
+        cfa = _loc(fre.cfa)
+        fp = _loc(fre.fp) if fre.fp is not None else "u"
+        if fre.ra_padding:
+            ra = "U"
+        elif fre.ra is not None:
+            ra = _loc(fre.ra)
+        else:
+            ra = "f" if h.cfa_fixed_ra_offset != F.CFA_FIXED_OFFSET_INVALID else "u"
+    if fre.mangled_ra:
+        ra += "[s]"
+    return cfa, fp, ra
+
+
+def _loc(loc: Location) -> str:
+    reg = "c" if loc.base == "cfa" else loc.base
+    return f"({reg}{loc.offset:+d})" if loc.deref else f"{reg}{loc.offset:+d}"
