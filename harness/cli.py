@@ -286,10 +286,17 @@ def cmd_report(args) -> int:
     except RunDirError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
+    if args.format in ("html", "folded"):
+        from .report.flame import flame_svg, write_folded
+
+        for s in run.scenarios:
+            write_folded(s.folded, run.path / f"{s.name}.folded")
+        print(f"{len(run.scenarios)} collapsed-stack file(s) in {run.path}/ (SCENARIO.folded)")
     if args.format == "html":
         from .report.html import write_html
 
-        path = write_html(run, Path(args.output) if args.output else None)
+        flames = {s.name: flame_svg(s.folded, f"{s.name}: {s.stacks} stacks ({s.unwinder})") for s in run.scenarios}
+        path = write_html(run, Path(args.output) if args.output else None, flames)
         print(f"{path} ({path.stat().st_size:,} bytes, {run.stacks} stacks, {time.monotonic() - t0:.1f}s)")
     return 0
 
@@ -383,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rep = sub.add_parser("report", help="report.html (or other formats) from a run directory")
     rep.add_argument("run_dir", help="a directory written by harness run (run.json, SCENARIO.jsonl)")
-    rep.add_argument("--format", default="html", choices=("html",))
+    rep.add_argument("--format", default="html", choices=("html", "folded"),
+                     help="html: report.html and SCENARIO.folded in RUN_DIR; folded: the .folded files only")
     rep.add_argument("--output", "-o", help="write here instead of the default place")
     rep.set_defaults(func=cmd_report)
 

@@ -309,6 +309,19 @@ def _stack(s: ScenarioRun, e: dict) -> None:
                 s.failures.append(_example(e, v, s.name))
 
 
+def _catalog_order(p: Path) -> tuple:
+    """Scenarios in catalog order (the order ``harness run all`` runs them), the others by name;
+    ``forkexec.2.jsonl`` (the second run of one scenario) after ``forkexec.jsonl``."""
+    from ..scenarios.catalog import CATALOG
+
+    stem = p.name[: -len(".jsonl")]
+    base, _, n = stem.rpartition(".")
+    if not (base and n.isdigit()):
+        base, n = stem, "1"
+    order = list(CATALOG)
+    return (order.index(base) if base in order else len(order), base, int(n))
+
+
 def read_run(path, keep_samples: bool = False) -> RunData:
     """``run.json`` and every ``*.jsonl`` log of a run directory (scenarios in the order they ran)."""
     path = Path(path)
@@ -320,7 +333,7 @@ def read_run(path, keep_samples: bool = False) -> RunData:
             facts = json.loads((path / "run.json").read_text())
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{path / 'run.json'}: not JSON ({exc.msg})") from None
-    logs = sorted(path.glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name))
+    logs = sorted(path.glob("*.jsonl"), key=_catalog_order)
     if not logs:
         raise RunDirError(f"{path}: no scenario log (*.jsonl)")
     scenarios = []
