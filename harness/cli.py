@@ -286,6 +286,21 @@ def cmd_report(args) -> int:
     except RunDirError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
+    if args.format == "perf-script":
+        from .report.perfscript import write_perf_script
+
+        samples = (x for s in run.scenarios for x in s.samples)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fp:
+                n = write_perf_script(samples, fp)
+            print(f"{args.output}: {n} samples", file=sys.stderr)
+        else:
+            try:
+                write_perf_script(samples, sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:  # | head
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if args.format in ("html", "folded"):
         from .report.flame import flame_svg, write_folded
 
@@ -390,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
 
     rep = sub.add_parser("report", help="report.html (or other formats) from a run directory")
     rep.add_argument("run_dir", help="a directory written by harness run (run.json, SCENARIO.jsonl)")
-    rep.add_argument("--format", default="html", choices=("html", "folded"),
-                     help="html: report.html and SCENARIO.folded in RUN_DIR; folded: the .folded files only")
+    rep.add_argument("--format", default="html", choices=("html", "folded", "perf-script"),
+                     help="html: report.html and SCENARIO.folded in RUN_DIR; folded: the .folded files only; "
+                          "perf-script: the unwinder's stacks as perf script text (stdout or --output)")
     rep.add_argument("--output", "-o", help="write here instead of the default place")
     rep.set_defaults(func=cmd_report)
 

@@ -89,7 +89,7 @@ class ScenarioRun:
     failed_pairs: int = 0
     examples: dict[tuple[str, str], list[Example]] = field(default_factory=dict)  # (oracle, cause) -> kept
     folded: collections.Counter = field(default_factory=collections.Counter)  # tuple of names -> stacks
-    samples: list[tuple[str, int, list]] = field(default_factory=list)  # (comm, task, unwinder frames)
+    samples: list[tuple[str, int, int, list]] = field(default_factory=list)  # (comm, task, seq, unwinder frames)
     timelines: dict[int, dict] = field(default_factory=dict)  # task -> {"comm", "entries": [...], "more"}
     requests: collections.Counter = field(default_factory=collections.Counter)  # ret -> n
     walks: int = 0
@@ -136,7 +136,11 @@ def frame_name(frame) -> str:
     symbol without its offset, else ``[module]``, else ``[unknown]``."""
     _, module, sym = frame[-3:]
     if sym:
-        return _OFF.sub("", sym).replace(";", ":")
+        # stackcollapse-perf.pl's --tidy-generic (its default): ';' -> ':', arguments cut, quotes dropped
+        name = _OFF.sub("", sym).replace(";", ":")
+        if not re.search(r"\.\(.*\)\.", name):
+            name = re.sub(r"\((?!anonymous namespace\)).*", "", name)
+        return name.replace('"', "").replace("'", "")
     return f"[{module}]" if module else "[unknown]"
 
 
@@ -274,7 +278,7 @@ def read_scenario(path: Path, keep_samples: bool = False) -> ScenarioRun:
                 _stack(s, e)
                 if keep_samples:
                     unw = e.get("unwinder", "")
-                    s.samples.append((e.get("comm", ""), e["task"], e["frames"].get(unw, [])))
+                    s.samples.append((e.get("comm", ""), e["task"], e.get("seq", 0), e["frames"].get(unw, [])))
     s.timelines = timeline.tasks
     return s
 
