@@ -27,16 +27,44 @@
 
   // ---- side-by-side frames of one example, drawn when its <details> opens ----
   function frameText(f) { return f[3] || hex(f[1]); }
+  // Rows of the two frame lists.  Whole lists are aligned by address, so a frame one side lacks
+  // gets a row of its own and the rest lines up again; lists cut to a window (very long stacks)
+  // are set side by side by index, with a row for each gap.
+  function alignRows(ex, names) {
+    var A = ex.frames[names[0]], B = names.length > 1 ? ex.frames[names[1]] : [];
+    var whole = A.length === ex.lengths[names[0]] && (names.length < 2 || B.length === ex.lengths[names[1]]);
+    var rows = [];
+    if (!whole) {
+      var ma = {}, mb = {}, idx = {};
+      A.forEach(function (f) { ma[f[0]] = f; idx[f[0]] = 1; });
+      B.forEach(function (f) { mb[f[0]] = f; idx[f[0]] = 1; });
+      var prev = -1;
+      Object.keys(idx).map(Number).sort(function (x, y) { return x - y; }).forEach(function (k) {
+        if (k > prev + 1) rows.push({ gap: k - prev - 1 });
+        prev = k;
+        rows.push({ a: ma[k], b: mb[k], k: k });
+      });
+      return rows;
+    }
+    function later(list, from, addr) {
+      for (var k = from; k < list.length && k < from + 16; k++) if (list[k][1] === addr) return k;
+      return -1;
+    }
+    var i = 0, j = 0;
+    while (i < A.length || j < B.length) {
+      if (i < A.length && j < B.length && A[i][1] === B[j][1]) { rows.push({ a: A[i++], b: B[j++] }); continue; }
+      var ja = i < A.length && names.length > 1 ? later(B, j, A[i][1]) : -1;  // A[i] further down B
+      var ib = j < B.length ? later(A, i, B[j][1]) : -1;  // B[j] further down A
+      if (ja >= 0 && (ib < 0 || ja - j <= ib - i)) { while (j < ja) rows.push({ b: B[j++] }); }
+      else if (ib >= 0) { while (i < ib) rows.push({ a: A[i++] }); }
+      else rows.push({ a: A[i++], b: B[j++] });
+    }
+    return rows;
+  }
   function sideBySide(ex) {
     var names = [ex.unwinder, ex.oracle].filter(function (n) { return ex.frames[n]; });
-    var cols = names.map(function (n) {
-      var m = {}; ex.frames[n].forEach(function (f) { m[f[0]] = f; }); return m;
-    });
-    var idx = {};
-    names.forEach(function (n) { ex.frames[n].forEach(function (f) { idx[f[0]] = 1; }); });
-    var rows = Object.keys(idx).map(Number).sort(function (a, b) { return a - b; });
     var t = el("table", { "class": "sbs" });
-    var h = el("tr"); h.appendChild(el("th", null, "")); h.appendChild(el("th", null, "#"));
+    var h = el("tr"); h.appendChild(el("th", null, ""));
     names.forEach(function (n) { h.appendChild(el("th", null, n + " (" + ex.lengths[n] + " frames)")); });
     t.appendChild(h);
     var marks = {};
@@ -44,29 +72,31 @@
       if (typeof d.got_index === "number") marks[ex.unwinder + ":" + d.got_index] = d.kind;
       if (typeof d.want_index === "number") marks[ex.oracle + ":" + d.want_index] = d.kind;
     });
-    var prev = -1, first = true;
-    rows.forEach(function (i) {
-      if (i > prev + 1) {
-        var g = el("tr", { "class": "gap" }); g.appendChild(el("td")); g.appendChild(el("td"));
-        g.appendChild(el("td", { colspan: names.length }, "\u2026 " + (i - prev - 1) + " frame(s) not kept \u2026"));
+    var first = true;
+    alignRows(ex, names).forEach(function (r) {
+      if (r.gap) {
+        var g = el("tr", { "class": "gap" }); g.appendChild(el("td"));
+        g.appendChild(el("td", { colspan: names.length }, "\u2026 " + r.gap + " frame(s) not kept \u2026"));
         t.appendChild(g);
+        return;
       }
-      prev = i;
-      var fs = cols.map(function (c) { return c[i]; });
-      var differ = names.length === 2 && (!fs[0] !== !fs[1] || (fs[0] && fs[1] && fs[0][1] !== fs[1][1]));
-      if (names.length === 2 && !fs[0] && i >= ex.lengths[names[0]] && !fs[1]) differ = false;
+      var fs = [r.a, r.b];
+      var differ = names.length === 2 && (!r.a || !r.b || r.a[1] !== r.b[1]);
       var tr = el("tr", { "class": differ ? (first ? "first diff" : "diff") : "" });
       tr.appendChild(el("td", { "class": "mark" }, differ ? (first ? "\u25b6" : "!") : ""));
-      if (differ) { first = false; }
-      tr.appendChild(el("td", null, "#" + i));
+      if (differ) first = false;
       names.forEach(function (n, k) {
         var f = fs[k], td = el("td");
         if (f) {
+          td.appendChild(el("span", { "class": "idx" }, "#" + f[0] + " "));
           td.appendChild(el("span", { "class": "addr" }, hex(f[1]) + " "));
           td.appendChild(el("span", null, f[3] || "?"));
           if (f[2]) td.appendChild(el("span", { "class": "mod" }, " (" + f[2] + ")"));
-          if (marks[n + ":" + i]) td.title = "divergence (" + marks[n + ":" + i] + ") at this frame";
-        } else if (i >= ex.lengths[n]) { td.textContent = "\u2014 (ended)"; }
+          if (marks[n + ":" + f[0]]) td.title = "divergence (" + marks[n + ":" + f[0]] + ") at this frame";
+        } else {
+          td.textContent = "\u2014";
+          td.className = "none";
+        }
         tr.appendChild(td);
       });
       t.appendChild(tr);
