@@ -78,7 +78,9 @@ def render_html(run: RunData, flames: dict[str, str] | None = None) -> str:
     totals = run.causes
     cause_order = sorted(groups, key=lambda c: (-totals[c], c))
     timelines = {s.name: {str(t): compact_timeline(v) for t, v in s.timelines.items()} for s in run.scenarios}
-    data = {"examples": examples, "timelines": timelines, "timeline_columns": TIMELINE_COLUMNS}
+    # the flame graphs travel as strings, parsed only when their <details> opens
+    data = {"examples": examples, "timelines": timelines, "timeline_columns": TIMELINE_COLUMNS,
+            "flames": flames or {}}
     failed = sum(s.failed_pairs for s in run.scenarios)
     cut = [s.name for s in run.scenarios if not s.complete]
     return _env.get_template("report.html.j2").render(

@@ -129,6 +129,16 @@ class Browser:
             raise BrowserError(f"{expression}: {r['exceptionDetails'].get('text')}")
         return r["result"].get("value")
 
+    def wait_for(self, expression: str, timeout: float = 10.0):
+        """Evaluate ``expression`` until it is truthy (events such as hashchange run after
+        Page.navigate returns); its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.eval(expression)
+            if value or time.monotonic() > deadline:
+                return value
+            time.sleep(0.05)
+
     def errors(self) -> list[str]:
         """Uncaught exceptions, console.error calls and error log entries seen so far."""
         self.eval("0")  # let pending events arrive

@@ -63,6 +63,7 @@ def test_page_opens_without_error_and_shows_the_summary(page):
 
 def test_a_failure_side_by_side(page):
     page.open(page.url + "#ex-f0")
+    assert page.wait_for("document.querySelector('#ex-f0 table.sbs') !== null")
     assert page.eval("document.getElementById('ex-f0').open")
     rows = page.eval("document.querySelectorAll('#ex-f0 table.sbs tr').length")
     assert rows >= 2
@@ -81,6 +82,7 @@ def test_a_divergence_with_its_decoded_prologue(page):
         return null; })()""")
     assert key
     page.open(page.url + f"#ex-{key}")
+    assert page.wait_for(f"document.querySelector('#ex-{key} table.sbs') !== null")
     heads = page.eval(f"Array.from(document.querySelectorAll('#ex-{key} table.sbs th')).map(function (t) {{ return t.innerText; }})")
     assert any(h.startswith("fp ") for h in heads) and any(h.startswith("cfi ") for h in heads)
     assert page.eval(f"document.querySelectorAll('#ex-{key} table.sbs tr.first').length") == 1
@@ -93,16 +95,15 @@ def test_a_divergence_with_its_decoded_prologue(page):
 
 def test_flame_graph_draws_and_zooms(page):
     page.open(page.url + "#flames")
-    n = page.eval("document.querySelectorAll('#flames .holder svg g.f').length")
+    n = page.wait_for("document.querySelectorAll('#flames .holder svg g.f').length")
     assert n > 3  # the first scenario's graph is open from the start
-    # open forkexec's graph (drawn from its <template> on opening) and click parent_round:
+    # open forkexec's graph (parsed from the page's data when opened) and click parent_round:
     # it takes the whole width, its ancestors stay (faded), frames outside it go
     page.eval("document.querySelector('details.flame').open = false;"
               "document.querySelector('details.flame[data-scenario=\"forkexec\"]').open = true")
-    page.eval("0")
     sel = "details.flame[data-scenario=\"forkexec\"] .holder svg"
     frame = f"{sel} g.f[data-n=\"parent_round\"]"
-    assert page.eval(f"document.querySelectorAll('{sel} g.f').length") > 10
+    assert page.wait_for(f"document.querySelectorAll('{sel} g.f').length") > 10
     title = page.eval(f"document.querySelector('{frame} title').textContent")
     assert title.startswith("parent_round (13 stacks")
     before = page.eval(f"+document.querySelector('{frame} rect').getAttribute('width')")

@@ -95,4 +95,4 @@ def test_cli_writes_folded_beside_the_logs(tmp_path):
     assert sorted(p.name for p in d.glob("*.folded")) == sorted(p.name[:-6] + ".folded" for p in DATA.glob("*.jsonl"))
     assert not (d / "report.html").exists()
     assert main(["report", str(d)]) == 0
-    assert 'class="flamegraph"' in (d / "report.html").read_text()
+    assert 'class=\\"flamegraph' in (d / "report.html").read_text()  # in the page's data, escaped

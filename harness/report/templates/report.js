@@ -149,7 +149,7 @@
     d.addEventListener("toggle", function () { fillExample(d); });
   });
 
-  // ---- flame graphs: the SVG comes out of its <template> when opened; click a frame to zoom ----
+  // ---- flame graphs: the SVG is parsed from its string when opened; click a frame to zoom ----
   function zoom(svg, node) {
     var x0 = +node.getAttribute("data-x"), w0 = +node.getAttribute("data-w"), d0 = +node.getAttribute("data-d");
     var width = +svg.getAttribute("data-width"), pad = +svg.getAttribute("data-pad");
@@ -179,7 +179,7 @@
   function openFlame(d) {
     var holder = d.querySelector(".holder");
     if (!d.open || holder.childNodes.length) return;
-    holder.appendChild(document.importNode(d.querySelector("template").content, true));
+    holder.innerHTML = data.flames[d.getAttribute("data-scenario")] || "";
     var svg = holder.querySelector("svg");
     if (svg) wireFlame(svg);
   }
