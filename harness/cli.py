@@ -267,7 +267,8 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
                                                  indent=1))
     if junit:
         Path(junit).write_bytes(junit_xml(results))
-    if report and cmd_report(argparse.Namespace(run_dir=str(out), format="html", output=None)) and code == EXIT_OK:
+    report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
+    if report and cmd_report(report_args) and code == EXIT_OK:
         code, why = EXIT_INFRA, "report.html could not be written"
     print(f"exit {code}: {why}")
     return code
@@ -282,7 +283,8 @@ def cmd_report(args) -> int:
 
     t0 = time.monotonic()
     try:
-        run = read_run(Path(args.run_dir), keep_samples=args.format == "perf-script")
+        progress = None if getattr(args, "quiet", False) else (lambda line: print(f"report: {line}", file=sys.stderr))
+        run = read_run(Path(args.run_dir), keep_samples=args.format == "perf-script", progress=progress)
     except RunDirError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
@@ -311,6 +313,8 @@ def cmd_report(args) -> int:
         from .report.html import write_html
 
         flames = {s.name: flame_svg(s.folded, f"{s.name}: {s.stacks} stacks ({s.unwinder})") for s in run.scenarios}
+        if progress:
+            progress(f"{len(flames)} flame graph(s) drawn, rendering the page")
         path = write_html(run, Path(args.output) if args.output else None, flames)
         print(f"{path} ({path.stat().st_size:,} bytes, {run.stacks} stacks, {time.monotonic() - t0:.1f}s)")
     return 0
@@ -409,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="html: report.html and SCENARIO.folded in RUN_DIR; folded: the .folded files only; "
                           "perf-script: the unwinder's stacks as perf script text (stdout or --output)")
     rep.add_argument("--output", "-o", help="write here instead of the default place")
+    rep.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     rep.set_defaults(func=cmd_report)
 
     from .deferred.cli import add_cli as add_deferred_cli

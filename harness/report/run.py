@@ -24,6 +24,7 @@ import collections
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -326,8 +327,11 @@ def _catalog_order(p: Path) -> tuple:
     return (order.index(base) if base in order else len(order), base, int(n))
 
 
-def read_run(path, keep_samples: bool = False) -> RunData:
-    """``run.json`` and every ``*.jsonl`` log of a run directory (scenarios in the order they ran)."""
+def read_run(path, keep_samples: bool = False, progress=None) -> RunData:
+    """``run.json`` and every ``*.jsonl`` log of a run directory (scenarios in catalog order).
+
+    ``progress``, if given, is called with one line of text per log read (its size, its stacks,
+    the seconds it took): the CLI prints them, as a run of all scenarios has logs of tens of MB."""
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(f"{path}: no such run directory")
@@ -341,7 +345,16 @@ def read_run(path, keep_samples: bool = False) -> RunData:
     if not logs:
         raise RunDirError(f"{path}: no scenario log (*.jsonl)")
     scenarios = []
-    for p in logs:
-        log.info("reading %s", p)
+    total = sum(p.stat().st_size for p in logs)
+    done = 0
+    for k, p in enumerate(logs, 1):
+        t0 = time.monotonic()
+        size = p.stat().st_size
         scenarios.append(read_scenario(p, keep_samples))
+        done += size
+        line = (f"[{k}/{len(logs)}] {p.name}: {size / 1e6:.1f} MB, {scenarios[-1].stacks} stacks, "
+                f"{time.monotonic() - t0:.1f}s ({100 * done / max(total, 1):.0f}% of {total / 1e6:.1f} MB)")
+        log.info("%s", line)
+        if progress is not None:
+            progress(line)
     return RunData(path=path, facts=facts, scenarios=scenarios)

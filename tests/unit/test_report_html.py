@@ -110,3 +110,14 @@ def test_cli_bad_input_is_exit_2(tmp_path, capsys):
     assert "line 2" in capsys.readouterr().err
     with pytest.raises(RunDirError):
         read_run(tmp_path)
+
+
+def test_progress_lines_one_per_log(capsys):
+    lines = []
+    run = read_run(DATA, progress=lines.append)
+    assert len(lines) == len(run.scenarios) == 4
+    assert lines[-1].startswith("[4/4] ") and "100% of" in lines[-1]
+    assert main(["report", str(DATA), "--format", "perf-script", "-o", "/dev/null"]) == 0
+    assert capsys.readouterr().err.count("report: [") == 4
+    assert main(["report", str(DATA), "--format", "perf-script", "-o", "/dev/null", "-q"]) == 0
+    assert "report: [" not in capsys.readouterr().err
