@@ -121,3 +121,15 @@ def test_progress_lines_one_per_log(capsys):
     assert capsys.readouterr().err.count("report: [") == 4
     assert main(["report", str(DATA), "--format", "perf-script", "-o", "/dev/null", "-q"]) == 0
     assert "report: [" not in capsys.readouterr().err
+
+
+def test_a_log_cut_short_is_shown_as_such(tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(DATA, d)
+    lines = (d / "fp-syscall.jsonl").read_text().splitlines(keepends=True)
+    (d / "fp-syscall.jsonl").write_text("".join(lines[:-1]))  # no end record: the writer died
+    run = read_run(d)
+    s = next(s for s in run.scenarios if s.name == "fp-syscall")
+    assert s.end is None and not s.complete and s.stacks == 4
+    page = render_html(run)
+    assert "Logs cut short" in page and "cut (no end record)" in page
