@@ -46,6 +46,8 @@ ENTRIES_KEPT = 200  # kernel entries per task in its timeline
 class RunDirError(HarnessError):
     """A run directory that cannot be read: no such directory, no log, a malformed line."""
 
+    exit_code = 2  # bad input (harness.errors)
+
 
 @dataclass
 class Example:
