@@ -13,6 +13,7 @@ died, disk full, interrupted).
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
     harness perf [--defer] ...           the guest kernel's perf callchains against our unwinder
     harness sframe check|dump BINARY...  a binary's SFrame section checked against its .eh_frame, or dumped
+    harness report RUN_DIR               report.html (and SCENARIO.folded) in a run directory
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def cmd_run(args) -> int:
             sc = dataclasses.replace(sc, rate=args.rate)
         spec = _spec(args, [])
         spec.user_programs = [args.program]
-        return _run_and_report(spec, [sc], args.out, args.junit_xml)
+        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report)
     names = args.scenarios or list(DEFAULT_SET)
     if names == ["all"]:
         names = list(CATALOG)
@@ -225,10 +226,10 @@ def cmd_run(args) -> int:
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
     if args.rate:
         scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
-    return _run_and_report(_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml)
+    return _run_and_report(_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report)
 
 
-def _run_and_report(spec, scenarios, out_dir, junit: str | None = None) -> int:
+def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False) -> int:
     from pathlib import Path
 
     from .report.junit import junit_xml
@@ -267,8 +268,57 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None) -> int:
                                                  indent=1))
     if junit:
         Path(junit).write_bytes(junit_xml(results))
+    report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
+    if report and cmd_report(report_args) and code == EXIT_OK:
+        code, why = EXIT_INFRA, "report.html could not be written"
     print(f"exit {code}: {why}")
     return code
+
+
+def cmd_report(args) -> int:
+    """Reports of a run directory: html (report.html, with SCENARIO.folded beside it), folded, or
+    perf-script text (on stdout, or in --output)."""
+    from pathlib import Path
+
+    from .report.run import RunDirError, read_run
+
+    t0 = time.monotonic()
+    try:
+        progress = None if getattr(args, "quiet", False) else (lambda line: print(f"report: {line}", file=sys.stderr))
+        run = read_run(Path(args.run_dir), keep_samples=args.format == "perf-script", progress=progress)
+    except RunDirError as exc:
+        print(f"harness report: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "perf-script":
+        from .report.perfscript import write_perf_script
+
+        samples = (x for s in run.scenarios for x in s.samples)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fp:
+                n = write_perf_script(samples, fp)
+            print(f"{args.output}: {n} samples", file=sys.stderr)
+        else:
+            try:
+                write_perf_script(samples, sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:  # | head
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    if args.format in ("html", "folded"):
+        from .report.flame import flame_svg, write_folded
+
+        for s in run.scenarios:
+            write_folded(s.folded, run.path / f"{s.name}.folded")
+        print(f"{len(run.scenarios)} collapsed-stack file(s) in {run.path}/ (SCENARIO.folded)")
+    if args.format == "html":
+        from .report.html import write_html
+
+        flames = {s.name: flame_svg(s.folded, f"{s.name}: {s.stacks} stacks ({s.unwinder})") for s in run.scenarios}
+        if progress:
+            progress(f"{len(flames)} flame graph(s) drawn, rendering the page")
+        path = write_html(run, Path(args.output) if args.output else None, flames)
+        print(f"{path} ({path.stat().st_size:,} bytes, {run.stacks} stacks, {time.monotonic() - t0:.1f}s)")
+    return 0
 
 
 def cmd_bench(args) -> int:
@@ -346,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)")
     run.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario")
     run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
+    run.add_argument("--report", action="store_true", help="write report.html into the run directory")
     run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")
     run.add_argument("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)")
     _guest_args(run)
@@ -356,6 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--samples", type=positive_int, help="requests for bench deferred")
     _guest_args(bench)
     bench.set_defaults(func=cmd_bench)
+
+    rep = sub.add_parser("report", help="report.html (or other formats) from a run directory")
+    rep.add_argument("run_dir", help="a directory written by harness run (run.json, SCENARIO.jsonl)")
+    rep.add_argument("--format", default="html", choices=("html", "folded", "perf-script"),
+                     help="html: report.html and SCENARIO.folded in RUN_DIR; folded: the .folded files only; "
+                          "perf-script: the unwinder's stacks as perf script text (stdout or --output)")
+    rep.add_argument("--output", "-o", help="write here instead of the default place")
+    rep.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    rep.set_defaults(func=cmd_report)
 
     from .deferred.cli import add_cli as add_deferred_cli
 
