@@ -13,8 +13,8 @@ Fixtures
     ``unwind_guest``  (session) a factory ``unwind_guest(programs=(), sources=(), kernel=None,
                       qemu=None, smp=None) -> Session``: a booted guest carrying those programs,
                       cached for the test session and closed at its end.
-    ``unwind_kernel``, ``unwind_toolchain`` (session) the kernel and toolchain of this test:
-                      the marker's parameter, else the option.
+    ``unwind_kernel`` (session), ``unwind_toolchain`` (function): the kernel and toolchain
+                      of this test: the marker's parameter, else the option.
 
 Marker
     ``@pytest.mark.unwind(kernels=[...], toolchains=[...], programs=[...], sources=[...])``
@@ -23,7 +23,8 @@ Marker
     ``sources`` (``(name, Variant)``) the test will run.
 
 Options (command line, or ini without the dashes: ``uh_kernel = trixie``)
-    ``--uh-kernel`` (default ``default``), ``--uh-qemu`` (host, backports, auto; default
+    ``--uh-kernel`` (default ``default``; a comma-separated list runs every test without
+    ``kernels`` in its marker once per kernel), ``--uh-qemu`` (host, backports, auto; default
     ``$HARNESS_QEMU``, else host), ``--uh-smp`` (1), ``--uh-samples`` (30), ``--uh-toolchain``
     (host), ``--uh-max-guests`` (1: guests alive at once), ``--uh-show`` (3: failing stacks
     printed per run).
@@ -67,7 +68,8 @@ _declared_key = pytest.StashKey[dict]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("unwind_harness", "user-space unwinding on QEMU guests (unwind-harness)")
     helps = {
-        "kernel": "guest kernel: default, trixie, bookworm (default: default)",
+        "kernel": "guest kernel(s), comma-separated: default, trixie, bookworm; tests without "
+                  "unwind(kernels=...) run once per kernel (default: default)",
         "qemu": "QEMU: host, backports or auto (default: $HARNESS_QEMU, else host)",
         "smp": "vCPUs of the guest (default: 1)",
         "samples": "requests that must land on the program's tasks per run (default: 30)",
@@ -121,19 +123,31 @@ def _listed(mark: pytest.Mark | None, key: str) -> list:
     return list(value)
 
 
+def _option_kernels(config: pytest.Config) -> list[str]:
+    return [k.strip() for k in str(_opt(config, "kernel")).split(",") if k.strip()]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     mark = _marker(metafunc.definition)
     if mark is None:
+        # Still parametrized by the option's kernel(s): pytest then groups these tests with the
+        # marked tests of the same kernel, and they share its guest.
+        if "unwind_kernel" in metafunc.fixturenames:
+            kernels = _option_kernels(metafunc.config)
+            metafunc.parametrize("unwind_kernel", kernels, indirect=True, scope="session", ids=kernels)
         return
     unknown = set(mark.kwargs) - {"kernels", "toolchains", "programs", "sources"}
     if unknown or mark.args:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: pytest.mark.unwind takes keywords kernels, "
                                 f"toolchains, programs, sources; not {sorted(unknown) or mark.args}")
-    # scope="session": pytest groups the tests by value, so one kernel's tests share its guest.
-    for key, fixture, prefix in (("kernels", "unwind_kernel", ""), ("toolchains", "unwind_toolchain", "tc-")):
-        values = _listed(mark, key)
+    # Kernels at session scope: pytest groups the tests by kernel, so that one kernel's tests
+    # share its guest.  Toolchains at function scope: every guest carries every declared
+    # toolchain's builds, and grouping by toolchain too would interleave the kernels.
+    for key, fixture, prefix, scope in (("kernels", "unwind_kernel", "", "session"),
+                                        ("toolchains", "unwind_toolchain", "tc-", "function")):
+        values = _listed(mark, key) or (_option_kernels(metafunc.config) if key == "kernels" else [])
         if values and fixture in metafunc.fixturenames:
-            metafunc.parametrize(fixture, values, indirect=True, scope="session",
+            metafunc.parametrize(fixture, values, indirect=True, scope=scope,
                                  ids=[f"{prefix}{v}" for v in values])
 
 
@@ -222,10 +236,10 @@ def _unwind_pool(pytestconfig: pytest.Config):
 @pytest.fixture(scope="session")
 def unwind_kernel(request: pytest.FixtureRequest) -> str:
     """The guest kernel of this test: the ``unwind(kernels=...)`` parameter, else ``--uh-kernel``."""
-    return getattr(request, "param", None) or _opt(request.config, "kernel")
+    return getattr(request, "param", None) or _option_kernels(request.config)[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def unwind_toolchain(request: pytest.FixtureRequest) -> str:
     """The toolchain of this test: the ``unwind(toolchains=...)`` parameter, else ``--uh-toolchain``."""
     return getattr(request, "param", None) or _opt(request.config, "toolchain")
@@ -239,7 +253,7 @@ def unwind_guest(_unwind_pool: GuestPool, pytestconfig: pytest.Config):
 
     def get(programs: Sequence = (), sources: Sequence = (), kernel: str | None = None,
             qemu: str | None = None, smp: int | None = None):
-        return _unwind_pool.get(kernel or _opt(pytestconfig, "kernel"),
+        return _unwind_pool.get(kernel or _option_kernels(pytestconfig)[0],
                                 qemu if qemu is not None else _opt(pytestconfig, "qemu"),
                                 smp or _opt(pytestconfig, "smp"), programs, sources)
 
