@@ -62,6 +62,7 @@ _DEFAULTS = {"kernel": "default", "qemu": None, "smp": 1, "samples": 30, "toolch
 
 _results_key = pytest.StashKey[list]()
 _declared_key = pytest.StashKey[dict]()
+_pool_key = pytest.StashKey["GuestPool"]()
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -187,6 +188,7 @@ class GuestPool:
         self.declared = declared or {"programs": [], "sources": []}
         self.live: collections.OrderedDict = collections.OrderedDict()  # key -> Session (LRU last)
         self.boots = 0
+        self.booted: list[str] = []  # one line per guest booted
 
     def get(self, kernel: str, qemu: str | None, smp: int, programs: Iterable = (), sources: Iterable = ()):
         from .session import GuestSpec, Session
@@ -210,6 +212,9 @@ class GuestPool:
         spec = GuestSpec(kernel=kernel, qemu=qemu, smp=smp, user_programs=all_programs, programs=all_sources)
         sess = Session(spec).start()
         self.boots += 1
+        self.booted.append(f"{kernel} ({sess.machine.release}) on {sess.accel.upper()}, "
+                           f"{sess.qemu.banner if sess.qemu else 'QEMU ?'}, {smp} vCPU, "
+                           f"{len(sess.programs)} programs")
         self.live[(kernel, qemu, smp, tuple(all_programs), tuple(all_sources), self.boots)] = sess
         return sess
 
@@ -229,6 +234,7 @@ class GuestPool:
 @pytest.fixture(scope="session")
 def _unwind_pool(pytestconfig: pytest.Config):
     pool = GuestPool(_opt(pytestconfig, "max_guests"), pytestconfig.stash[_declared_key])
+    pytestconfig.stash[_pool_key] = pool
     yield pool
     pool.close()
 
@@ -406,3 +412,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                     parts.append(failing_stacks(result, show))
             report.sections.append(("unwind: failing stacks", "\n\n".join(parts)))
     return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    pool = config.stash.get(_pool_key, None)
+    if pool is None or not pool.booted:
+        return
+    terminalreporter.write_sep("-", f"unwind-harness: {pool.boots} guest{'s' if pool.boots != 1 else ''} booted")
+    for line in pool.booted:
+        terminalreporter.write_line(line)

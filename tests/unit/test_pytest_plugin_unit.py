@@ -125,6 +125,7 @@ class FakeSession:
         self.spec = spec
         self.programs = {p: SimpleNamespace(path=Path(p).resolve()) for p in spec.user_programs}
         self.closed = False
+        self.machine, self.accel, self.qemu = SimpleNamespace(release="7.3"), "tcg", None
 
     def start(self):
         FakeSession.started.append(self)
@@ -150,6 +151,7 @@ def test_pool_boots_with_the_declared_programs_and_reuses_a_guest_that_has_them(
     assert c is not b and b.closed and "/usr/bin/env" in c.spec.user_programs
     pool.discard(c)
     assert c.closed and pool.get("trixie", None, 1, ["/usr/bin/env"]) is not c
+    assert pool.booted[0] == "default (7.3) on TCG, QEMU ?, 1 vCPU, 2 programs"
     pool.close()
     assert all(s.closed for s in FakeSession.started) and len(FakeSession.started) == 4
 
