@@ -51,6 +51,7 @@ This module imports nothing from the harness, so every layer can import it.
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
+ |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
 
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
 which belongs to a test tool that captures snapshots with gdb; and the private control-flow

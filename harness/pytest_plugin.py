@@ -55,6 +55,8 @@ from pathlib import Path
 
 import pytest
 
+from .errors import HarnessError
+
 __all__ = ["UnwindFailure", "assert_unwinds", "summarize", "failing_stacks", "GuestPool"]
 
 _DEFAULTS = {"kernel": "default", "qemu": None, "smp": 1, "samples": 30, "toolchain": "host",
@@ -189,6 +191,7 @@ class GuestPool:
         self.live: collections.OrderedDict = collections.OrderedDict()  # key -> Session (LRU last)
         self.boots = 0
         self.booted: list[str] = []  # one line per guest booted
+        self.unusable: dict = {}  # declared program -> why no guest carries it
 
     def get(self, kernel: str, qemu: str | None, smp: int, programs: Iterable = (), sources: Iterable = ()):
         from .session import GuestSpec, Session
@@ -204,8 +207,8 @@ class GuestPool:
             if want_paths <= have_paths and set(sources) <= have_sources:
                 self.live.move_to_end(key)
                 return sess
-        all_programs = list(dict.fromkeys([*self.declared["programs"], *programs]))
-        all_sources = list(dict.fromkeys([*self.declared["sources"], *sources]))
+        all_programs = list(dict.fromkeys([*self._usable_declared("programs"), *programs]))
+        all_sources = list(dict.fromkeys([*self._usable_declared("sources"), *sources]))
         while len(self.live) >= self.max_guests:
             _, old = self.live.popitem(last=False)
             old.close()
@@ -217,6 +220,27 @@ class GuestPool:
                            f"{len(sess.programs)} programs")
         self.live[(kernel, qemu, smp, tuple(all_programs), tuple(all_sources), self.boots)] = sess
         return sess
+
+    def _usable_declared(self, kind: str) -> list:
+        """The declared programs that can be put in a guest: one that cannot (no such file, not
+        x86, a build that fails) fails only the tests that run it, not every guest's boot."""
+        from .images.cache import ImageError
+        from .images.programs import build_program, user_program
+        from .images.toolchain import get_toolchain
+
+        usable = []
+        for item in self.declared[kind]:
+            if item not in self.unusable:
+                try:
+                    if kind == "programs":
+                        user_program(item)
+                    else:
+                        build_program(item[0], get_toolchain(item[1]), item[2])
+                except ImageError as exc:
+                    self.unusable[item] = str(exc)
+                    continue
+                usable.append(item)
+        return usable
 
     def discard(self, sess) -> None:
         """Close a guest that may be broken (its run hit an infrastructure error)."""
@@ -343,8 +367,9 @@ def unwind_run(request: pytest.FixtureRequest, _unwind_pool: GuestPool, unwind_k
 
 
 # -- reporting ------------------------------------------------------------------------------------
-class UnwindFailure(AssertionError):
-    """A run with failing stacks, problems, errors or too few stacks (its message shows them)."""
+class UnwindFailure(HarnessError, AssertionError):
+    """A run with failing stacks, problems, errors or too few stacks (its message shows them);
+    an AssertionError too: to pytest, a failed check like any ``assert``."""
 
 
 def summarize(result, log: Path | None = None) -> str:
@@ -410,7 +435,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 parts.append(summarize(result, log))
                 if result.failures:
                     parts.append(failing_stacks(result, show))
-            report.sections.append(("unwind: failing stacks", "\n\n".join(parts)))
+            title = "unwind: failing stacks" if any(r.failures for r, _ in runs) else "unwind: runs"
+            report.sections.append((title, "\n\n".join(parts)))
     return report
 
 
@@ -421,3 +447,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_sep("-", f"unwind-harness: {pool.boots} guest{'s' if pool.boots != 1 else ''} booted")
     for line in pool.booted:
         terminalreporter.write_line(line)
+    for item, why in pool.unusable.items():
+        terminalreporter.write_line(f"declared but left out of the guests: {item}: {why}")

@@ -140,9 +140,11 @@ def test_pool_boots_with_the_declared_programs_and_reuses_a_guest_that_has_them(
 
     monkeypatch.setattr(harness.session, "Session", FakeSession)
     FakeSession.started = []
-    pool = GuestPool(1, {"programs": ["/usr/bin/sha256sum"], "sources": []})
+    pool = GuestPool(1, {"programs": ["/usr/bin/sha256sum", "/nonexistent/prog"], "sources": []})
     a = pool.get("default", None, 1, ["/usr/bin/true"])
     assert a.spec.user_programs == ["/usr/bin/sha256sum", "/usr/bin/true"] and a.spec.kernel == "default"
+    # a declared program that cannot go into a guest is left out of all of them, not fatal to each
+    assert "no such file" in pool.unusable["/nonexistent/prog"]
     assert pool.get("default", None, 1, ["/usr/bin/sha256sum"]) is a  # declared: already there
     assert pool.get("default", None, 1) is a
     b = pool.get("trixie", None, 1, ["/usr/bin/true"])  # another kernel: the one live guest goes
