@@ -42,7 +42,7 @@ Failures
     :func:`assert_unwinds` fails with the run's summary and its first failing stacks side by
     side (:func:`harness.report.text.stack_failures`).  Any other failure of a test that ran
     ``unwind_run`` (a plain ``assert not r.failures``, say) gets the same stacks as a report
-    section, "unwind: failing stacks".
+    section, "unwind: failing stacks"; a passing one shows its runs' summaries with ``-rP``.
 """
 
 from __future__ import annotations
@@ -405,6 +405,7 @@ def assert_unwinds(result, min_stacks: int = 1, show: int = 3) -> None:
     """Fail (:class:`UnwindFailure`) unless every stack agreed or was explained by a proven cause,
     with no delivery problem, error or invariant violation, and at least ``min_stacks`` stacks of
     the program were checked."""
+    __tracebackhide__ = True  # the failure is the test's, not this helper's
     r = result
     why = []
     if r.failed_stacks:
@@ -424,19 +425,23 @@ def assert_unwinds(result, min_stacks: int = 1, show: int = 3) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each run's summary (and, if any, its failing stacks side by side) as a report section:
+    shown under a failing test, and under a passing one with ``-rP``."""
     report = yield
     runs = item.stash.get(_results_key, [])
-    if report.when == "call" and report.failed and runs:
-        # assert_unwinds already printed the stacks in its message: no second copy.
-        if not (call.excinfo is not None and call.excinfo.errisinstance(UnwindFailure)):
-            show = _opt(item.config, "show")
-            parts = []
-            for result, log in runs:
-                parts.append(summarize(result, log))
-                if result.failures:
-                    parts.append(failing_stacks(result, show))
-            title = "unwind: failing stacks" if any(r.failures for r, _ in runs) else "unwind: runs"
-            report.sections.append((title, "\n\n".join(parts)))
+    if report.when != "call" or not runs:
+        return report
+    # assert_unwinds already printed the stacks in its message: no second copy.
+    if call.excinfo is not None and call.excinfo.errisinstance(UnwindFailure):
+        return report
+    show = _opt(item.config, "show")
+    parts = []
+    for result, log in runs:
+        parts.append(summarize(result, log))
+        if result.failures:
+            parts.append(failing_stacks(result, show))
+    title = "unwind: failing stacks" if any(r.failures for r, _ in runs) else "unwind: runs"
+    report.sections.append((title, "\n\n".join(parts)))
     return report
 
 

@@ -61,9 +61,13 @@ def run(pytester, monkeypatch, *args):
 def test_readme_example_passes_and_a_broken_unwinder_fails_side_by_side(pytester, monkeypatch):
     example = readme_examples()[0]
     pytester.makepyfile(test_unwind=example + FAILING)
-    res = run(pytester, monkeypatch, "--uh-samples", "20")
+    res = run(pytester, monkeypatch, "--uh-samples", "20", "-rP")
     res.assert_outcomes(passed=1, failed=2)
     out = res.stdout.str()
+    # the passing run's summary, with -rP: every stack agreed or was explained by a cause
+    passed = out[out.index("_ test_sha256sum_unwinds[default] _"):]
+    assert re.search(r"- unwind: runs -+\nuser:sha256sum: \d+ stacks of the program checked \(\d+ delivered\), "
+                     r"0 failing; unwinder fp; oracles cfi, regs", passed), passed[:2000]
     res.stdout.fnmatch_lines(["*test_sha256sum_unwinds[[]default[]] PASSED*",
                               "*unwind-harness: 1 guest booted*", "default (*) on *, 1 vCPU, 1 programs"])
     helper = out[out.index("_ test_broken_unwinder_is_caught[default] _"):
@@ -75,6 +79,7 @@ def test_readme_example_passes_and_a_broken_unwinder_fails_side_by_side(pytester
         assert "user:sha256sum pid " in text and ": fp vs cfi" in text
         assert re.search(r"!! #1 +\S", text), "no lost frame shown"
         assert "[UNEXPLAINED]" in text and "fp stopped: " in text and "cfi stopped: " in text
+    assert "def assert_unwinds" not in helper  # the helper's own frame is hidden
     # a plain assert gets them in a report section, with the log under the test's tmp_path
     assert "- unwind: failing stacks -" in plain and "unwind: failing stacks" not in helper
     log = re.search(r"log: (\S+user_sha256sum\.jsonl)", plain).group(1)
