@@ -95,8 +95,13 @@ def _opt(config: pytest.Config, name: str):
         value = config.getini(f"uh_{name}")
         if value in (None, ""):
             return _DEFAULTS[name]
-        if isinstance(_DEFAULTS[name], int):
-            value = int(value)
+        try:
+            if isinstance(_DEFAULTS[name], int):
+                value = int(value)
+            if name == "qemu" and value not in ("host", "backports", "auto"):
+                raise ValueError(value)
+        except ValueError:
+            raise pytest.UsageError(f"ini option uh_{name} = {value!r}: not a valid value") from None
     return value
 
 
@@ -310,12 +315,12 @@ class UnwindRunner:
                  **scenario_fields):
         """Sample the host binary ``program`` (static or dynamic, x86-64 or i386) run with ``args``.
         ``scenario_fields`` override :class:`harness.scenarios.catalog.Scenario` fields
-        (``requests=("timer",)``, ``seed=1``, ``break_ra=True``, ...)."""
+        (``requests=("timer",)``, ``seed=1``, ``break_ra=True``, ...).  With ``--uh-smp`` above 1
+        the requests are timer interrupts unless ``requests`` is given."""
         from .scenarios.catalog import user_scenario
 
         sc = user_scenario(str(program), list(args), samples=samples or self._config("samples"))
-        if scenario_fields:
-            sc = dataclasses.replace(sc, **scenario_fields)
+        sc = dataclasses.replace(sc, **self._smp_requests(scenario_fields))
         sess = self._guest(programs=[str(program)])
         return self._run(sess, sc)
 
@@ -333,10 +338,17 @@ class UnwindRunner:
                   "samples": samples or self._config("samples")}
         if args is not None:
             fields["args"] = tuple(args)
-        fields.update(scenario_fields)
+        fields.update(self._smp_requests(scenario_fields))
         sc = Scenario(f"{name}-{variant.tag}-{tc}", program=name, toolchain=tc, variant=variant, **fields)
         sess = self._guest(sources=[(name, tc, variant)])
         return self._run(sess, sc)
+
+    def _smp_requests(self, fields: dict) -> dict:
+        """On more than one vCPU, timer-interrupt requests unless the test names its own: an
+        injected NMI reaches vCPU 0 only (as tests/qemu/test_engine.py does)."""
+        if self._config("smp") > 1 and "requests" not in fields:
+            return {**fields, "requests": ("timer",)}
+        return fields
 
     def _guest(self, programs=(), sources=()):
         return self._pool.get(self.kernel, self._config("qemu"), self._config("smp"), programs, sources)

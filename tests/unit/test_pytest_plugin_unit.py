@@ -83,6 +83,16 @@ def test_kernel_option_and_ini(pytester):
     pytester.runpytest_inprocess(*plugin_args(), "--uh-smp", "2").assert_outcomes(passed=1)
 
 
+def test_a_bad_ini_value_is_a_usage_error(pytester):
+    pytester.makeini("[pytest]\nuh_qemu = newest\n")
+    pytester.makepyfile(test_a="""
+        def test_x(unwind_run):
+            unwind_run("/usr/bin/true")
+    """)
+    res = pytester.runpytest_inprocess(*plugin_args())
+    assert res.ret != 0 and "ini option uh_qemu = 'newest': not a valid value" in res.stdout.str() + res.stderr.str()
+
+
 def test_marker_misuse_is_a_usage_error(pytester):
     pytester.makepyfile(test_a="""
         import pytest
@@ -203,6 +213,8 @@ def test_a_plain_assert_gets_the_stacks_as_a_report_section(pytester):
             def run(self):
                 self.log.write(json.dumps(REC) + "\\n")
                 r = Result(self.sc, oracles=["cfi", "regs"], stacks=1)
+                if self.sc.seed == 99:
+                    r.errors.append("GuestTimeout: the guest stopped answering")
                 if self.sc.break_ra:
                     r.failures, r.failed_stacks = [REC], 1
                     r.pairs[("cfi", "failure")] = 1
@@ -213,8 +225,13 @@ def test_a_plain_assert_gets_the_stacks_as_a_report_section(pytester):
         harness.scenarios.engine.Engine = FakeEngine
 
         class FakePool:
+            discarded = []
+
             def get(self, *a):
                 return object()
+
+            def discard(self, sess):
+                self.discarded.append(sess)
 
         @pytest.fixture(scope="session")
         def _unwind_pool():
@@ -234,9 +251,15 @@ def test_a_plain_assert_gets_the_stacks_as_a_report_section(pytester):
 
         def test_helper(unwind_run):
             assert_unwinds(unwind_run("/usr/bin/sha256sum", ["/dev/zero"], break_ra=True))
+
+        def test_smp_and_errors(unwind_run, _unwind_pool, pytestconfig):
+            r = unwind_run("/usr/bin/sha256sum", ["/dev/zero"], seed=99)
+            # on two vCPUs timer requests (an NMI reaches vCPU 0 only); a guest that erred is dropped
+            assert r.scenario.requests == ("timer",) and len(_unwind_pool.discarded) == 1
+            assert unwind_run.source("callchain", requests=("nmi",)).scenario.requests == ("nmi",)
     """)
-    res = pytester.runpytest_inprocess(*plugin_args(), "-p", "no:cacheprovider")
-    res.assert_outcomes(passed=1, failed=2)
+    res = pytester.runpytest_inprocess(*plugin_args(), "-p", "no:cacheprovider", "--uh-smp", "2")
+    res.assert_outcomes(passed=2, failed=2)
     out = res.stdout.str()
     plain = out[out.index("_ test_plain[default] _"):out.index("_ test_helper[default] _")]
     helper = out[out.index("_ test_helper[default] _"):]
