@@ -159,8 +159,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                  ids=[f"{prefix}{v}" for v in values])
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m deselected theirs
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
-    """Collect the programs the tests declare: every guest the pool boots carries them all."""
+    """Collect the programs the selected tests declare: every guest the pool boots carries them all."""
     declared = config.stash[_declared_key]
     for item in items:
         mark = _marker(item)

@@ -123,6 +123,9 @@ def test_declared_programs_are_collected_per_toolchain(pytester):
     items, _ = pytester.inline_genitems(*plugin_args())
     declared = items[0].config.stash[pytest_plugin._declared_key]
     assert declared["programs"] == ["/usr/bin/sha256sum", "/usr/bin/true"]
+    # only the selected tests' programs
+    items, _ = pytester.inline_genitems(*plugin_args(), "-k", "test_y")
+    assert items[0].config.stash[pytest_plugin._declared_key]["sources"] == []
     from harness.images.programs import Variant
     assert set(declared["sources"]) == {(n, tc, v) for n, v in (("callchain", Variant(frame_pointers=False)),
                                                                 ("threads", Variant())) for tc in ("host", "sid")}
