@@ -57,7 +57,7 @@ import pytest
 
 from .errors import HarnessError
 
-__all__ = ["UnwindFailure", "assert_unwinds", "summarize", "failing_stacks", "GuestPool"]
+__all__ = ["GuestPool", "UnwindFailure", "assert_unwinds", "failing_stacks", "summarize"]
 
 _DEFAULTS = {"kernel": "default", "qemu": None, "smp": 1, "samples": 30, "toolchain": "host",
              "max_guests": 1, "show": 3}
@@ -361,7 +361,11 @@ class UnwindRunner:
         n = sum(p.name.startswith(stem + ".") for p in self.logs)
         path = self.tmp_path / f"{stem}{f'.{n + 1}' if n else ''}.jsonl"
         with open(path, "w") as log:
-            result = Engine(sess, sc, log).run()
+            try:
+                result = Engine(sess, sc, log).run()
+            except BaseException:
+                self._pool.discard(sess)  # stopped anywhere: not fit for the next test
+                raise
         self.logs.append(path)
         self.results.append((result, path))
         self._request.node.stash.setdefault(_results_key, []).append((result, path))
@@ -390,9 +394,9 @@ def summarize(result, log: Path | None = None) -> str:
     r = result
     pairs = ", ".join(f"{o} {v} {n}" for (o, v), n in sorted(r.pairs.items()))
     causes = ", ".join(f"{c} {n}" for c, n in r.causes.most_common()) or "none"
-    lines = [f"{r.scenario.name}: {r.own_stacks} stacks of the program checked ({r.stacks} delivered), "
-             f"{r.failed_stacks} failing; unwinder {r.scenario.unwinder}; oracles {', '.join(r.oracles) or 'none'}",
-             f"  verdicts: {pairs or 'none'}", f"  causes: {causes}"]
+    head = (f"{r.scenario.name}: {r.own_stacks} stacks of the program checked ({r.stacks} delivered), "
+            f"{r.failed_stacks} failing; unwinder {r.scenario.unwinder}; oracles {', '.join(r.oracles) or 'none'}")
+    lines = [head, f"  verdicts: {pairs or 'none'}", f"  causes: {causes}"]
     for what in ("errors", "problems", "invariant_violations", "notes"):
         for text in getattr(r, what):
             lines.append(f"  {what.replace('_', ' ')[:-1]}: {text}")

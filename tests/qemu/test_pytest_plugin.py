@@ -39,7 +39,7 @@ def readme_examples() -> list[str]:
     text = README.read_text()
     section = text[text.index("## Your own binaries under pytest"):]
     section = section[:section.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
 def plugin_args() -> list[str]:

@@ -10,6 +10,7 @@ import os
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -132,7 +133,7 @@ def test_declared_programs_are_collected_per_toolchain(pytester):
 
 
 class FakeSession:
-    started: list = []
+    started: ClassVar[list] = []
 
     def __init__(self, spec):
         self.spec = spec
