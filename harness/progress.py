@@ -10,7 +10,7 @@ The command line installs a :class:`StatusRenderer` (:func:`install`).  On a ter
 one live status line (carriage return and clear-to-end, at most ~10 redraws a second, the
 elapsed time ticking once a second); a step's end is printed as a permanent line.  Elsewhere
 (a pipe, a file, CI) it prints plain lines: one at a step's start and one at its end, and for
-a step with counts at most one line per tenth of its total or per 5 s.
+a step with counts one line per tenth of its total (at most one a second) or per 5 s.
 """
 
 from __future__ import annotations
@@ -139,14 +139,16 @@ class StatusRenderer(logging.Handler):
     CLEAR = "\x1b[K"  # erase to the end of the line
 
     def __init__(self, stream: IO[str], live: bool | None = None, clock: Callable[[], float] = time.monotonic,
-                 width: int | None = None, interval: float = 0.1, plain_every: float = 5.0):
+                 width: int | None = None, interval: float = 0.1, plain_every: float = 5.0,
+                 plain_least: float = 1.0):
         super().__init__(logging.DEBUG)
         self.stream = stream
         self.live = _isatty(stream) if live is None else live
         self.clock = clock
         self.width = width
         self.interval = interval  # live: the least time between two redraws
-        self.plain_every = plain_every  # plain: the least time between two lines of a step's counts
+        self.plain_every = plain_every  # plain: a line of a step's counts at least this often ...
+        self.plain_least = plain_least  # ... and for each tenth done, but never closer than this
         self.active: dict[int, Event] = {}  # running steps, the newest last: it is shown
         self._drawn = False  # a status line is on the screen (the cursor is at its end)
         self._dirty = False  # the state changed since the last redraw
@@ -260,7 +262,7 @@ class StatusRenderer(logging.Handler):
     def _plain_update(self, ev: Event, now: float) -> None:
         last, tenth = self._plain.get(ev.step, (now, 0))
         new_tenth = (10 * ev.done // ev.total) if ev.done is not None and ev.total else tenth
-        if new_tenth > tenth or now - last >= self.plain_every:
+        if (new_tenth > tenth and now - last >= self.plain_least) or now - last >= self.plain_every:
             self._plain[ev.step] = (now, max(tenth, new_tenth))
             self._write(ev.line(now) + "\n")
 

@@ -113,7 +113,7 @@ class Session:
             vcpus = f"{spec.smp} vCPU{'s' if spec.smp > 1 else ''}"
             with step("guest", f"booting {self.kernel.release or self.kernel.name} ({self.accel}, {vcpus})") as st:
                 self.machine.start()
-                st.end(f"guest {self.machine.release} ready in {self.machine.boot_seconds:.1f}s "
+                st.end(f"{self.machine.release} ready in {self.machine.boot_seconds:.1f}s "
                        f"({self.accel}, {vcpus})")
             self.symbols = kernel_symbols(self.machine, self.kernel)
             btf = Btf.from_elf(self.kernel.vmlinux)

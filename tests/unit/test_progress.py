@@ -122,6 +122,19 @@ def test_plain_mode_prints_start_end_and_a_bounded_number_of_count_lines(shown, 
     assert 10 <= len(lines) - 2 <= 12, lines
 
 
+def test_plain_mode_a_quick_step_gets_its_start_and_end_line_only(shown, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    out = io.StringIO()
+    shown(out, clock=clock)
+    st = progress.step("run", "fp-syscall: starting", total=20)
+    for i in range(1, 21):
+        clock.t += 0.04
+        st.update(f"fp-syscall: {i}/20 requests", i, 20)
+    st.end("fp-syscall: 20/20 requests in 0.8s")
+    assert out.getvalue().splitlines() == ["[run] fp-syscall: starting", "[run] fp-syscall: 20/20 requests in 0.8s"]
+
+
 def test_plain_mode_slow_counts_give_a_line_every_5_s(shown, monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress.time, "monotonic", clock)
