@@ -124,7 +124,11 @@ def sampling_reporter(topic: str = "run") -> Callable:
         text = (f"{s.scenario}: {s.sampled}/{s.samples} requests on its tasks ({s.requests} in all), "
                 f"{s.stacks} stacks checked, {s.failed} failed")
         if s.finished:
-            st.end(f"{text}, in {s.seconds:.1f}s")
+            if getattr(s, "interrupted", False):
+                st.text = text
+                st.fail(f"interrupted after {s.seconds:.1f}s")
+            else:
+                st.end(f"{text}, in {s.seconds:.1f}s")
             current.clear()
         else:
             st.update(text, s.sampled, s.samples)

@@ -110,6 +110,7 @@ class Sampling:
     failed: int  # stacks with a failure so far
     seconds: float  # since the scenario started
     finished: bool = False
+    interrupted: bool = False  # finished by Ctrl-C
 
 
 ProgressCallback = Callable[[Sampling], None]
@@ -186,11 +187,11 @@ class Engine:
             cfg = replace(cfg, tables_for=self._sframe_tables)
         return unwind_user(self.memory, regs, cfg)
 
-    def _report(self, finished: bool = False) -> None:
+    def _report(self, finished: bool = False, interrupted: bool = False) -> None:
         if self.progress is not None:
             r = self.result
             self.progress(Sampling(self.sc.name, r.sampled, self.sc.samples, self.n_requests, r.stacks,
-                                   r.failed_stacks, time.monotonic() - self._started, finished))
+                                   r.failed_stacks, time.monotonic() - self._started, finished, interrupted))
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Result:
@@ -275,7 +276,7 @@ class Engine:
             # The log still ends with a record a reader can tell from a cut log.
             self.result.errors.append("interrupted (SIGINT)")
             self._end("interrupted")
-            self._report(finished=True)
+            self._report(finished=True, interrupted=True)
             raise
         except (GuestError, TargetError, ModelError) as exc:
             self.result.errors.append(f"{type(exc).__name__}: {exc}")

@@ -177,6 +177,19 @@ def test_sampling_reporter_turns_engine_states_into_one_step(shown):
     assert len(lines) <= 13
 
 
+def test_sampling_reporter_says_when_sampling_was_interrupted(shown):
+    out = io.StringIO()
+    shown(out)
+    report = progress.sampling_reporter()
+    report(SimpleNamespace(scenario="fp-spin", sampled=0, samples=100, requests=0, stacks=0, failed=0, seconds=0.0,
+                           finished=False))
+    report(SimpleNamespace(scenario="fp-spin", sampled=7, samples=100, requests=9, stacks=7, failed=0, seconds=3.04,
+                           finished=True, interrupted=True))
+    assert out.getvalue().splitlines()[-1] == (
+        "[run] fp-spin: 7/100 requests on its tasks (9 in all), 7 stacks checked, 0 failed: "
+        "interrupted after 3.0s")
+
+
 def test_without_a_renderer_nothing_is_written(capsys):
     with progress.step("images", "building nothing") as st:
         st.update("still nothing", 1, 2)
