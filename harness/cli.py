@@ -234,6 +234,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
 
     from .report.junit import junit_xml
     from .report.summary import run_exit_code, summary
+    from .progress import sampling_reporter
     from .report.text import cause_table, format_table, scenario_rows, stack_failures
     from .scenarios.engine import run_scenarios
     from .session import Session
@@ -245,7 +246,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
         (out / "run.json").write_text(json.dumps(facts, indent=1))
         for sc in scenarios:
             print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
-        results = run_scenarios(sess, scenarios, out)
+        results = run_scenarios(sess, scenarios, out, progress=sampling_reporter())
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
     print(format_table(scenario_rows(results)))
     print("\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):")
@@ -348,6 +349,7 @@ def cmd_bench(args) -> int:
     if args.what == "deferred":
         import dataclasses
 
+        from .progress import sampling_reporter
         from .scenarios.catalog import CATALOG, programs_for
         from .scenarios.engine import Engine, raw_stop_rate
         from .session import Session
@@ -356,7 +358,7 @@ def cmd_bench(args) -> int:
         with Session(_spec(args, programs_for([sc]))) as sess:
             _print_qemu(sess.qemu)
             floor = raw_stop_rate(sess, sess.program(sc.program, sc.toolchain, sc.variant))
-            r = Engine(sess, sc).run()
+            r = Engine(sess, sc, progress=sampling_reporter()).run()
         rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
         goal = 0.8 * floor / 2
         print(f"raw stop rate (floor):        {floor:8.1f} stops/s")
@@ -435,7 +437,15 @@ def main(argv: list[str] | None = None) -> int:
         args.toolchains = args.toolchains or ["host", "trixie", "sid"]
         args.qemus = args.qemus or [None]  # None: $HARNESS_QEMU, else the default
     try:
-        return args.func(args) or EXIT_OK
+        # Progress of long steps on stderr: a live status line on a terminal, plain lines
+        # elsewhere (harness/progress.py); gone before anything below is printed.
+        from .progress import install, uninstall
+
+        renderer = install(sys.stderr)
+        try:
+            return args.func(args) or EXIT_OK
+        finally:
+            uninstall(renderer)
     except KeyboardInterrupt:
         print(f"harness {args.cmd}: interrupted", file=sys.stderr)
         return EXIT_INFRA

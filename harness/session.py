@@ -13,7 +13,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-from .images.cache import cache_root, progress
+from .images.cache import cache_root
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
 from .images.programs import Program, Variant, build_program, user_program
@@ -23,6 +23,7 @@ from .kernel import KernelInfo, TaskInfo, current_task, user_regs
 from .kernel.btf import Btf
 from .kernel.kallsyms import Kallsyms
 from .kernel.stops import StopPoint, StopPoints, find_stop_points
+from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.qemu import Machine, MachineConfig, kvm_usable
@@ -54,12 +55,14 @@ def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> 
     memo_path = cache_root() / "kvm-probe.json"
     memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
     if key not in memo:
-        ok, why = kvm_usable(list(qemu.prefix), kernel.vmlinux)
+        with step("guest", f"probing whether KVM boots {kernel.release or kernel.package}") as st:
+            ok, why = kvm_usable(list(qemu.prefix), kernel.vmlinux)
+            st.end(f"KVM probe: {'usable' if ok else 'not usable'} ({st.elapsed:.1f}s)")
         memo[key] = [ok, why]
         memo_path.write_text(json.dumps(memo, indent=1))
     ok, why = memo[key]
     if not ok:
-        progress(f"using TCG: {why}")
+        note("guest", f"using TCG: {why}")
     return ("kvm" if ok else "tcg"), why
 
 
@@ -67,8 +70,9 @@ def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
     """The guest's /proc/kallsyms, dumped once per kernel build (about 20 s on TCG) and cached."""
     path = cache_root() / "kallsyms" / f"{kernel.sha256}.txt"
     if not path.exists():
-        progress(f"dumping /proc/kallsyms of {kernel.release or kernel.package} (once per kernel build)")
-        text = machine.dump("/proc/kallsyms").decode()
+        with step("guest", f"dumping /proc/kallsyms of {kernel.release or kernel.package} (once per kernel build)") as st:
+            text = machine.dump("/proc/kallsyms").decode()
+            st.end(f"dumped /proc/kallsyms ({len(text) / 1e6:.1f} MB) in {st.elapsed:.1f}s")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
@@ -106,7 +110,11 @@ class Session:
                             qemu=list(self.qemu.prefix), memory_mb=spec.memory_mb)
         self.machine = Machine(cfg)
         try:
-            self.machine.start()
+            vcpus = f"{spec.smp} vCPU{'s' if spec.smp > 1 else ''}"
+            with step("guest", f"booting {self.kernel.release or self.kernel.name} ({self.accel}, {vcpus})") as st:
+                self.machine.start()
+                st.end(f"{self.machine.release} ready in {self.machine.boot_seconds:.1f}s "
+                       f"({self.accel}, {vcpus})")
             self.symbols = kernel_symbols(self.machine, self.kernel)
             btf = Btf.from_elf(self.kernel.vmlinux)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import ImageError, cache_root, progress
+from ..progress import step
+from .cache import ImageError, cache_root
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 APT_TIMEOUT = 600
@@ -112,8 +113,9 @@ class PrivateApt:
         stamp = self.root / "updated"
         if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age:
             return
-        progress(f"apt-get update for {', '.join(self.suites)} from the host's Debian archive")
-        self._run("apt-get", "update")
+        with step("images", f"apt-get update for {', '.join(self.suites)} from the host's Debian archive") as st:
+            self._run("apt-get", "update")
+            st.end(f"apt-get update for {', '.join(self.suites)} done in {st.elapsed:.1f}s")
         stamp.touch()
 
     def versions(self, name: str) -> list[tuple[str, str]]:
@@ -153,11 +155,12 @@ class PrivateApt:
     def download(self, pkg: Package, dest: Path) -> Path:
         """Download the .deb of exactly ``pkg`` into ``dest`` and return its path."""
         dest.mkdir(parents=True, exist_ok=True)
-        progress(f"downloading {pkg.name}={pkg.version} ({pkg.suite})")
-        self._run("apt-get", "download", f"{pkg.name}={pkg.version}", cwd=dest)
-        debs = sorted(dest.glob(f"{pkg.name}_*.deb"))
-        if not debs:
-            raise ImageError(f"apt-get download {pkg.name}={pkg.version} produced no .deb in {dest}")
+        with step("images", f"downloading {pkg.name}={pkg.version} ({pkg.suite})") as st:
+            self._run("apt-get", "download", f"{pkg.name}={pkg.version}", cwd=dest)
+            debs = sorted(dest.glob(f"{pkg.name}_*.deb"))
+            if not debs:
+                raise ImageError(f"apt-get download {pkg.name}={pkg.version} produced no .deb in {dest}")
+            st.end(f"downloaded {debs[-1].name} ({debs[-1].stat().st_size / 1e6:.1f} MB) in {st.elapsed:.1f}s")
         return debs[-1]
 
     def download_closure(self, pkg: Package, dest: Path, keep: tuple[str, ...]) -> list[Path]:
@@ -171,7 +174,17 @@ class PrivateApt:
         (state / "status").write_text("")
         (state / "preferences").write_text("".join(
             f"Package: *\nPin: release n={s}\nPin-Priority: -1\n\n" for s in self.suites if s not in keep))
-        progress(f"downloading {pkg.name}={pkg.version} ({pkg.suite}) and its dependencies")
+        st = step("images", f"downloading {pkg.name}={pkg.version} ({pkg.suite}) and its dependencies")
+        with st:
+            self._download_closure(pkg, dest, state)
+            debs = sorted(dest.glob("*.deb"))
+            st.end(f"downloaded {pkg.name}={pkg.version} and its dependencies: {len(debs)} packages, "
+                   f"{sum(d.stat().st_size for d in debs) / 1e6:.1f} MB in {st.elapsed:.1f}s")
+        if not any(d.name.startswith(f"{pkg.name}_") for d in debs):
+            raise ImageError(f"apt-get --download-only {pkg.name}={pkg.version} left no {pkg.name} .deb in {dest}")
+        return debs
+
+    def _download_closure(self, pkg: Package, dest: Path, state: Path) -> None:
         self._run("apt-get",
                   f"-o=Dir::State::status={state / 'status'}",
                   f"-o=Dir::Etc::preferences={state / 'preferences'}",
@@ -180,10 +193,6 @@ class PrivateApt:
                   "-o=APT::Architectures=amd64",
                   "install", "-y", "-q", "--download-only", "--no-install-recommends",
                   "-t", pkg.suite, f"{pkg.name}={pkg.version}")
-        debs = sorted(dest.glob("*.deb"))
-        if not any(d.name.startswith(f"{pkg.name}_") for d in debs):
-            raise ImageError(f"apt-get --download-only {pkg.name}={pkg.version} left no {pkg.name} .deb in {dest}")
-        return debs
 
 
 def _vkey(version: str):

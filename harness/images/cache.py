@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import HarnessError
+from ..progress import note, step
 
 
 class ImageError(HarnessError):
@@ -66,8 +66,8 @@ def sha256_file(path: Path) -> str:
 
 
 def progress(msg: str) -> None:
-    """One progress line on stderr, for downloads and builds that take a while."""
-    print(f"[images] {msg}", file=sys.stderr, flush=True)
+    """Say one thing about the images once (shown as an ``[images]`` line: harness.progress)."""
+    note("images", msg)
 
 
 @contextlib.contextmanager
@@ -96,16 +96,15 @@ def cached_dir(kind: str, key: str, build: Callable[[Path], None], *, what: str)
         if (final / ".complete").exists():
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
-        start = time.monotonic()
-        progress(f"building {what} -> {final}")
-        try:
-            build(tmp)
-            (tmp / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-            if final.exists():
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        progress(f"built {what} in {time.monotonic() - start:.1f}s")
+        with step("images", f"building {what} -> {final}") as st:
+            try:
+                build(tmp)
+                (tmp / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+                if final.exists():
+                    shutil.rmtree(final)
+                os.rename(tmp, final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            st.end(f"built {what} in {st.elapsed:.1f}s -> {final}")
     return final

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .apt import Package, PrivateApt
+from ..progress import step
 from .cache import ImageError, cached_dir, content_key, progress
 
 QEMU_CHOICES = ("auto", "host", "backports")
@@ -205,9 +206,11 @@ def _build(apt: PrivateApt, pkg: Package, tmp: Path) -> None:
                              f"dependencies: {exc}") from exc
     root = tmp / "root"
     root.mkdir()
-    progress(f"unpacking {len(debs)} packages into {root}")
-    for deb in debs:
-        _run(["dpkg-deb", "-x", str(deb), str(root)], f"dpkg-deb -x {deb.name}")
+    with step("images", f"unpacking {len(debs)} packages into {root}", total=len(debs)) as st:
+        for i, deb in enumerate(debs, 1):
+            _run(["dpkg-deb", "-x", str(deb), str(root)], f"dpkg-deb -x {deb.name}")
+            st.update(f"unpacking {len(debs)} packages into {root}: {i} done", i, len(debs))
+        st.end(f"unpacked {len(debs)} packages in {st.elapsed:.1f}s")
     packages = [deb.name.rsplit(".", 1)[0] for deb in debs]
     shutil.rmtree(debs_dir)
     for sub in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/lintian"):

@@ -10,12 +10,17 @@ cached; commands run inside them through ``chroot``.
 
 from __future__ import annotations
 
+import collections
+import os
 import re
 import shutil
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..progress import step
 from .apt import debian_archive_uri
 from .cache import ImageError, cache_root, cached_dir, content_key
 
@@ -101,16 +106,11 @@ def get_toolchain(name: str) -> Toolchain:
         debs.mkdir(parents=True, exist_ok=True)
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(ROOT_PACKAGES)}",
                f"--cache-dir={debs}", suite, str(root), debian_archive_uri()]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT)
-        except FileNotFoundError as exc:
-            raise ImageError("debootstrap is not installed (apt-get install debootstrap)") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise ImageError(f"debootstrap {suite} timed out after {DEBOOTSTRAP_TIMEOUT}s") from exc
-        if r.returncode != 0:
+        rc, output = _debootstrap(cmd, suite)
+        if rc != 0:
             log = root / "debootstrap/debootstrap.log"
-            tail = log.read_text()[-3000:] if log.exists() else r.stderr[-3000:]
-            raise ImageError(f"debootstrap {suite} failed ({r.returncode}):\n{tail}")
+            tail = log.read_text()[-3000:] if log.exists() else output[-3000:]
+            raise ImageError(f"debootstrap {suite} failed ({rc}):\n{tail}")
         for sub in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man", "usr/share/locale"):
             shutil.rmtree(root / sub, ignore_errors=True)
 
@@ -118,6 +118,49 @@ def get_toolchain(name: str) -> Toolchain:
     tc = Toolchain(name, d / "root", "", "")
     b, g = _versions(tc.run)
     return Toolchain(name, d / "root", b, g)
+
+
+def _debootstrap(cmd: list[str], suite: str) -> tuple[int, str]:
+    """Run debootstrap, its current "I: ..." line shown as a step's progress; (status, the
+    output's tail).  Killed after DEBOOTSTRAP_TIMEOUT."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", start_new_session=True)
+    except FileNotFoundError as exc:
+        raise ImageError("debootstrap is not installed (apt-get install debootstrap)") from exc
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(proc)
+
+    timer = threading.Timer(DEBOOTSTRAP_TIMEOUT, expire)
+    timer.start()
+    tail: collections.deque[str] = collections.deque(maxlen=60)
+    try:
+        with step("images", f"debootstrap {suite}") as st:
+            for line in proc.stdout:
+                tail.append(line)
+                if line.startswith("I: "):
+                    st.update(f"debootstrap {suite}: {line[3:].strip()}")
+            rc = proc.wait()
+            st.end(f"debootstrap {suite} {'done' if rc == 0 else f'failed ({rc})'} in {st.elapsed:.1f}s")
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            _kill_group(proc)
+            proc.wait()
+    if expired.is_set():
+        raise ImageError(f"debootstrap {suite} timed out after {DEBOOTSTRAP_TIMEOUT}s")
+    return rc, "".join(tail)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """debootstrap and what it runs (wget, dpkg, chroot): its own process group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 TOOLCHAINS = ("host", *ROOT_SUITES)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import HarnessError
 from ..images.programs import Program, Variant
+from ..progress import step
 from ..session import Session
 from ..unwind.maps import Resolver
 from .oracle import PerfReport, check_capture
@@ -65,11 +66,12 @@ def capture(session: Session, target: list[str], spec: PerfSpec = PerfSpec(), ou
     """Run ``target`` (guest argv) under perfcc and return the capture file's bytes."""
     perfcc = session.program(*PERFCC)
     m = session.machine
-    with _guest_running(session):
+    with _guest_running(session), step("perf", f"sampling {target[0]} for {spec.seconds:g}s at {spec.freq} Hz") as st:
         proc = m.run(spec.argv(perfcc.guest_path, out, target))
         status = m.wait_exit(proc, timeout=spec.seconds + 60)
         if status != 0:
             raise CaptureError(f"perfcc exited with status {status}:\n" + "\n".join(m.console.tail(15)))
+        st.update(f"copying the capture of {target[0]} to the host")
         packed = m.shell(f"gzip -1 -c {out} > {out}.gz", timeout=60) == 0
         try:
             data = m.dump(f"{out}.gz" if packed else out)
@@ -79,6 +81,7 @@ def capture(session: Session, target: list[str], spec: PerfSpec = PerfSpec(), ou
             raise CaptureError(f"the capture came back corrupt: {exc}") from exc
         finally:
             m.shell(f"rm -f {out} {out}.gz", timeout=30)
+        st.end(f"sampled {target[0]}: a {len(data) / 1e6:.1f} MB capture in {st.elapsed:.1f}s")
     if not data:
         raise CaptureError(f"{out} came back empty:\n" + "\n".join(m.console.tail(15)))
     return data

@@ -37,6 +37,7 @@ import random
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, ClassVar
 
 from ..deferred.check import check_events
@@ -72,7 +73,7 @@ from ..verdicts.types import FAILURE, NOT_CHECKED
 from .catalog import Scenario
 from .result import Result
 
-__all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "raw_stop_rate", "run_scenarios"]
+__all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "Sampling", "raw_stop_rate", "run_scenarios"]
 
 # Entry and exit assembly: a request interrupting it sees pt_regs that are not (or no longer)
 # those of the user context the task returns to next.
@@ -97,6 +98,23 @@ class Delivered:
     tracer: str
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """A scenario's sampling so far, for a progress callback (the engine itself prints nothing)."""
+
+    scenario: str
+    sampled: int  # requests that landed on the program's tasks ...
+    samples: int  # ... of those asked for
+    requests: int  # requests on any task
+    stacks: int  # delivered stacks checked by the oracles
+    failed: int  # stacks with a failure so far
+    seconds: float  # since the scenario started
+    finished: bool = False
+    interrupted: bool = False  # finished by Ctrl-C
+
+
+ProgressCallback = Callable[[Sampling], None]
+
 # Sampling gives up after this many requests per requested sample (plus 100) when too few land
 # on the program: a program that sleeps must not keep the run going for ever.
 MAX_REQUESTS_PER_SAMPLE = 10
@@ -110,9 +128,12 @@ class Engine:
     RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
     REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
 
-    def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None):
+    def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
+                 progress: ProgressCallback | None = None):
         self.s = session
         self.sc = scenario
+        self.progress = progress
+        self._started = time.monotonic()
         self.result = Result(scenario)
         self.log = EventLog(log, keep=True)
         profile = get_profile(scenario.profile)
@@ -166,9 +187,16 @@ class Engine:
             cfg = replace(cfg, tables_for=self._sframe_tables)
         return unwind_user(self.memory, regs, cfg)
 
+    def _report(self, finished: bool = False, interrupted: bool = False) -> None:
+        if self.progress is not None:
+            r = self.result
+            self.progress(Sampling(self.sc.name, r.sampled, self.sc.samples, self.n_requests, r.stacks,
+                                   r.failed_stacks, time.monotonic() - self._started, finished, interrupted))
+
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Result:
-        start = time.monotonic()
+        start = self._started = time.monotonic()
+        self._report()
         s = self.s
         self.proc = s.run_program([self.program.guest_path, *self.sc.args])
         s.target.resume()
@@ -241,12 +269,14 @@ class Engine:
                 # The pending work of the program's tasks is delivered before the next request;
                 # other tasks' (init asleep on the console, say) whenever they return.
                 self._drive(self._own_pending)
+                self._report()
             self.result.loop_seconds = time.monotonic() - loop_start
             self._flush_pending()
         except KeyboardInterrupt:
             # The log still ends with a record a reader can tell from a cut log.
             self.result.errors.append("interrupted (SIGINT)")
             self._end("interrupted")
+            self._report(finished=True, interrupted=True)
             raise
         except (GuestError, TargetError, ModelError) as exc:
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
@@ -273,6 +303,7 @@ class Engine:
         self.result.invariant_violations = verdict.messages() + list(self.model.violations)
         self.result.seconds = time.monotonic() - start
         self._end("error" if self.result.errors else "complete")
+        self._report(finished=True)
         return self.result
 
     def _end(self, reason: str) -> None:
@@ -538,9 +569,11 @@ class Engine:
         return out
 
 
-def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None) -> list[Result]:
+def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,
+                  progress: ProgressCallback | None = None) -> list[Result]:
     """Run each scenario in turn; on Ctrl-C the interrupted scenario's partial result (its log
-    closed by an "interrupted" end record) is the last one returned, and no further one runs."""
+    closed by an "interrupted" end record) is the last one returned, and no further one runs.
+    ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``)."""
     results = []
     for sc in scenarios:
         # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
@@ -549,7 +582,7 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
         log = open(log_dir / name, "w") if log_dir else None
         engine = None
         try:
-            engine = Engine(session, sc, log)
+            engine = Engine(session, sc, log, progress)
             engine.result.log = name if log_dir else None
             results.append(engine.run())
         except KeyboardInterrupt:
