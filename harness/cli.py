@@ -7,6 +7,8 @@ died, disk full, interrupted).
 
     harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...]
     harness boot [--smp N] [--pti] ...   boot the default guest and leave it open for gdb
+    harness boot --gdb [--batch -ex CMD] gdb attached, kernel symbols and the harness commands loaded
+    harness shell [--batch FILE.py]      a Python REPL (or a script) with a live `guest` object
     harness doctor                       what is installed, which accelerator, what is cached
     harness run [SCENARIO ...]           the main job: scenarios on a guest, every stack checked
     harness bench transport|unwind|deferred  figures, printed
@@ -146,6 +148,67 @@ def cmd_boot(args) -> int:
     finally:
         sess.close()
     return 0
+
+
+def _shell_spec(args):
+    """The guest of ``harness shell`` / ``harness boot --gdb``: the default programs, those of the
+    default scenarios and of ``--scenario``, and the user's ``--program`` binaries."""
+    from .scenarios.catalog import CATALOG, DEFAULT_SET, programs_for
+
+    names = list(DEFAULT_SET) + list(args.scenario or [])
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise UsageError(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}")
+    progs = list(DEFAULT_PROGRAMS)
+    progs += [p for p in programs_for([CATALOG[n] for n in names]) if p not in progs]
+    spec = _spec(args, progs)
+    spec.user_programs = list(args.program or [])
+    return spec
+
+
+class UsageError(Exception):
+    """Bad usage found after parsing: exit 2 with one line."""
+
+    exit_code = EXIT_USAGE
+
+
+def cmd_shell(args) -> int:
+    """A Python REPL with ``guest`` (harness.interactive.Guest) and ``session`` in scope, or
+    ``--batch FILE.py`` run with them and exit (1 if the script raised)."""
+    import code
+
+    from .interactive import BANNER, Guest
+    from .session import Session
+
+    if args.batch and not os.path.isfile(args.batch):
+        print(f"harness shell: --batch {args.batch}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    with Session(_shell_spec(args)) as sess:
+        guest = Guest(sess)
+        guest.cont()
+        ns = {"guest": guest, "session": sess, "__name__": "__harness_shell__"}
+        if args.batch:
+            ns["__file__"] = args.batch
+            try:
+                with open(args.batch) as f:
+                    exec(compile(f.read(), args.batch, "exec"), ns)
+            except SystemExit as exc:
+                return exc.code if isinstance(exc.code, int) else EXIT_FAILURES
+            except Exception:
+                traceback.print_exc()
+                return EXIT_FAILURES
+            return EXIT_OK
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+            import rlcompleter
+
+            readline.set_completer(rlcompleter.Completer(ns).complete)
+            readline.parse_and_bind("tab: complete")
+        except ImportError:
+            pass
+        console = code.InteractiveConsole(ns)
+        console.interact(banner=BANNER.format(guest=guest), exitmsg="shutting the guest down")
+    return EXIT_OK
 
 
 def cmd_doctor(args) -> int:
@@ -385,7 +448,24 @@ def main(argv: list[str] | None = None) -> int:
 
     boot = sub.add_parser("boot", help="boot a guest and leave gdb and QMP sockets open")
     _guest_args(boot)
+    boot.add_argument("--gdb", action="store_true",
+                      help="run gdb attached to the guest, with kernel symbols and the harness's commands")
+    boot.add_argument("--batch", action="store_true", help="with --gdb: run the -ex commands and exit")
+    boot.add_argument("-ex", dest="ex", action="append", metavar="CMD", help="with --gdb: a gdb command (repeatable)")
+    boot.add_argument("--start", action="append", metavar="SCENARIO|PATH",
+                      help="start this program before gdb attaches (a catalog scenario's, a guest path "
+                           "or a --program; repeatable)")
+    boot.add_argument("--scenario", action="append", help="also put this scenario's program in the guest")
+    boot.add_argument("--program", action="append", metavar="PATH", help="also put this host binary in the guest")
     boot.set_defaults(func=cmd_boot)
+
+    shell = sub.add_parser("shell", help="boot a guest and open a Python REPL with a live `guest` object")
+    _guest_args(shell)
+    shell.add_argument("--program", action="append", metavar="PATH",
+                       help="put this host binary (and its libraries) in the guest (repeatable)")
+    shell.add_argument("--scenario", action="append", help="also put this scenario's program in the guest")
+    shell.add_argument("--batch", metavar="FILE.py", help="run this script with `guest` in scope and exit")
+    shell.set_defaults(func=cmd_shell)
 
     doctor = sub.add_parser("doctor", help="what is installed and cached")
     doctor.set_defaults(func=cmd_doctor)
@@ -455,7 +535,7 @@ def exit_code(exc: BaseException) -> int | None:
     classify: it keeps its traceback)."""
     from .errors import HarnessError
 
-    if isinstance(exc, HarnessError):
+    if isinstance(exc, (HarnessError, UsageError)):
         return exc.exit_code
     if isinstance(exc, OSError):
         # A full disk or a dead pipe is the machine's; a path that cannot be opened is the input's.
