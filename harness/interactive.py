@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from .deferred.log import EventLog
-from .deferred.model import IRQ, NMI, Context, DeferredModel, UnwindWork
+from .deferred.model import IRQ, SYSCALL, Context, DeferredModel, UnwindWork
 from .deferred.profile import get_profile
 from .images.programs import Program
 from .kernel import (
@@ -221,7 +221,9 @@ class Guest:
         for c in self.target.cpus():
             self.target.select_cpu(c)
             regs = self.target.read_registers()
-            out.append((c, regs, current_task(self.session.info, self._read, regs["gs_base"])))
+            # In user mode gs_base is the user's: the kernel's per-CPU base waits in KERNEL_GS_BASE.
+            gs = regs["k_gs_base"] if regs["cs"] & 3 == 3 else regs["gs_base"]
+            out.append((c, regs, current_task(self.session.info, self._read, gs)))
         self.target.select_cpu(keep)
         return out
 
@@ -363,9 +365,17 @@ class Guest:
         return files.get
 
     def _program_of(self, t: TaskInfo) -> Program | None:
+        """The program the task runs: one this session started, else the program whose guest
+        path its maps show, else one with its comm."""
         st = self.started.get(t.tgid)
         if st is not None and st.program is not None:
             return st.program
+        maps = self._maps.get(t.tgid)
+        if maps:
+            paths = {m.path for m in parse_maps(maps)}
+            found = next((p for g, p in self.session.programs.items() if g in paths), None)
+            if found is not None:
+                return found
         return next((p for p in self.session.programs.values() if p.comm == t.comm), None)
 
     def _memory_for(self, row: TaskRow, regs: dict):
@@ -396,7 +406,7 @@ class Guest:
         return row, uregs, regs
 
     def _space(self, t: TaskInfo, memory, bits: int):
-        maps = self._maps[t.tgid]
+        maps = self.maps(t.tgid)
         vdso = next((m for m in parse_maps(maps) if m.path == VDSO), None)
         if vdso is not None:
             try:
@@ -453,7 +463,7 @@ class Guest:
             self.maps(pid)  # the guest runs while /init copies it: before the snapshot
         with self._stopped():
             row = self._find(pid)
-            self.maps(row.task.tgid) if row.task.tgid not in self._maps else None
+            self.maps(row.task.tgid)
             row, uregs, regs = self._context(row.task.pid)
             where = (f"cpu {row.current_on} in {row.mode} mode" if row.current_on is not None
                      else f"not running ({_state(row.state)}): its saved pt_regs")
@@ -534,30 +544,47 @@ class Guest:
     def _callback(self, work, trace, cookie) -> None:
         self._delivered.append((cookie, tuple(trace)))
 
-    def request(self, pid: int | None = None) -> Text:
+    def request(self, pid: int | None = None, timeout: float = 30.0) -> Text:
         """``unwind_deferred_request()`` of the ``shell`` tracer for ``pid`` (the current task when
-        None), as from an NMI where the task is running, else as from an interrupt: the model
-        enters the kernel for it, queues the work, gives a cookie.  :meth:`deliver` runs it."""
+        None), as the engine's tracers request: from a kernel entry of that task.  A task running
+        in user mode is first run to its next timer interrupt or syscall entry (the request's
+        registers are then the interrupted ones); a task already in the kernel (asleep, or
+        stopped in kernel mode) is asked for where it is, with the user registers it saved.
+        :meth:`deliver` steps to the delivery."""
         if pid is not None:
             self.maps(pid)
         with self._stopped():
             row = self._find(pid)
-            self.maps(row.task.tgid) if row.task.tgid not in self._maps else None
-            row, uregs, regs = self._context(row.task.pid)
+            self.maps(row.task.tgid)
+            pid = row.task.pid
+            s = self.session
+            if row.current_on is not None and row.mode == "user":
+                pts = {s.stops[n].addr: s.stops[n] for n in ("apic_timer", "syscall_entry") if n in s.stops.points}
+                stop = self._run_until(pts, lambda st: s.current().pid == pid, timeout)
+                point = pts[stop.pc]
+                row = self._find(pid)
+                iregs = s.regs_at(point)
+                kind = SYSCALL if point.kind == "syscall" else IRQ
+                where_text = f"at {point.name} ({self._symbol(stop.pc)})"
+            else:
+                iregs, point = None, None
+                kind = IRQ
+                where_text = "in the kernel, where it stands"
+            row, uregs, regs = self._context(pid)
             t = row.task
             mt = self.model.tasks.get(t.pid) or self.model.spawn(t.pid, kthread=t.kthread)
             if t.exiting:
                 mt.flags |= PF_EXITING
-            kind = NMI if row.current_on is not None else IRQ
             if not mt.in_kernel and not mt.dead:
-                self.model.enter_kernel(mt, kind, cpu=row.cpu)
+                self.model.enter_kernel(mt, kind if iregs is None or iregs.user_mode else "kernel", cpu=row.cpu)
             ret, cookie = self.model.request(self.tracer, mt, row.cpu, Context(kind, user_mode=uregs.user_mode))
             if ret >= 0 and t.pid not in self.pending:
-                where = None if row.mode == "user" else self._symbol(regs["rip"]) if row.current_on is not None else None
-                self.pending[t.pid] = _Pending(Request(uregs, None, where, None, "main"), t)
+                want = iregs if iregs is not None and iregs.user_mode else uregs
+                where = None if iregs is not None and iregs.user_mode else self._symbol(regs["rip"])
+                self.pending[t.pid] = _Pending(Request(want, None, where, None, "main"), t)
         what = {0: "queued", 1: "already pending"}.get(ret, f"failed ({ret})")
-        return Text(f"request for pid {t.pid} ({t.comm}): {ret} {what}, cookie {cookie:#x}\n"
-                    f"{self.deferred(t.pid)}\nguest.deliver({t.pid}) runs to its delivery")
+        return Text(f"request for pid {t.pid} ({t.comm}) {where_text}: {ret} {what}, cookie {cookie:#x}\n"
+                    f"{self.deferred(t.pid)}\nguest.deliver({t.pid}) runs to its delivery (guest stopped)")
 
     def deliver(self, pid: int | None = None, timeout: float = 30.0) -> Text:
         """Run the guest to the return to user space (or do_exit, get_signal) of a task with

@@ -39,13 +39,13 @@ def symbol_file_source(syms: Kallsyms) -> tuple[str, int]:
     cur = base
     for s in rows:
         if s.name in seen or '"' in s.name or "\\" in s.name:
-            continue
+            continue  # a second static function of that name: the first keeps it
         seen.add(s.name)
         if s.address > cur:
             out.append(f".skip {s.address - cur}")
             cur = s.address
         q = f'"{s.name}"'
-        out.append(f".globl {q}" if s.type.isupper() else f".local {q}")
+        out.append(f".globl {q}")  # gdb ignored static ('t') ones left local: all are global here
         out.append(f".type {q},{'@function' if s.type in 'tTwW' else '@object'}")
         out.append(f"{q}:")
         out.append(f".size {q},{nxt[s.address] - s.address}")
