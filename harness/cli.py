@@ -30,6 +30,7 @@ import sys
 import time
 import traceback
 
+from .errors import HarnessError
 from .images.cache import cache_root
 from .images.programs import Variant
 
@@ -232,8 +233,9 @@ def _shell_spec(args):
     return spec
 
 
-class UsageError(Exception):
-    """Bad usage found after parsing: exit 2 with one line."""
+class UsageError(HarnessError):
+    """Bad usage found after parsing (an unknown scenario, an option without the one it needs):
+    exit 2 with one line."""
 
     exit_code = EXIT_USAGE
 
@@ -265,7 +267,7 @@ def cmd_shell(args) -> int:
                 return EXIT_FAILURES
             return EXIT_OK
         try:
-            import readline  # noqa: F401  (line editing and history for input())
+            import readline  # line editing and history for input()
             import rlcompleter
 
             readline.set_completer(rlcompleter.Completer(ns).complete)
@@ -599,9 +601,7 @@ def main(argv: list[str] | None = None) -> int:
 def exit_code(exc: BaseException) -> int | None:
     """The exit code for an error that reached the command line; None for a bug (not ours to
     classify: it keeps its traceback)."""
-    from .errors import HarnessError
-
-    if isinstance(exc, (HarnessError, UsageError)):
+    if isinstance(exc, HarnessError):
         return exc.exit_code
     if isinstance(exc, OSError):
         # A full disk or a dead pipe is the machine's; a path that cannot be opened is the input's.

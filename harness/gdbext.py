@@ -14,7 +14,8 @@ gdb cannot ask /init for ``/proc/PID/maps``: a task's maps are those ``harness b
 dumped before gdb attached, else laid out from its program's ELF (static, non-PIE, no ASLR),
 found by comm.
 
-Only this module imports ``gdb``; it is not imported by the rest of the harness.
+Only this module imports ``gdb`` (outside gdb it imports, and registers nothing); the rest of the
+harness does not import it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ import json
 import time
 from pathlib import Path
 
-import gdb  # noqa: E402  (only inside gdb)
+try:
+    import gdb
+except ImportError:  # imported outside gdb (tests walk every module): nothing to register
+    gdb = None
 
 from .images.programs import Program, Variant
-from .interactive import Guest, Text
+from .interactive import Guest
 from .kernel import KernelInfo
 from .kernel.btf import Btf
 from .kernel.kallsyms import Kallsyms
@@ -197,16 +201,29 @@ def guest() -> GdbGuest:
 
 
 def _pid(arg: str) -> int | None:
+    """A pid, or a name: the one user task whose comm starts with it (``user-bt callchain``)."""
     arg = arg.strip()
     if not arg:
         return None
     try:
         return int(arg, 0)
     except ValueError:
-        raise gdb.GdbError(f"not a pid: {arg!r}") from None
+        pass
+    g = guest()
+    from .kernel import read_task, task_addresses
+
+    info = g.session.info
+    tasks = [read_task(info, g._read, a) for a in task_addresses(info, g.tl, g._read)]
+    found = sorted({t.tgid for t in tasks if not t.kthread and (t.comm.startswith(arg) or arg.startswith(t.comm))})
+    if len(found) != 1:
+        raise gdb.GdbError(f"{arg!r}: not a pid, and {len(found)} user processes have such a comm ({found})")
+    return found[0]
 
 
-class _Command(gdb.Command):
+_GdbCommand = gdb.Command if gdb is not None else object
+
+
+class _Command(_GdbCommand):
     def invoke(self, arg, from_tty):
         try:
             gdb.write(str(self.run(arg)).rstrip("\n") + "\n")
@@ -227,7 +244,7 @@ class TasksCommand(_Command):
 
 
 class UserBtCommand(_Command):
-    """user-bt [PID]: the task's user stack (the current task's without PID), every unwinder
+    """user-bt [PID|COMM]: the task's user stack (the current task's without PID), every unwinder
     (frame pointers, SFrame) and oracle (DWARF CFI, the shadow stack) side by side, with the
     verdict of each pair and the cause of each difference."""
 
@@ -255,7 +272,7 @@ class DeferredCommand(_Command):
         return guest().deferred(_pid(arg))
 
 
-class SessionCommand(gdb.Command):
+class SessionCommand(_GdbCommand):
     """harness-session PATH: load a session.json written by harness boot (kernel symbols too)."""
 
     def __init__(self):
@@ -280,7 +297,8 @@ def setup(session_json: str) -> None:
               f"commands: tasks, user-bt [PID], deferred [request|deliver] [PID]]\n")
 
 
-TasksCommand()
-UserBtCommand()
-DeferredCommand()
-SessionCommand()
+if gdb is not None:
+    TasksCommand()
+    UserBtCommand()
+    DeferredCommand()
+    SessionCommand()

@@ -550,38 +550,41 @@ class Guest:
         in user mode is first run to its next timer interrupt or syscall entry (the request's
         registers are then the interrupted ones); a task already in the kernel (asleep, or
         stopped in kernel mode) is asked for where it is, with the user registers it saved.
-        :meth:`deliver` steps to the delivery."""
+        The guest is left stopped; :meth:`deliver` steps to the delivery."""
         if pid is not None:
             self.maps(pid)
-        with self._stopped():
+        # The guest stays stopped from here to the delivery: let run, the task would return to
+        # user space before deliver() arms the return points.
+        self.stop()
+        row = self._find(pid)
+        self.maps(row.task.tgid)
+        pid = row.task.pid
+        s = self.session
+        if row.current_on is not None and row.mode == "user":
+            pts = {s.stops[n].addr: s.stops[n] for n in ("apic_timer", "syscall_entry") if n in s.stops.points}
+            stop = self._run_until(pts, lambda st: s.current().pid == pid, timeout)
+            point = pts[stop.pc]
             row = self._find(pid)
-            self.maps(row.task.tgid)
-            pid = row.task.pid
-            s = self.session
-            if row.current_on is not None and row.mode == "user":
-                pts = {s.stops[n].addr: s.stops[n] for n in ("apic_timer", "syscall_entry") if n in s.stops.points}
-                stop = self._run_until(pts, lambda st: s.current().pid == pid, timeout)
-                point = pts[stop.pc]
-                row = self._find(pid)
-                iregs = s.regs_at(point)
-                kind = SYSCALL if point.kind == "syscall" else IRQ
-                where_text = f"at {point.name} ({self._symbol(stop.pc)})"
-            else:
-                iregs, point = None, None
-                kind = IRQ
-                where_text = "in the kernel, where it stands"
-            row, uregs, regs = self._context(pid)
-            t = row.task
-            mt = self.model.tasks.get(t.pid) or self.model.spawn(t.pid, kthread=t.kthread)
-            if t.exiting:
-                mt.flags |= PF_EXITING
-            if not mt.in_kernel and not mt.dead:
-                self.model.enter_kernel(mt, kind if iregs is None or iregs.user_mode else "kernel", cpu=row.cpu)
-            ret, cookie = self.model.request(self.tracer, mt, row.cpu, Context(kind, user_mode=uregs.user_mode))
-            if ret >= 0 and t.pid not in self.pending:
-                want = iregs if iregs is not None and iregs.user_mode else uregs
-                where = None if iregs is not None and iregs.user_mode else self._symbol(regs["rip"])
-                self.pending[t.pid] = _Pending(Request(want, None, where, None, "main"), t)
+            iregs = s.regs_at(point)
+            kind = SYSCALL if point.kind == "syscall" else IRQ
+            where_text = f"at {point.name} ({self._symbol(stop.pc)})"
+        else:
+            iregs, point = None, None
+            kind = IRQ
+            where_text = "in the kernel, where it stands"
+        row, uregs, regs = self._context(pid)
+        t = row.task
+        mt = self.model.tasks.get(t.pid) or self.model.spawn(t.pid, kthread=t.kthread)
+        if t.exiting:
+            mt.flags |= PF_EXITING
+        if not mt.in_kernel and not mt.dead:
+            self.model.enter_kernel(mt, kind if iregs is None or iregs.user_mode else "kernel", cpu=row.cpu)
+        ret, cookie = self.model.request(self.tracer, mt, row.cpu, Context(kind, user_mode=uregs.user_mode))
+        if ret >= 0 and t.pid not in self.pending:
+            want = iregs if iregs is not None and iregs.user_mode else uregs
+            where = (None if iregs is not None and iregs.user_mode
+                     else self._symbol(regs["rip"]) if row.current_on is not None else "asleep in the kernel")
+            self.pending[t.pid] = _Pending(Request(want, None, where, None, "main"), t)
         what = {0: "queued", 1: "already pending"}.get(ret, f"failed ({ret})")
         return Text(f"request for pid {t.pid} ({t.comm}) {where_text}: {ret} {what}, cookie {cookie:#x}\n"
                     f"{self.deferred(t.pid)}\nguest.deliver({t.pid}) runs to its delivery (guest stopped)")

@@ -206,7 +206,9 @@ def task_addresses(info: KernelInfo, tl: TaskListInfo, read: Read) -> list[int]:
 
 def task_cpu(tl: TaskListInfo, read: Read, task: int) -> tuple[int, bool, int]:
     """(the CPU the task last ran on, whether it is on a CPU now, its ``__state``)."""
-    raw = lambda off, n=4: int.from_bytes(read(task + off, n), "little")  # noqa: E731
+    def raw(off: int, n: int = 4) -> int:
+        return int.from_bytes(read(task + off, n), "little")
+
     return raw(tl.cpu), bool(raw(tl.on_cpu)), raw(tl.state)
 
 

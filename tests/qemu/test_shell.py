@@ -1,0 +1,123 @@
+"""``harness shell`` for real: the REPL driven through a pseudo-terminal, and ``--batch``, on the
+default kernel (7.x) and on bookworm's 6.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+pytestmark = pytest.mark.qemu
+
+REPO = Path(__file__).resolve().parents[2]
+KERNELS = ["default", "bookworm"]
+CLI = ["-c", "import sys; from harness.cli import main; sys.exit(main())"]
+BOOT_TIMEOUT = 240  # a first boot dumps kallsyms and builds the initramfs
+PROMPT = ">>> "
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "TERM": "dumb"}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_shell_session_through_a_pty(kernel, tmp_path):
+    transcript = open(tmp_path / "shell.txt", "w")
+    child = pexpect.spawn(sys.executable, [*CLI, "shell", "--kernel", kernel], env=_env(), cwd=str(REPO),
+                          encoding="utf-8", timeout=60, dimensions=(60, 250))
+    child.logfile_read = transcript
+    try:
+        child.expect("harness shell: <guest: ", timeout=BOOT_TIMEOUT)
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.tasks()")
+        child.expect(r"pid\s+tgid\s+comm\s+cpu\s+state\s+kind\s+mode")
+        child.expect(r"\n1\s+1\s+init\s+\d+\s+\S+\s+user")
+        child.expect_exact(PROMPT)
+
+        child.sendline('p = guest.start("fp-spin")')
+        child.expect(r"started pid (\d+): /progs/host/callchain-fp-sframe-static-64-shadow")
+        pid = int(child.match.group(1))
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.user_stack(p.pid)")
+        child.expect(rf"pid {pid} callchain-fp-sf")
+        # every unwinder and oracle side by side, symbolized
+        child.expect(r"fp\s+sframe\s+cfi\s+shadow")
+        child.expect(r"#0\s+\w+\+0x[0-9a-f]+ \(callchain-fp-sf")
+        child.expect(r"main\+0x[0-9a-f]+")
+        child.expect(r"fp vs cfi: (agree|explained)")
+        block = child.before + child.after
+        child.expect_exact(PROMPT)
+        block += child.before
+        assert "failure" not in block, block
+        assert "UNEXPLAINED" not in block, block
+        if "explained" in block:
+            assert re.search(r"- \[[a-z-]+\] ", block), block  # each difference with its cause
+
+        child.sendline("guest.request(p.pid)")
+        child.expect(rf"request for pid {pid} .*: 0 queued, cookie 0x[0-9a-f]+")
+        child.expect(r"PENDING\|shell")
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.deliver(p.pid)")
+        child.expect(r"delivered to tracer shell at (\w+): cookie 0x[0-9a-f]+", timeout=90)
+        child.expect(r"fp vs regs: agree")
+        child.expect("guest stopped")
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.deferred()")
+        child.expect(rf"\n{pid}\s+no\s+\d+\s+0x0\s+no\s+-")
+        child.expect_exact(PROMPT)
+
+        child.sendline("exit()")
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+        transcript.close()
+    assert child.exitstatus == 0, (tmp_path / "shell.txt").read_text()[-3000:]
+
+
+BATCH = """\
+p = guest.start("fp-spin")
+print(guest.tasks())
+print(guest.user_stack(p.pid))
+rec = guest.user_stack(p.pid, raw=True)
+assert set(rec["frames"]) >= {"fp", "sframe", "cfi", "shadow"}, rec["frames"].keys()
+assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
+print(guest.until_return(p.pid))
+print(guest.break_at("do_exit") if False else "")
+print("BATCH-DONE", p.pid)
+"""
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_shell_batch_script(kernel, tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(BATCH)
+    r = subprocess.run([sys.executable, *CLI, "shell", "--kernel", kernel, "--batch", str(script)],
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    m = re.search(r"BATCH-DONE (\d+)", r.stdout)
+    assert m, r.stdout[-3000:]
+    assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", r.stdout), r.stdout
+    assert "fp vs cfi" in r.stdout and "returns to user space" in r.stdout
+
+
+def test_shell_batch_script_that_raises_exits_1(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("print(guest)\nraise RuntimeError('on purpose')\n")
+    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)],
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 60)
+    assert r.returncode == 1 and "RuntimeError: on purpose" in r.stderr, (r.stdout[-2000:], r.stderr[-2000:])
+
+
+def test_shell_batch_missing_file_exits_2(tmp_path):
+    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(tmp_path / "nope.py")],
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 2 and "no such file" in r.stderr
