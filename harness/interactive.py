@@ -229,13 +229,13 @@ class Guest:
 
     def where(self) -> Text:
         """Where each vCPU is: its pc (symbolized), user or kernel mode, its current task."""
+        state = "running" if self.running else "stopped"
         with self._stopped():
             lines = []
             for c, regs, t in self._cpus():
                 mode = "user" if regs["cs"] & 3 == 3 else "kernel"
                 at = self._symbol(regs["rip"]) if mode == "kernel" else f"{regs['rip']:#x}"
                 lines.append(f"cpu {c}: {mode} mode at {at}, current pid {t.pid} ({t.comm})")
-            state = "running" if self.running else "stopped"
         return Text("\n".join(lines) + f"\nguest {state}")
 
     # -- tasks ------------------------------------------------------------------------------------
