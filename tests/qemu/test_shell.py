@@ -91,7 +91,12 @@ rec = guest.user_stack(p.pid, raw=True)
 assert set(rec["frames"]) >= {"fp", "sframe", "cfi", "shadow"}, rec["frames"].keys()
 assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
 print(guest.until_return(p.pid))
-print(guest.break_at("do_exit") if False else "")
+guest.cont()
+print(guest.break_at("hrtimer_interrupt"))
+print(guest.where())
+guest.cont()
+assert guest.kill(p.pid) == 0
+print(guest.sh("true"), "sh-done")
 print("BATCH-DONE", p.pid)
 """
 
@@ -107,6 +112,9 @@ def test_shell_batch_script(kernel, tmp_path):
     assert m, r.stdout[-3000:]
     assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", r.stdout), r.stdout
     assert "fp vs cfi" in r.stdout and "returns to user space" in r.stdout
+    assert re.search(r"stopped at hrtimer_interrupt\+0x0 on cpu 0, current pid \d+", r.stdout), r.stdout
+    assert re.search(r"cpu 0: kernel mode at hrtimer_interrupt\+0x0, current pid \d+ .*\nguest stopped", r.stdout)
+    assert "0 sh-done" in r.stdout
 
 
 def test_shell_batch_script_that_raises_exits_1(tmp_path):
