@@ -129,3 +129,28 @@ def test_shell_batch_missing_file_exits_2(tmp_path):
     r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(tmp_path / "nope.py")],
                        env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=60)
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+HOST_PROGRAM = """\
+p = guest.start("/usr/bin/sha256sum", "/dev/zero")
+print(guest.tasks())
+rec = guest.user_stack(p.pid, raw=True)
+assert set(rec["frames"]) >= {"fp", "sframe", "cfi"}, rec["frames"].keys()
+assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
+print(guest.request(p.pid))
+print(guest.deliver(p.pid))
+print("BATCH-DONE", p.pid)
+"""
+
+
+def test_shell_host_program_on_two_vcpus(tmp_path):
+    """A binary of this machine (dynamic, PIE, with its libraries) given with --program, on 2 vCPUs."""
+    script = tmp_path / "host.py"
+    script.write_text(HOST_PROGRAM)
+    r = subprocess.run([sys.executable, *CLI, "shell", "--smp", "2", "--program", "/usr/bin/sha256sum",
+                        "--batch", str(script)], env=_env(), cwd=str(REPO), capture_output=True, text=True,
+                       check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"\n(\d+)\s+\1\s+sha256sum\s+[01]\s+\S+\s+user\s+\S+\s+/user/sha256sum", r.stdout), r.stdout
+    assert re.search(r"delivered to tracer shell at \w+: cookie 0x[0-9a-f]+", r.stdout), r.stdout
+    assert re.search(r"fp vs regs: agree", r.stdout) and "(libc.so.6)" in r.stdout, r.stdout
