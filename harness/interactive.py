@@ -21,6 +21,7 @@ import contextlib
 import logging
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .deferred.log import EventLog
 from .deferred.model import IRQ, SYSCALL, Context, DeferredModel, UnwindWork
@@ -295,8 +296,6 @@ class Guest:
         return Text(format_table(rows))
 
     def _resolve_program(self, what: str) -> tuple[str, list[str], Program | None]:
-        from pathlib import Path
-
         from .scenarios.catalog import CATALOG
 
         progs = self.session.programs
@@ -313,14 +312,40 @@ class Guest:
         for p in progs.values():  # a host path given with --program
             if what and Path(what).resolve() == p.path:
                 return p.guest_path, [], p
+        if Path(what).is_file() and not what.startswith(("/bin/", "/progs/", "/user/", "/tc/")):
+            p = self.upload(what)  # a binary of this machine the guest does not have yet
+            return p.guest_path, [], p
         if what.startswith("/"):
             return what, [], None  # a file of the image (/bin/busybox, ...)
         raise LookupError(f"{what!r}: not a scenario, a guest path or a --program of this session; "
                           f"see guest.programs()")
 
+    def upload(self, host_path: str) -> Program:
+        """Copy a binary of this machine into the running guest, with the interpreter and
+        libraries it needs that the guest lacks (as ``--program`` puts them in the initramfs), at
+        ``/user/NAME``, as base64 text on the console (:meth:`harness.transport.qemu.Machine.upload`).
+        Returns its :class:`Program`."""
+        from .images.programs import user_program
+
+        prog = user_program(host_path)
+        present = {g for p in self.session.programs.values() for _, g in p.runtime}
+        present |= set(self.session.programs)
+        files = [(prog.path, prog.guest_path)] + [(h, g) for h, g in prog.runtime if g not in present]
+        with self._running():
+            m = self.session.machine
+            for host, guest_path in files:
+                d = guest_path.rsplit("/", 1)[0] or "/"
+                if m.shell(f"mkdir -p {d}") != 0:
+                    raise LookupError(f"cannot create {d} in the guest")
+                m.upload(Path(host).read_bytes(), guest_path)
+        self.session.programs[prog.guest_path] = prog
+        print(f"uploaded {prog.path} as {prog.guest_path} ({len(files)} file(s))")
+        return prog
+
     def start(self, what: str, *args: str) -> Started:
         """Start a program in the guest: a catalog scenario's (``"fp-spin"``: with its arguments
-        unless others are given), a guest path, or a host binary given with ``--program``."""
+        unless others are given), a guest path, a host binary given with ``--program``, or any
+        other binary of this machine (uploaded first: :meth:`upload`)."""
         path, default_args, prog = self._resolve_program(what)
         argv = [path, *(args or default_args)]
         proc = self.session.run_program(argv)

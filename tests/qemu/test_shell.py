@@ -154,3 +154,38 @@ def test_shell_host_program_on_two_vcpus(tmp_path):
     assert re.search(r"\n(\d+)\s+\1\s+sha256sum\s+[01]\s+\S+\s+user\s+\S+\s+/user/sha256sum", r.stdout), r.stdout
     assert re.search(r"delivered to tracer shell at \w+: cookie 0x[0-9a-f]+", r.stdout), r.stdout
     assert re.search(r"fp vs regs: agree", r.stdout) and "(libc.so.6)" in r.stdout, r.stdout
+
+
+SPIN_C = r"""
+static volatile unsigned long n;
+__attribute__((noinline)) void spin_c(void) { for (;;) n++; }
+__attribute__((noinline)) void spin_b(void) { spin_c(); __asm__ volatile(""); }
+__attribute__((noinline)) void spin_a(void) { spin_b(); __asm__ volatile(""); }
+void _start(void) { spin_a(); }
+"""
+
+UPLOAD = """\
+import sys
+p = guest.start(sys.argv_spin)
+rec = guest.user_stack(p.pid, raw=True)
+names = [f[2].split("+")[0] for f in rec["frames"]["cfi"]]
+print("CFI-NAMES", names)
+assert names[:4] == ["spin_c", "spin_b", "spin_a", "_start"], names
+assert rec["frames"]["fp"][0][2].startswith("spin_c+"), rec["frames"]["fp"]
+assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
+print("BATCH-DONE", p.pid)
+"""
+
+
+def test_shell_uploads_a_host_binary_it_was_not_given(tmp_path):
+    """guest.start() of a binary of this machine that is not in the initramfs uploads it first."""
+    src, binary = tmp_path / "spin.c", tmp_path / "spin"
+    src.write_text(SPIN_C)
+    subprocess.run(["gcc", "-static", "-nostdlib", "-O1", "-fno-omit-frame-pointer", "-o", str(binary), str(src)],
+                   check=True, timeout=60)
+    script = tmp_path / "upload.py"
+    script.write_text(UPLOAD.replace("sys.argv_spin", repr(str(binary))))
+    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)], env=_env(), cwd=str(REPO),
+                       capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"uploaded {binary} as /user/spin (1 file(s))" in r.stdout and "BATCH-DONE" in r.stdout, r.stdout
