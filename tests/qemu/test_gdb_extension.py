@@ -90,3 +90,9 @@ def test_extension_loads_into_a_gdb_started_by_hand():
         except subprocess.TimeoutExpired:
             boot.kill()
             boot.wait()
+
+
+def test_batch_and_ex_without_gdb_are_bad_usage():
+    r = subprocess.run([sys.executable, *CLI, "boot", "--batch", "-ex", "tasks"], env=_env(), cwd=str(REPO),
+                       capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 2 and "--batch and -ex go with --gdb" in r.stderr, r.stderr
