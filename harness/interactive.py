@@ -415,7 +415,8 @@ class Guest:
         return PageWalkMemory(self.target, pgd - self._page_offset, bool(regs.get("cr4", 0) & _CR4_LA57))
 
     def _context(self, pid: int | None):
-        """(task row, its user registers, memory, address space, program) at this stop."""
+        """(task row, its user registers, the registers of the vCPU it is current on, else of
+        the selected one) at this stop."""
         row = self._find(pid)
         t = row.task
         if t.kthread or not t.mm:
@@ -429,6 +430,14 @@ class Guest:
             uregs = user_regs(self.session.info, self._read, t,
                               regs["gs_base"] if row.current_on is not None else None)
         return row, uregs, regs
+
+    def _thread_pointer(self, t: TaskInfo) -> int:
+        """fs_base of ``t``: the vCPU's while it runs there, else the one its task_struct saved."""
+        regs = self.target.read_registers()
+        gs = regs["k_gs_base"] if regs["cs"] & 3 == 3 else regs["gs_base"]
+        if current_task(self.session.info, self._read, gs).addr == t.addr:
+            return regs["fs_base"]
+        return int.from_bytes(self._read(t.addr + self.tl.fsbase, 8), "little")
 
     def _space(self, t: TaskInfo, memory, bits: int):
         maps = self.maps(t.tgid)
@@ -463,7 +472,7 @@ class Guest:
             frames[u] = sym.frame_records(trace.ips)
             stops[u] = str(trace.stop)
             stack = Stack(uregs, trace, u, self.max_entries, memory, space, code, sframe, request,
-                          lambda: self.target.read_registers()["fs_base"])
+                          lambda: self._thread_pointer(t))
             for o in oracles:
                 if o.registers and not walked:
                     continue  # the stack was taken where it stands: no request to compare with

@@ -165,6 +165,7 @@ class TaskListInfo:
     on_cpu: int  # task_struct.on_cpu (int)
     state: int  # task_struct.__state (5.14+) or .state (unsigned int)
     pgd: int  # mm_struct.pgd
+    fsbase: int  # task_struct.thread.fsbase: the thread pointer of a task that is not running
 
     @classmethod
     def build(cls, symbols: Mapping[str, int], btf) -> "TaskListInfo":
@@ -181,7 +182,8 @@ class TaskListInfo:
         return cls(symbols["init_task"], off("task_struct", "tasks"), off("task_struct", "signal"),
                    off("task_struct", "thread_node"), off("signal_struct", "thread_head"),
                    off("task_struct", "thread_info.cpu", "cpu"), off("task_struct", "on_cpu"),
-                   off("task_struct", "__state", "state"), off("mm_struct", "pgd"))
+                   off("task_struct", "__state", "state"), off("mm_struct", "pgd"),
+                   off("task_struct", "thread.fsbase"))
 
 
 def _list(read: Read, head: int, member: int, limit: int = 100000) -> list[int]:
