@@ -189,3 +189,30 @@ def test_shell_uploads_a_host_binary_it_was_not_given(tmp_path):
                        capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"uploaded {binary} as /user/spin (1 file(s))" in r.stdout and "BATCH-DONE" in r.stdout, r.stdout
+
+
+THREADS = """\
+import time
+p = guest.start("threads")
+time.sleep(1)
+rows = [l.split() for l in str(guest.tasks()).splitlines()[2:] if l[:1].isdigit()]
+tids = [int(r[0]) for r in rows if int(r[1]) == p.pid]
+assert len(tids) == 4, rows  # the main thread and 3 others
+for tid in tids:
+    rec = guest.user_stack(tid, raw=True)
+    got = {(v["unwinder"], v["oracle"]): v["verdict"] for v in rec["verdicts"]}
+    print("TID", tid, got, rec["stops"]["shadow"])
+    assert got[("fp", "shadow")] in ("agree", "explained"), rec
+    assert "failure" not in got.values(), rec
+print("BATCH-DONE")
+"""
+
+
+def test_shell_threads_each_with_its_own_shadow_stack(tmp_path):
+    """Threads that are not on the vCPU: their memory through their page tables, their shadow
+    stacks through the fs_base their task_struct saved."""
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    r = subprocess.run([sys.executable, *CLI, "shell", "--scenario", "threads", "--batch", str(script)], env=_env(),
+                       cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0 and "BATCH-DONE" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
