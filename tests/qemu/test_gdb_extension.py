@@ -60,8 +60,10 @@ def test_gdb_batch_with_the_extension(kernel):
     assert "<hrtimer_interrupt>:" in out and "hrtimer_interrupt in section .kernel" in out, out
 
 
-def test_extension_loads_into_a_gdb_started_by_hand():
-    boot = subprocess.Popen([sys.executable, *CLI, "boot", "--start", "fp-spin"], env=_env(), cwd=str(REPO),
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_extension_loads_into_a_gdb_started_by_hand(kernel):
+    boot = subprocess.Popen([sys.executable, *CLI, "boot", "--kernel", kernel, "--start", "fp-spin"], env=_env(),
+                            cwd=str(REPO),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = []
