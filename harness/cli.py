@@ -7,6 +7,8 @@ died, disk full, interrupted).
 
     harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...]
     harness boot [--smp N] [--pti] ...   boot the default guest and leave it open for gdb
+    harness boot --gdb [--batch -ex CMD] gdb attached, kernel symbols and the harness commands loaded
+    harness shell [--batch FILE.py]      a Python REPL (or a script) with a live `guest` object
     harness doctor                       what is installed, which accelerator, what is cached
     harness run [SCENARIO ...]           the main job: scenarios on a guest, every stack checked
     harness bench transport|unwind|deferred  figures, printed
@@ -28,6 +30,7 @@ import sys
 import time
 import traceback
 
+from .errors import HarnessError
 from .images.cache import cache_root
 from .images.programs import Variant
 
@@ -122,30 +125,158 @@ def cmd_images_build(args) -> int:
     return 0
 
 
+def write_gdb_session(sess, started: dict | None = None, maps: dict | None = None):
+    """``session.json`` and the gdb loader ``harness-gdb.py`` in the guest's work directory
+    (:mod:`harness.gdbext`); returns the loader's path."""
+    import site
+    from pathlib import Path
+
+    from .images.symfile import kernel_symbol_file
+
+    m = sess.machine
+    symfile = kernel_symbol_file(sess.symbols, sess.kernel.sha256)
+    cfg = {
+        "release": m.release, "kernel_name": sess.spec.kernel, "vmlinux": str(sess.kernel.vmlinux),
+        "kallsyms": str(cache_root() / "kallsyms" / f"{sess.kernel.sha256}.txt"), "symfile": str(symfile),
+        "gdb_socket": str(m.gdb_socket),
+        "programs": [{"name": p.name, "toolchain": p.toolchain, "variant": p.variant.tag, "path": str(p.path),
+                      "runtime": [[str(h), g] for h, g in p.runtime]} for p in sess.programs.values()],
+        "started": {str(k): v for k, v in (started or {}).items()},
+        "maps": {str(k): v for k, v in (maps or {}).items()},
+    }
+    (m.workdir / "session.json").write_text(json.dumps(cfg, indent=1))
+    repo = Path(__file__).resolve().parent.parent
+    paths = [str(repo), *site.getsitepackages()]
+    loader = m.workdir / "harness-gdb.py"
+    loader.write_text(
+        "# gdb -x THIS: the harness's gdb extension (harness/gdbext.py) for this guest\n"
+        "import sys\n"
+        f"sys.path[0:0] = [p for p in {paths!r} if p not in sys.path]\n"
+        "import harness.gdbext\n"
+        f"harness.gdbext.setup({str(m.workdir / 'session.json')!r})\n")
+    return loader
+
+
+def _gdb_command(loader, socket) -> list[str]:
+    return ["gdb", "-q", "-ex", "set architecture i386:x86-64", "-x", str(loader),
+            "-ex", f"target remote | socat STDIO UNIX-CONNECT:{socket}"]
+
+
 def cmd_boot(args) -> int:
+    import shlex
+    import subprocess
+
     from .session import Session
 
-    sess = Session(_spec(args)).start()
+    if (args.batch or args.ex) and not args.gdb:
+        raise UsageError("--batch and -ex go with --gdb")
+    sess = Session(_shell_spec(args)).start()
     m = sess.machine
-    # The session's own debugger connection is released so that gdb can attach.
-    sess.target.close()
-    sess.target = None
-    print(json.dumps(sess.describe(), indent=1))
-    print(f"\nguest up in {m.boot_seconds:.1f}s ({sess.accel}); QEMU pid {m.pid}; QMP: {m.qmp_socket}")
-    print("attach with:")
-    print(f"  gdb -ex 'set architecture i386:x86-64' -ex 'target remote | socat STDIO UNIX-CONNECT:{m.gdb_socket}'")
-    print("programs in the guest:", ", ".join(sess.programs) or "none")
-    print("Ctrl-C (or SIGTERM) shuts the guest down.")
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     try:
-        while not stop and m.alive():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+        started, maps = {}, {}
+        if args.start:
+            from .interactive import Guest
+
+            g = Guest(sess)
+            for what in args.start:
+                p = g.start(what)
+                started[p.pid] = list(p.argv)
+                maps[p.pid] = g.maps(p.pid)
+        loader = write_gdb_session(sess, started, maps)
+        # The session's own debugger connection is released so that gdb can attach.
+        sess.target.close()
+        sess.target = None
+        gdb_cmd = _gdb_command(loader, m.gdb_socket)
+        if args.gdb:
+            cmd = gdb_cmd + [x for ex in (args.ex or []) for x in ("-ex", ex)] + (["-batch"] if args.batch else [])
+            print(f"guest up in {m.boot_seconds:.1f}s ({sess.accel}), {m.release}; {shlex.join(cmd)}", flush=True)
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is gdb's
+            try:
+                return subprocess.call(cmd, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            finally:
+                signal.signal(signal.SIGINT, old)
+        print(json.dumps(sess.describe(), indent=1))
+        print(f"\nguest up in {m.boot_seconds:.1f}s ({sess.accel}); QEMU pid {m.pid}; QMP: {m.qmp_socket}")
+        print("attach with (kernel symbols and the commands tasks, user-bt [PID], deferred [PID] loaded):")
+        print(f"  {shlex.join(gdb_cmd)}")
+        print("or bare:")
+        print(f"  gdb -ex 'set architecture i386:x86-64' -ex 'target remote | socat STDIO UNIX-CONNECT:{m.gdb_socket}'")
+        print("programs in the guest:", ", ".join(sess.programs) or "none")
+        for pid, argv in started.items():
+            print(f"started pid {pid}: {' '.join(argv)}")
+        print("Ctrl-C (or SIGTERM) shuts the guest down.", flush=True)
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+        try:
+            while not stop and m.alive():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        return 0
     finally:
         sess.close()
-    return 0
+
+
+def _shell_spec(args):
+    """The guest of ``harness shell`` / ``harness boot --gdb``: the default programs, those of the
+    default scenarios and of ``--scenario``, and the user's ``--program`` binaries."""
+    from .scenarios.catalog import CATALOG, DEFAULT_SET, programs_for
+
+    names = list(DEFAULT_SET) + list(args.scenario or [])
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise UsageError(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}")
+    progs = list(DEFAULT_PROGRAMS)
+    progs += [p for p in programs_for([CATALOG[n] for n in names]) if p not in progs]
+    spec = _spec(args, progs)
+    spec.user_programs = list(args.program or [])
+    return spec
+
+
+class UsageError(HarnessError):
+    """Bad usage found after parsing (an unknown scenario, an option without the one it needs):
+    exit 2 with one line."""
+
+    exit_code = EXIT_USAGE
+
+
+def cmd_shell(args) -> int:
+    """A Python REPL with ``guest`` (harness.interactive.Guest) and ``session`` in scope, or
+    ``--batch FILE.py`` run with them and exit (1 if the script raised)."""
+    import code
+
+    from .interactive import BANNER, Guest
+    from .session import Session
+
+    if args.batch and not os.path.isfile(args.batch):
+        print(f"harness shell: --batch {args.batch}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    with Session(_shell_spec(args)) as sess:
+        guest = Guest(sess)
+        guest.cont()
+        ns = {"guest": guest, "session": sess, "__name__": "__harness_shell__"}
+        if args.batch:
+            ns["__file__"] = args.batch
+            try:
+                with open(args.batch) as f:
+                    exec(compile(f.read(), args.batch, "exec"), ns)
+            except SystemExit as exc:
+                return exc.code if isinstance(exc.code, int) else EXIT_FAILURES
+            except Exception:
+                traceback.print_exc()
+                return EXIT_FAILURES
+            return EXIT_OK
+        try:
+            import readline  # line editing and history for input()
+            import rlcompleter
+
+            readline.set_completer(rlcompleter.Completer(ns).complete)
+            readline.parse_and_bind("tab: complete")
+        except ImportError:
+            pass
+        console = code.InteractiveConsole(ns)
+        console.interact(banner=BANNER.format(guest=guest), exitmsg="shutting the guest down")
+    return EXIT_OK
 
 
 def cmd_doctor(args) -> int:
@@ -387,7 +518,24 @@ def main(argv: list[str] | None = None) -> int:
 
     boot = sub.add_parser("boot", help="boot a guest and leave gdb and QMP sockets open")
     _guest_args(boot)
+    boot.add_argument("--gdb", action="store_true",
+                      help="run gdb attached to the guest, with kernel symbols and the harness's commands")
+    boot.add_argument("--batch", action="store_true", help="with --gdb: run the -ex commands and exit")
+    boot.add_argument("-ex", dest="ex", action="append", metavar="CMD", help="with --gdb: a gdb command (repeatable)")
+    boot.add_argument("--start", action="append", metavar="SCENARIO|PATH",
+                      help="start this program before gdb attaches (a catalog scenario's, a guest path "
+                           "or a --program; repeatable)")
+    boot.add_argument("--scenario", action="append", help="also put this scenario's program in the guest")
+    boot.add_argument("--program", action="append", metavar="PATH", help="also put this host binary in the guest")
     boot.set_defaults(func=cmd_boot)
+
+    shell = sub.add_parser("shell", help="boot a guest and open a Python REPL with a live `guest` object")
+    _guest_args(shell)
+    shell.add_argument("--program", action="append", metavar="PATH",
+                       help="put this host binary (and its libraries) in the guest (repeatable)")
+    shell.add_argument("--scenario", action="append", help="also put this scenario's program in the guest")
+    shell.add_argument("--batch", metavar="FILE.py", help="run this script with `guest` in scope and exit")
+    shell.set_defaults(func=cmd_shell)
 
     doctor = sub.add_parser("doctor", help="what is installed and cached")
     doctor.set_defaults(func=cmd_doctor)
@@ -463,8 +611,6 @@ def main(argv: list[str] | None = None) -> int:
 def exit_code(exc: BaseException) -> int | None:
     """The exit code for an error that reached the command line; None for a bug (not ours to
     classify: it keeps its traceback)."""
-    from .errors import HarnessError
-
     if isinstance(exc, HarnessError):
         return exc.exit_code
     if isinstance(exc, OSError):

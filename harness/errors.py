@@ -59,6 +59,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
  |         +-- `RunDirError`                   report: harness/report/run.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
+ |         +-- `UsageError`                    cli: harness/cli.py
 
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
 which belongs to a test tool that captures snapshots with gdb; and the private control-flow

@@ -89,6 +89,7 @@ class Session:
         self.info: KernelInfo | None = None
         self.stops: StopPoints | None = None
         self.symbols: Kallsyms | None = None
+        self.btf: Btf | None = None
         self.programs: dict[str, Program] = {}
         self.accel = ""
         self.accel_why = ""
@@ -116,7 +117,7 @@ class Session:
                 st.end(f"{self.machine.release} ready in {self.machine.boot_seconds:.1f}s "
                        f"({self.accel}, {vcpus})")
             self.symbols = kernel_symbols(self.machine, self.kernel)
-            btf = Btf.from_elf(self.kernel.vmlinux)
+            btf = self.btf = Btf.from_elf(self.kernel.vmlinux)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
             self.target = make_target(spec.transport, self.machine.gdb_socket)
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)

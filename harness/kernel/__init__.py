@@ -146,3 +146,74 @@ def user_pt_regs_addr(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int
 def user_regs(info: KernelInfo, read: Read, task: TaskInfo, gs_base: int | None = None) -> UserRegs:
     addr = user_pt_regs_addr(info, read, task, gs_base)
     return UserRegs.from_pt_regs(read(addr, PT_REGS_SIZE), info.pt_regs_offsets)
+
+
+# -- the task list (interactive sessions: harness shell, the gdb extension) --------------------------
+
+
+@dataclass(frozen=True)
+class TaskListInfo:
+    """Offsets for walking every task: ``init_task.tasks`` links the thread-group leaders,
+    ``signal->thread_head`` / ``task->thread_node`` each group's threads (both exist from 3.14)."""
+
+    init_task: int
+    tasks: int  # task_struct.tasks (struct list_head)
+    signal: int  # task_struct.signal
+    thread_node: int  # task_struct.thread_node
+    thread_head: int  # signal_struct.thread_head
+    cpu: int  # task_struct.thread_info.cpu (THREAD_INFO_IN_TASK, 5.16+) or task_struct.cpu
+    on_cpu: int  # task_struct.on_cpu (int)
+    state: int  # task_struct.__state (5.14+) or .state (unsigned int)
+    pgd: int  # mm_struct.pgd
+    fsbase: int  # task_struct.thread.fsbase: the thread pointer of a task that is not running
+
+    @classmethod
+    def build(cls, symbols: Mapping[str, int], btf) -> "TaskListInfo":
+        def off(t: str, *paths: str) -> int:
+            for p in paths:
+                try:
+                    return btf.member_offset(t, p)
+                except Exception:
+                    continue
+            raise KernelIntrospectionError(f"BTF has none of {t}.{'/'.join(paths)}")
+
+        if "init_task" not in symbols:
+            raise KernelIntrospectionError("init_task is not in kallsyms")
+        return cls(symbols["init_task"], off("task_struct", "tasks"), off("task_struct", "signal"),
+                   off("task_struct", "thread_node"), off("signal_struct", "thread_head"),
+                   off("task_struct", "thread_info.cpu", "cpu"), off("task_struct", "on_cpu"),
+                   off("task_struct", "__state", "state"), off("mm_struct", "pgd"),
+                   off("task_struct", "thread.fsbase"))
+
+
+def _list(read: Read, head: int, member: int, limit: int = 100000) -> list[int]:
+    """The entries of a ``list_head`` at ``head``, as addresses of their containing structs."""
+    out = []
+    node = _u64(read, head)
+    while node != head and node and len(out) < limit:
+        out.append(node - member)
+        node = _u64(read, node)
+    return out
+
+
+def task_addresses(info: KernelInfo, tl: TaskListInfo, read: Read) -> list[int]:
+    """Every task (threads included), init_task (the idle task of CPU 0) first: ``for_each_process_thread``."""
+    out = []
+    for leader in [tl.init_task, *_list(read, tl.init_task + tl.tasks, tl.tasks)]:
+        signal = _u64(read, leader + tl.signal)
+        threads = _list(read, signal + tl.thread_head, tl.thread_node) if signal else []
+        out.extend(threads if leader in threads else [leader, *threads])
+    return out
+
+
+def task_cpu(tl: TaskListInfo, read: Read, task: int) -> tuple[int, bool, int]:
+    """(the CPU the task last ran on, whether it is on a CPU now, its ``__state``)."""
+    def raw(off: int, n: int = 4) -> int:
+        return int.from_bytes(read(task + off, n), "little")
+
+    return raw(tl.cpu), bool(raw(tl.on_cpu)), raw(tl.state)
+
+
+def mm_pgd(tl: TaskListInfo, read: Read, mm: int) -> int:
+    """``mm->pgd``: the kernel virtual address of the task's top-level page table."""
+    return _u64(read, mm + tl.pgd)

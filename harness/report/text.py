@@ -12,7 +12,8 @@ import collections
 from ..oracles.base import ORACLES, load_all
 from ..verdicts.causes import CAUSES
 
-__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_failures"]
+__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_columns",
+           "stack_failures"]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -99,6 +100,50 @@ def side_by_side(rec: dict, unwinder: str, oracle: str, verdict: dict | None = N
         lines.append(f"  {unwinder} stopped: {stops.get(unwinder, '?')}; {oracle} stopped: {stops.get(oracle, '?')}")
     for d in (verdict or {}).get("divergences", []):
         lines.append(f"  - [{d['cause'] or 'UNEXPLAINED'}] {d['text']}")
+    return "\n".join(lines)
+
+
+def stack_columns(rec: dict, width: int = 48) -> str:
+    """Every frame list of a stack record side by side (each unwinder, then each oracle), frame by
+    frame as :func:`side_by_side` draws a pair, ``!!`` where the lists do not all agree; then
+    where each walk stopped, and each pair's verdict with its divergences and causes."""
+    names = list(rec["frames"])
+    cols = [rec["frames"][n] for n in names]
+    widths = [min(width, max([len(f[2] or hex(f[0])) for f in c] + [len(_frame(c[0])) if c else 0, len(n)])) + 2
+              for n, c in zip(names, cols)]
+
+    def cell(text: str, w: int) -> str:
+        return (text if len(text) <= w - 2 else text[: w - 3] + "~").ljust(w)
+
+    head = (f"{rec.get('scenario', '')} pid {rec['task']} {rec.get('comm', '')} cookie {rec.get('cookie', 0):#x} "
+            f"at {rec.get('point', '')}")
+    lines = [" ".join(head.split())]
+    regs = rec.get("regs")
+    if regs:
+        lines.append("  regs: " + " ".join(f"{k}={v:#x}" for k, v in regs.items()))
+    lines.append("       " + "".join(cell(n, w) for n, w in zip(names, widths)).rstrip())
+    def short(col: list, i: int) -> str:
+        # The module once per run of frames in it: the columns stay narrow.
+        if i >= len(col):
+            return ""
+        f = col[i]
+        if i and col[i - 1][1] == f[1]:
+            return f[2] or f"{f[0]:#x}"
+        return _frame(f)
+
+    for i in range(max((len(c) for c in cols), default=0)):
+        row = [c[i] if i < len(c) else None for c in cols]
+        addrs = {f[0] if f else None for f in row}
+        mark = "  " if len(addrs) == 1 else "!!"
+        text = "".join(cell(short(c, i), w) for c, w in zip(cols, widths))
+        lines.append(f"  {mark} #{i:<3}{text}".rstrip())
+    for n, why in rec.get("stops", {}).items():
+        lines.append(f"  {n} stopped: {why}")
+    for v in rec.get("verdicts", []):
+        extra = f" ({v['reason']})" if v.get("reason") else ""
+        lines.append(f"  {v['unwinder']} vs {v['oracle']}: {v['verdict']}{extra}")
+        for d in v.get("divergences", []):
+            lines.append(f"    - [{d['cause'] or 'UNEXPLAINED'}] {d['text']}")
     return "\n".join(lines)
 
 

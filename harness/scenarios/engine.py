@@ -562,9 +562,7 @@ class Engine:
         for k, ip in enumerate(ips):
             key = (ip, k not in marks)
             if key not in self._names:
-                loc = self.symbolizer.locate(ip, key[1])
-                self._names[key] = [ip, (loc.module or "").rsplit("/", 1)[-1],
-                                    f"{loc.symbol}+{loc.offset:#x}" if loc.symbol else ""]
+                self._names[key] = self.symbolizer.frame_record(ip, key[1])
             out.append(self._names[key])
         return out
 

@@ -330,6 +330,21 @@ class Machine:
         self.console.send(f"sh {i} {command}")
         return int(self.console.wait_protocol(rf"done {i} (\d+)", timeout, f"shell {command!r}").group(1))
 
+    def upload(self, data: bytes, path: str, mode: str = "755", timeout: float = 300.0) -> None:
+        """Write ``data`` to ``path`` in the guest: an /init ``sh`` command whose ``head -c``
+        reads the base64 text sent on the console right after it (76-character lines: the
+        guest's tty is canonical; the UART's flow control holds back what it cannot take yet)."""
+        import base64
+
+        text = base64.encodebytes(data).decode()
+        i = self._id()
+        self.console.send(f"sh {i} head -c {len(text)} | base64 -d > {path} && chmod {mode} {path}")
+        for k in range(0, len(text), 65536):
+            self.console.child.send(text[k:k + 65536])
+        status = int(self.console.wait_protocol(rf"done {i} (\d+)", timeout, f"upload of {path}").group(1))
+        if status != 0:
+            raise GuestError(f"upload of {path} failed in the guest (status {status})", self.console.tail())
+
     def dump(self, path: str, timeout: float = 120.0) -> bytes:
         """Copy a guest file (e.g. /proc/kallsyms) to the host through the second serial port."""
         i = self._id()

@@ -98,6 +98,17 @@ class Symbolizer:
     def name(self, addr: int, return_address: bool = False) -> str:
         return str(self.locate(addr, return_address))
 
+    def frame_record(self, addr: int, return_address: bool = False) -> list:
+        """``[address, module file name, "symbol+0xoff" or ""]``: a frame as stack records (and
+        their renderers, :mod:`harness.report`) hold it."""
+        loc = self.locate(addr, return_address)
+        return [addr, (loc.module or "").rsplit("/", 1)[-1], f"{loc.symbol}+{loc.offset:#x}" if loc.symbol else ""]
+
+    def frame_records(self, ips, marks=frozenset({0})) -> list[list]:
+        """:meth:`frame_record` of every entry: return addresses (entries not in ``marks``) are
+        looked up at ra - 1, interrupted IPs at themselves."""
+        return [self.frame_record(ip, k not in marks) for k, ip in enumerate(ips)]
+
     def trace(self, ips: list[int]) -> list[str]:
         """Names for a trace whose first entry is the interrupted IP and the rest return addresses."""
         return [self.name(ip, i > 0) for i, ip in enumerate(ips)]

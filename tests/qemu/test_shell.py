@@ -1,0 +1,218 @@
+"""``harness shell`` for real: the REPL driven through a pseudo-terminal, and ``--batch``, on the
+default kernel (7.x) and on bookworm's 6.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+pytestmark = pytest.mark.qemu
+
+REPO = Path(__file__).resolve().parents[2]
+KERNELS = ["default", "bookworm"]
+CLI = ["-c", "import sys; from harness.cli import main; sys.exit(main())"]
+BOOT_TIMEOUT = 240  # a first boot dumps kallsyms and builds the initramfs
+PROMPT = ">>> "
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "TERM": "dumb"}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_shell_session_through_a_pty(kernel, tmp_path):
+    transcript = open(tmp_path / "shell.txt", "w")
+    child = pexpect.spawn(sys.executable, [*CLI, "shell", "--kernel", kernel], env=_env(), cwd=str(REPO),
+                          encoding="utf-8", timeout=60, dimensions=(60, 250))
+    child.logfile_read = transcript
+    try:
+        child.expect("harness shell: <guest: ", timeout=BOOT_TIMEOUT)
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.tasks()")
+        child.expect(r"pid\s+tgid\s+comm\s+cpu\s+state\s+kind\s+mode")
+        child.expect(r"\n1\s+1\s+init\s+\d+\s+\S+\s+user")
+        child.expect_exact(PROMPT)
+
+        child.sendline('p = guest.start("fp-spin")')
+        child.expect(r"started pid (\d+): /progs/host/callchain-fp-sframe-static-64-shadow")
+        pid = int(child.match.group(1))
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.user_stack(p.pid)")
+        child.expect(rf"pid {pid} callchain-fp-sf")
+        # every unwinder and oracle side by side, symbolized
+        child.expect(r"fp\s+sframe\s+cfi\s+shadow")
+        child.expect(r"#0\s+\w+\+0x[0-9a-f]+ \(callchain-fp-sf")
+        child.expect(r"main\+0x[0-9a-f]+")
+        child.expect(r"fp vs cfi: (agree|explained)")
+        block = child.before + child.after
+        child.expect_exact(PROMPT)
+        block += child.before
+        assert "failure" not in block, block
+        assert "UNEXPLAINED" not in block, block
+        if "explained" in block:
+            assert re.search(r"- \[[a-z-]+\] ", block), block  # each difference with its cause
+
+        child.sendline("guest.request(p.pid)")
+        child.expect(rf"request for pid {pid} .*: 0 queued, cookie 0x[0-9a-f]+")
+        child.expect(r"PENDING\|shell")
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.deliver(p.pid)")
+        child.expect(r"delivered to tracer shell at (\w+): cookie 0x[0-9a-f]+", timeout=90)
+        child.expect(r"fp vs regs: agree")
+        child.expect("guest stopped")
+        child.expect_exact(PROMPT)
+
+        child.sendline("guest.deferred()")
+        child.expect(rf"\n{pid}\s+no\s+\d+\s+0x0\s+no\s+-")
+        child.expect_exact(PROMPT)
+
+        child.sendline("exit()")
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+        transcript.close()
+    assert child.exitstatus == 0, (tmp_path / "shell.txt").read_text()[-3000:]
+
+
+BATCH = """\
+p = guest.start("fp-spin")
+print(guest.tasks())
+print(guest.user_stack(p.pid))
+rec = guest.user_stack(p.pid, raw=True)
+assert set(rec["frames"]) >= {"fp", "sframe", "cfi", "shadow"}, rec["frames"].keys()
+assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
+print(guest.until_return(p.pid))
+guest.cont()
+print(guest.break_at("hrtimer_interrupt"))
+print(guest.where())
+guest.cont()
+assert guest.kill(p.pid) == 0
+print(guest.sh("true"), "sh-done")
+print("BATCH-DONE", p.pid)
+"""
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_shell_batch_script(kernel, tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(BATCH)
+    r = subprocess.run([sys.executable, *CLI, "shell", "--kernel", kernel, "--batch", str(script)],
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    m = re.search(r"BATCH-DONE (\d+)", r.stdout)
+    assert m, r.stdout[-3000:]
+    assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", r.stdout), r.stdout
+    assert "fp vs cfi" in r.stdout and "returns to user space" in r.stdout
+    assert re.search(r"stopped at hrtimer_interrupt\+0x0 on cpu 0, current pid \d+", r.stdout), r.stdout
+    assert re.search(r"cpu 0: kernel mode at hrtimer_interrupt\+0x0, current pid \d+ .*\nguest stopped", r.stdout)
+    assert "0 sh-done" in r.stdout
+
+
+def test_shell_batch_script_that_raises_exits_1(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("print(guest)\nraise RuntimeError('on purpose')\n")
+    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)],
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 60)
+    assert r.returncode == 1 and "RuntimeError: on purpose" in r.stderr, (r.stdout[-2000:], r.stderr[-2000:])
+
+
+def test_shell_batch_missing_file_exits_2(tmp_path):
+    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(tmp_path / "nope.py")],
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+HOST_PROGRAM = """\
+p = guest.start("/usr/bin/sha256sum", "/dev/zero")
+print(guest.tasks())
+rec = guest.user_stack(p.pid, raw=True)
+assert set(rec["frames"]) >= {"fp", "sframe", "cfi"}, rec["frames"].keys()
+assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
+print(guest.request(p.pid))
+print(guest.deliver(p.pid))
+print("BATCH-DONE", p.pid)
+"""
+
+
+def test_shell_host_program_on_two_vcpus(tmp_path):
+    """A binary of this machine (dynamic, PIE, with its libraries) given with --program, on 2 vCPUs."""
+    script = tmp_path / "host.py"
+    script.write_text(HOST_PROGRAM)
+    r = subprocess.run([sys.executable, *CLI, "shell", "--smp", "2", "--program", "/usr/bin/sha256sum",
+                        "--batch", str(script)], env=_env(), cwd=str(REPO), capture_output=True, text=True,
+                       check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"\n(\d+)\s+\1\s+sha256sum\s+[01]\s+\S+\s+user\s+\S+\s+/user/sha256sum", r.stdout), r.stdout
+    assert re.search(r"delivered to tracer shell at \w+: cookie 0x[0-9a-f]+", r.stdout), r.stdout
+    assert re.search(r"fp vs regs: agree", r.stdout) and "(libc.so.6)" in r.stdout, r.stdout
+
+
+SPIN_C = r"""
+static volatile unsigned long n;
+__attribute__((noinline)) void spin_c(void) { for (;;) n++; }
+__attribute__((noinline)) void spin_b(void) { spin_c(); __asm__ volatile(""); }
+__attribute__((noinline)) void spin_a(void) { spin_b(); __asm__ volatile(""); }
+void _start(void) { spin_a(); }
+"""
+
+UPLOAD = """\
+import sys
+p = guest.start(sys.argv_spin)
+rec = guest.user_stack(p.pid, raw=True)
+names = [f[2].split("+")[0] for f in rec["frames"]["cfi"]]
+print("CFI-NAMES", names)
+assert names[:4] == ["spin_c", "spin_b", "spin_a", "_start"], names
+assert rec["frames"]["fp"][0][2].startswith("spin_c+"), rec["frames"]["fp"]
+assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
+print("BATCH-DONE", p.pid)
+"""
+
+
+def test_shell_uploads_a_host_binary_it_was_not_given(tmp_path):
+    """guest.start() of a binary of this machine that is not in the initramfs uploads it first."""
+    src, binary = tmp_path / "spin.c", tmp_path / "spin"
+    src.write_text(SPIN_C)
+    subprocess.run(["gcc", "-static", "-nostdlib", "-O1", "-fno-omit-frame-pointer", "-o", str(binary), str(src)],
+                   check=True, timeout=60)
+    script = tmp_path / "upload.py"
+    script.write_text(UPLOAD.replace("sys.argv_spin", repr(str(binary))))
+    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)], env=_env(), cwd=str(REPO),
+                       capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"uploaded {binary} as /user/spin (1 file(s))" in r.stdout and "BATCH-DONE" in r.stdout, r.stdout
+
+
+THREADS = """\
+import time
+p = guest.start("threads")
+time.sleep(1)
+rows = [l.split() for l in str(guest.tasks()).splitlines()[2:] if l[:1].isdigit()]
+tids = [int(r[0]) for r in rows if int(r[1]) == p.pid]
+assert len(tids) == 4, rows  # the main thread and 3 others
+for tid in tids:
+    rec = guest.user_stack(tid, raw=True)
+    got = {(v["unwinder"], v["oracle"]): v["verdict"] for v in rec["verdicts"]}
+    print("TID", tid, got, rec["stops"]["shadow"])
+    assert got[("fp", "shadow")] in ("agree", "explained"), rec
+    assert "failure" not in got.values(), rec
+print("BATCH-DONE")
+"""
+
+
+def test_shell_threads_each_with_its_own_shadow_stack(tmp_path):
+    """Threads that are not on the vCPU: their memory through their page tables, their shadow
+    stacks through the fs_base their task_struct saved."""
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    r = subprocess.run([sys.executable, *CLI, "shell", "--scenario", "threads", "--batch", str(script)], env=_env(),
+                       cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
+    assert r.returncode == 0 and "BATCH-DONE" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
