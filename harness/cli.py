@@ -372,12 +372,22 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
 
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    with Session(spec) as sess:
-        facts = sess.describe()
-        (out / "run.json").write_text(json.dumps(facts, indent=1))
-        for sc in scenarios:
-            print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
-        results = run_scenarios(sess, scenarios, out, progress=sampling_reporter())
+    results: list = []
+    facts: dict = {}
+    try:
+        with Session(spec) as sess:
+            facts = sess.describe()
+            (out / "run.json").write_text(json.dumps(facts, indent=1))
+            for sc in scenarios:
+                print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
+            run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
+    except KeyboardInterrupt:
+        # Interrupted outside a scenario's own handling (booting, between scenarios, in a
+        # clean-up): what was done is still reported below, and the exit code says interrupted.
+        if not results:
+            raise
+        if not results[-1].errors:
+            results[-1].errors.append("interrupted (SIGINT)")
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
     print(format_table(scenario_rows(results)))
     print("\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):")

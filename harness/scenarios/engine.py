@@ -568,11 +568,13 @@ class Engine:
 
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,
-                  progress: ProgressCallback | None = None) -> list[Result]:
+                  progress: ProgressCallback | None = None, results: list[Result] | None = None) -> list[Result]:
     """Run each scenario in turn; on Ctrl-C the interrupted scenario's partial result (its log
     closed by an "interrupted" end record) is the last one returned, and no further one runs.
-    ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``)."""
-    results = []
+    ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``).
+    ``results``: the list to append to, so a caller keeps what was done even if an interrupt
+    escapes (one that lands between scenarios or in a scenario's clean-up)."""
+    results = [] if results is None else results
     for sc in scenarios:
         # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
         n = sum(r.scenario.name == sc.name for r in results)
