@@ -39,7 +39,7 @@ from .kernel import (
     user_regs,
 )
 from .kernel.stops import StopPoint
-from .kernel.vdso import kernel_vdso_image, vdso_backed
+from .kernel.vdso import with_kernel_vdso
 from .memory import MemoryFault
 from .oracles.base import OracleFrames, Request, Setup, Stack, build_oracles
 from .regs import UserRegs
@@ -47,7 +47,7 @@ from .report.text import format_table, side_by_side, stack_columns
 from .transport.errors import TargetError
 from .transport.target import PAGE, TargetMemory
 from .unwind.code import CodeFacts
-from .unwind.maps import VDSO, AddressSpace, parse_maps
+from .unwind.maps import AddressSpace, parse_maps
 from .unwind.mixed import sframe_tables_for
 from .unwind.symbolize import Symbolizer
 from .unwind.user import UnwindConfig, unwind_user
@@ -441,14 +441,8 @@ class Guest:
 
     def _space(self, t: TaskInfo, memory, bits: int):
         maps = self.maps(t.tgid)
-        vdso = next((m for m in parse_maps(maps) if m.path == VDSO), None)
-        if vdso is not None:
-            try:
-                image = kernel_vdso_image(self._read, self.session.info.symbols, bits, vdso.end - vdso.start)
-            except (MemoryFault, TargetError):
-                image = None
-            if image is not None:
-                memory = vdso_backed(memory, vdso.start, image)
+        memory = with_kernel_vdso(memory, maps, self._read, self.session.info.symbols, bits,
+                                  (MemoryFault, TargetError))
         return memory, AddressSpace.from_maps(maps, self._resolver(), memory)
 
     def _record(self, t: TaskInfo, uregs: UserRegs, memory, point: str, request: Request | None = None,

@@ -15,10 +15,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
-from ..memory import BufferMemory, Memory, Overlay
+from ..memory import BufferMemory, Memory, MemoryFault, Overlay
+from ..unwind.maps import VDSO, parse_maps
 from . import Read
 
-__all__ = ["kernel_vdso_image", "vdso_backed"]
+__all__ = ["kernel_vdso_image", "vdso_backed", "with_kernel_vdso"]
 
 
 def kernel_vdso_image(read: Read, symbols: Mapping[str, int], bits: int, max_size: int) -> bytes | None:
@@ -40,3 +41,18 @@ def vdso_backed(memory: Memory, start: int, image: bytes) -> Overlay:
     """``memory`` with ``[start, start + len(image))`` served from ``image``: a read wholly inside
     the image comes from it, any other read from ``memory``."""
     return Overlay(BufferMemory({start: image}), memory)
+
+
+def with_kernel_vdso(memory: Memory, maps: str, read: Read, symbols: Mapping[str, int], bits: int,
+                     unreadable: tuple[type[BaseException], ...] = (MemoryFault,)) -> Memory:
+    """``memory`` with the task's vDSO mapping (from its ``/proc/PID/maps`` text) served from the
+    kernel's image, where the kernel has one; ``memory`` itself where it has none or a read of the
+    kernel raises one of ``unreadable`` (the caller's transport errors, say)."""
+    vdso = next((m for m in parse_maps(maps) if m.path == VDSO), None)
+    if vdso is None:
+        return memory
+    try:
+        image = kernel_vdso_image(read, symbols, bits, vdso.end - vdso.start)
+    except unreadable:
+        return memory
+    return memory if image is None else vdso_backed(memory, vdso.start, image)

@@ -35,9 +35,9 @@ from __future__ import annotations
 import collections
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import IO, ClassVar
 
 from ..deferred.check import check_events
@@ -55,7 +55,7 @@ from ..deferred.profile import get_profile
 from ..images.programs import Program
 from ..kernel import PF_EXITING, TaskInfo
 from ..kernel.stops import StopPoint
-from ..kernel.vdso import kernel_vdso_image, vdso_backed
+from ..kernel.vdso import with_kernel_vdso
 from ..memory import MemoryFault
 from ..oracles.base import Oracle, OracleFrames, Request, Setup, Stack, build_oracles
 from ..regs import UserRegs
@@ -64,7 +64,7 @@ from ..session import Session
 from ..transport.errors import GuestError, TargetError, TargetTimeout
 from ..transport.target import TargetMemory
 from ..unwind.code import CodeFacts
-from ..unwind.maps import VDSO, AddressSpace, parse_maps
+from ..unwind.maps import AddressSpace
 from ..unwind.mixed import sframe_tables_for
 from ..unwind.symbolize import Symbolizer
 from ..unwind.user import StopReason, Trace, UnwindConfig, unwind_user
@@ -204,7 +204,8 @@ class Engine:
         s.target.interrupt()
         resolve = {self.program.guest_path: str(self.program.path)}
         resolve.update({guest: str(host) for host, guest in self.program.runtime})
-        self.memory = self._with_kernel_vdso(self.memory, maps)
+        self.memory = with_kernel_vdso(self.memory, maps, self.s.read, self.s.info.symbols,
+                                       32 if self.ws == 4 else 64, (MemoryFault, TargetError))
         self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
         self.symbolizer = Symbolizer(self.space)
         self.code = CodeFacts(self.space, self.memory, self.ws)
@@ -312,19 +313,6 @@ class Engine:
         self.log.emit("end", reason=reason, stacks=r.stacks, failures=r.failed_stacks,
                       causes=dict(sorted(r.causes.items())), requests=self.n_requests,
                       errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations))
-
-    def _with_kernel_vdso(self, memory, maps: str):
-        """``memory`` with the vDSO served from the kernel's image (:mod:`harness.kernel.vdso`),
-        when the kernel has the symbol and the image is an ELF file."""
-        vdso = next((m for m in parse_maps(maps) if m.path == VDSO), None)
-        if vdso is None:
-            return memory
-        try:
-            image = kernel_vdso_image(self.s.read, self.s.info.symbols, 32 if self.ws == 4 else 64,
-                                      vdso.end - vdso.start)
-        except (MemoryFault, TargetError):
-            return memory
-        return memory if image is None else vdso_backed(memory, vdso.start, image)
 
     def _own_pending(self) -> bool:
         return any(p.own for p in self.pending.values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from conftest import require
 
 from harness.kernel.vdso import kernel_vdso_image, vdso_backed
 from harness.memory import BufferMemory, MemoryFault, Overlay
@@ -87,8 +88,7 @@ def test_file_backed_memory_serves_read_only_file_mappings():
     from harness.unwind.maps import AddressSpace, FileBackedMemory, load_image, parse_maps
 
     path = next((Path(p).resolve() for p in ("/usr/bin/true", "/bin/true", "/usr/bin/env") if Path(p).is_file()), None)
-    if path is None:
-        pytest.skip("no system binary to map")
+    require(path is not None, "no system binary to map")
     img = load_image(path)
     base = 0x555555554000 if img.is_pie_or_shared else 0
     lines = [f"{base + (s.vaddr & ~0xFFF):x}-{base + ((s.vaddr + s.memsz + 0xFFF) & ~0xFFF):x} r-xp "

@@ -11,6 +11,7 @@ import sys
 
 import pexpect
 import pytest
+from conftest import require
 
 from harness.images.cache import cache_root
 
@@ -21,8 +22,8 @@ SHARED = ("apt", "kernels", "toolchains")
 @pytest.fixture
 def fresh_programs_cache(tmp_path):
     real = cache_root()
-    if not any((real / "kernels").glob("*/kernel.json")):
-        pytest.skip(f"no kernel cached in {real} (run ./dev test or harness images build first)")
+    require(any((real / "kernels").glob("*/kernel.json")),
+            f"no kernel cached in {real} (run ./dev test or harness images build first)")
     cache = tmp_path / "cache"
     cache.mkdir()
     for name in SHARED:
