@@ -568,14 +568,14 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
         n = sum(r.scenario.name == sc.name for r in results)
         name = f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl"
         log = open(log_dir / name, "w") if log_dir else None
-        engine = None
         try:
             engine = Engine(session, sc, log, progress)
             engine.result.log = name if log_dir else None
-            results.append(engine.run())
+            # In the list before it runs: whatever escapes the run (an interrupt in its clean-up,
+            # say), the caller still has this scenario's partial result.
+            results.append(engine.result)
+            engine.run()
         except KeyboardInterrupt:
-            if engine is not None:
-                results.append(engine.result)
             break
         finally:
             if log:
