@@ -228,6 +228,7 @@ class Engine:
             s.target.set_breakpoint(a)
         loop_start = time.monotonic()
         rng = random.Random(self.sc.seed)
+        interrupted = False
         limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
         try:
             while self.result.sampled < self.sc.samples:
@@ -278,6 +279,9 @@ class Engine:
             self.result.errors.append("interrupted (SIGINT)")
             self._end("interrupted")
             self._report(finished=True, interrupted=True)
+            # No clean-up in the guest: the session shuts QEMU down next, and a guest stopped
+            # mid-stop can keep each clean-up step waiting for its timeout.
+            interrupted = True
             raise
         except (GuestError, TargetError, ModelError) as exc:
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
@@ -291,7 +295,7 @@ class Engine:
                 self.result.loop_seconds = time.monotonic() - loop_start
             # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
             try:
-                if s.machine.alive():
+                if s.machine.alive() and not interrupted:
                     for a in self.request_points:
                         s.target.remove_breakpoint(a)
                     self._arm_returns(False)
