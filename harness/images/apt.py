@@ -139,7 +139,8 @@ class PrivateApt:
         another updating them waits for it and then takes its lists as they are."""
         if self.fresh(max_age):
             return
-        with cache_lock(self.lock, "the apt lists (another harness is updating them)", timeout=LISTS_WAIT) as held:
+        with cache_lock(self.lock, "the apt lists (another harness is updating them)", timeout=LISTS_WAIT,
+                        ready=lambda: self.fresh(max_age)) as held:
             if self.fresh(max_age):
                 if held.waited:
                     note("images", f"apt lists updated by the other harness, reused ({self.root / 'lists'})")

@@ -41,7 +41,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..progress import step
 from .cache import ImageError
@@ -67,6 +67,7 @@ class Held:
     path: Path
     waited: float = 0.0  # seconds; 0.0 when the lock was free at once
     holders: tuple[int, ...] = ()  # pids that held it when this caller started waiting
+    acquired: bool = True  # False: ``ready()`` came true while waiting, and the lock is not held
 
 
 # path -> [fd, exclusive, count]: the locks this process holds (flock locks of one process on
@@ -77,9 +78,14 @@ _held_guard = threading.Lock()
 
 @contextlib.contextmanager
 def cache_lock(path: Path, what: str, *, shared: bool = False, timeout: float = DEFAULT_WAIT,
-               topic: str = "images") -> Iterator[Held]:
+               topic: str = "images", ready: Callable[[], bool] | None = None) -> Iterator[Held]:
     """Hold the flock on ``path`` (created if missing) for the block; ``what`` says what it
-    guards, for the waiting line and the timeout's message ("the apt lists", "kernel X")."""
+    guards, for the waiting line and the timeout's message ("the apt lists", "kernel X").
+
+    ``ready``: asked between two tries while waiting; once it says True (what the caller wanted
+    done has been done by the holder: the apt lists are fresh), the wait ends and the block runs
+    *without* the lock (``Held.acquired`` False).  A waiter for an exclusive lock that the holder
+    keeps taking shared again between short commands would otherwise wait for all of them."""
     path = Path(path)
     key = os.path.abspath(path)
     with _held_guard:
@@ -98,7 +104,10 @@ def cache_lock(path: Path, what: str, *, shared: bool = False, timeout: float = 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        held = _acquire(fd, path, what, shared, timeout, topic)
+        held = _acquire(fd, path, what, shared, timeout, topic, ready)
+        if not held.acquired:
+            yield held
+            return
         with _held_guard:
             _held[key] = [fd, not shared, 1]
         try:
@@ -111,7 +120,8 @@ def cache_lock(path: Path, what: str, *, shared: bool = False, timeout: float = 
         os.close(fd)
 
 
-def _acquire(fd: int, path: Path, what: str, shared: bool, timeout: float, topic: str) -> Held:
+def _acquire(fd: int, path: Path, what: str, shared: bool, timeout: float, topic: str,
+             ready: Callable[[], bool] | None) -> Held:
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     if _try(fd, mode):
         return Held(path)
@@ -122,6 +132,9 @@ def _acquire(fd: int, path: Path, what: str, shared: bool, timeout: float, topic
     delay = 0.02
     with step(topic, f"waiting for {what}: {who} holds {path}") as st:
         while not _try(fd, mode):
+            if ready is not None and ready():
+                st.end(f"waited {st.elapsed:.1f}s: {what} done by {who}")
+                return Held(path, time.monotonic() - start, holders, acquired=False)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise CacheLockTimeout(f"waited {timeout:.0f}s for {what}: {who} still holds {path}")

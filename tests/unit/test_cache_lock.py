@@ -101,6 +101,26 @@ def test_a_waiter_gets_the_lock_when_the_holder_lets_go(tmp_path, progress_lines
     assert any(line.startswith("[images] waited ") and "for kernel X" in line for line in progress_lines)
 
 
+def test_a_waiter_whose_work_was_done_meanwhile_stops_waiting_without_the_lock(tmp_path, progress_lines):
+    import threading
+
+    lock = tmp_path / ".lists.lock"
+    done = tmp_path / "updated"
+    p = _holder(lock, seconds=60.0)
+    timer = threading.Timer(0.5, done.touch)  # the holder's work is done; it keeps the lock
+    try:
+        t0 = time.monotonic()
+        timer.start()
+        with cache_lock(lock, "the apt lists", timeout=30, ready=done.exists) as held:
+            assert not held.acquired and held.waited > 0.3 and held.holders == (p.pid,)
+            assert lock_holders(lock) == [p.pid]  # still the holder's
+        assert time.monotonic() - t0 < 10  # not the holder's 60 s
+    finally:
+        timer.cancel()
+        _stop(p)
+    assert any("the apt lists done by pid" in line for line in progress_lines), progress_lines
+
+
 def test_a_dead_holder_does_not_block(tmp_path):
     lock = tmp_path / ".k.lock"
     p = _holder(lock)
