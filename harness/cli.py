@@ -370,6 +370,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     from .scenarios.engine import run_scenarios
     from .session import Session
 
+    from .images.lock import write_atomic
     from .report.rundir import new_run_dir
 
     out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
@@ -378,7 +379,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     try:
         with Session(spec) as sess:
             facts = sess.describe()
-            (out / "run.json").write_text(json.dumps(facts, indent=1))
+            write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
             for sc in scenarios:
                 print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
             run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
@@ -407,8 +408,8 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     code, why = run_exit_code(results)
     if len(results) < len(scenarios):
         code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
-    (out / "summary.json").write_text(json.dumps({**summary(results, facts), "exit_code": code, "outcome": why},
-                                                 indent=1))
+    write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code, "outcome": why},
+                                                  indent=1))
     if junit:
         Path(junit).write_bytes(junit_xml(results))
     report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
