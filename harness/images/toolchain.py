@@ -73,9 +73,12 @@ class Toolchain:
 
     def workdir(self, name: str) -> tuple[Path, str]:
         """A fresh private build directory: (host path, path as seen by the toolchain); the
-        caller removes it.  Made by ``mkdtemp`` in the toolchain's /tmp (mode 0700, a name no
-        one can guess or take first), so two harnesses never share one and no other user can
-        plant files or links in it."""
+        caller removes it.  Made by ``mkdtemp`` in the toolchain's /tmp (the host's: ``$TMPDIR``
+        or /tmp; mode 0700, a name no one can guess or take first), so two harnesses never share
+        one and no other user can plant files or links in it."""
+        if self.is_host:
+            outer = Path(tempfile.mkdtemp(prefix=f"harness-build-{name}-"))  # $TMPDIR, else /tmp
+            return outer, str(outer)
         outer = Path(tempfile.mkdtemp(prefix=f"harness-build-{name}-", dir=self.host_path("/tmp")))
         return outer, "/tmp/" + outer.name
 
