@@ -370,14 +370,16 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     from .scenarios.engine import run_scenarios
     from .session import Session
 
-    out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
+    from .images.lock import write_atomic
+    from .report.rundir import new_run_dir
+
+    out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
     results: list = []
     facts: dict = {}
     try:
         with Session(spec) as sess:
             facts = sess.describe()
-            (out / "run.json").write_text(json.dumps(facts, indent=1))
+            write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
             for sc in scenarios:
                 print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
             run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
@@ -406,8 +408,8 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     code, why = run_exit_code(results)
     if len(results) < len(scenarios):
         code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
-    (out / "summary.json").write_text(json.dumps({**summary(results, facts), "exit_code": code, "outcome": why},
-                                                 indent=1))
+    write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code, "outcome": why},
+                                                  indent=1))
     if junit:
         Path(junit).write_bytes(junit_xml(results))
     report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
@@ -555,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--samples", type=positive_int, help="requests on the program's tasks per scenario")
     run.add_argument("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)")
     run.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario")
-    run.add_argument("--out", help="directory for the JSONL logs (default runs/TIMESTAMP)")
+    run.add_argument("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])")
     run.add_argument("--report", action="store_true", help="write report.html into the run directory")
     run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")
     run.add_argument("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)")

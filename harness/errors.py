@@ -22,6 +22,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `QemuImageError`           harness/images/qemu.py
  |         |    +-- `ProgramError`             harness/images/programs.py
  |         |    +-- `KernelInputError`         harness/images/kernel.py
+ |         |    +-- `CacheLockTimeout`         harness/images/lock.py
  |         +-- `GuestError`                    transport: harness/transport/errors.py
  |         |    +-- `QemuStartError`
  |         |    +-- `GuestPanic`
@@ -54,10 +55,12 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `ModelError`                    deferred: harness/deferred/model.py
  |         |    +-- `ModelBlocked`
  |         +-- `LogFormatError`                deferred: harness/deferred/log.py
+ |         +-- `LogWriteError`                 deferred: harness/deferred/log.py
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
  |         +-- `RunDirError`                   report: harness/report/run.py
+ |         +-- `RunDirTaken`                   report: harness/report/rundir.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
  |         +-- `UsageError`                    cli: harness/cli.py
 

@@ -355,12 +355,13 @@ class UnwindRunner:
         return self._pool.get(self.kernel, self._config("qemu"), self._config("smp"), programs, sources)
 
     def _run(self, sess, sc):
+        from .deferred.log import JsonlFile
         from .scenarios.engine import Engine
 
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", sc.name)
         n = sum(p.name.startswith(stem + ".") for p in self.logs)
         path = self.tmp_path / f"{stem}{f'.{n + 1}' if n else ''}.jsonl"
-        with open(path, "w") as log:
+        with JsonlFile(path) as log:
             try:
                 result = Engine(sess, sc, log).run()
             except BaseException:

@@ -8,7 +8,6 @@ and hands the domain code (kernel introspection, unwinder, deferred model) plain
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from .images.cache import cache_root
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
+from .images.lock import cache_lock, write_atomic
 from .images.programs import Program, Variant, build_program, user_program
 from .images.qemu import Qemu, resolve_qemu
 from .images.toolchain import get_toolchain
@@ -55,11 +55,15 @@ def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> 
     memo_path = cache_root() / "kvm-probe.json"
     memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
     if key not in memo:
-        with step("guest", f"probing whether KVM boots {kernel.release or kernel.package}") as st:
-            ok, why = kvm_usable(list(qemu.prefix), kernel.vmlinux)
-            st.end(f"KVM probe: {'usable' if ok else 'not usable'} ({st.elapsed:.1f}s)")
-        memo[key] = [ok, why]
-        memo_path.write_text(json.dumps(memo, indent=1))
+        # Read, probe and write under the memo's lock: two harnesses add their keys in turn.
+        with cache_lock(cache_root() / ".kvm-probe.lock", "another harness's KVM probe", topic="guest"):
+            memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
+            if key not in memo:
+                with step("guest", f"probing whether KVM boots {kernel.release or kernel.package}") as st:
+                    ok, why = kvm_usable(list(qemu.prefix), kernel.vmlinux)
+                    st.end(f"KVM probe: {'usable' if ok else 'not usable'} ({st.elapsed:.1f}s)")
+                memo[key] = [ok, why]
+                write_atomic(memo_path, json.dumps(memo, indent=1))
     ok, why = memo[key]
     if not ok:
         note("guest", f"using TCG: {why}")
@@ -70,13 +74,15 @@ def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
     """The guest's /proc/kallsyms, dumped once per kernel build (about 20 s on TCG) and cached."""
     path = cache_root() / "kallsyms" / f"{kernel.sha256}.txt"
     if not path.exists():
-        with step("guest", f"dumping /proc/kallsyms of {kernel.release or kernel.package} (once per kernel build)") as st:
-            text = machine.dump("/proc/kallsyms").decode()
-            st.end(f"dumped /proc/kallsyms ({len(text) / 1e6:.1f} MB) in {st.elapsed:.1f}s")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        # One harness dumps, another booted on the same kernel waits and reads its dump.
+        with cache_lock(path.parent / f".{kernel.sha256}.lock",
+                        f"another harness dumping /proc/kallsyms of {kernel.release or kernel.package}", topic="guest"):
+            if not path.exists():
+                with step("guest", f"dumping /proc/kallsyms of {kernel.release or kernel.package} "
+                                   f"(once per kernel build)") as st:
+                    text = machine.dump("/proc/kallsyms").decode()
+                    st.end(f"dumped /proc/kallsyms ({len(text) / 1e6:.1f} MB) in {st.elapsed:.1f}s")
+                write_atomic(path, text)
     return Kallsyms.parse(path.read_text())
 
 

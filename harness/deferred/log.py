@@ -74,7 +74,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
+from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from ..errors import HarnessError
@@ -93,6 +95,74 @@ class LogFormatError(HarnessError):
         self.line_no = line_no
         self.text = text
         super().__init__(f"line {line_no}: {message}" + (f": {text[:120]!r}" if text else ""))
+
+
+class LogWriteError(HarnessError):
+    """A log line could not be written (a full disk, a failing device): the log keeps its whole
+    lines before it and nothing after (the error names the file and how many lines it keeps)."""
+
+    exit_code = 3  # infrastructure (harness.errors)
+
+
+class JsonlFile:
+    """A JSONL log file that holds whole lines only, whatever happens to the disk.
+
+    :class:`EventLog` writes each record as one ``write()`` call.  Each call goes to the file
+    with ``os.write`` (unbuffered: nothing waits in a buffer to be lost or half-written at
+    close); when the disk refuses part of it (``ENOSPC`` after a short write), the file is cut
+    back to the end of the last whole line and :class:`LogWriteError` is raised.  From then on
+    every write raises the same error without writing, so the file stays a valid prefix of the
+    log (no ``end`` record: a reader sees it was cut).  A text file from ``open()`` would keep a
+    half line on a full disk and raise again at ``close()``.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.size = 0  # bytes of whole lines in the file
+        self.lines = 0
+        self.failed: LogWriteError | None = None
+
+    def write(self, text: str) -> int:
+        if self.failed is not None:
+            raise self.failed
+        if self.fd is None:
+            raise ValueError(f"{self.path}: write to a closed log")
+        data = text.encode()
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self.fd, data[done:])
+        except OSError as exc:
+            try:
+                os.ftruncate(self.fd, self.size)
+                os.lseek(self.fd, self.size, os.SEEK_SET)
+                kept = f"it keeps its first {self.lines} whole line(s)"
+            except OSError as cut:
+                kept = f"cutting it back to its last whole line failed too ({cut.strerror})"
+            self.failed = LogWriteError(f"cannot write {self.path}: {exc.strerror or exc}; {kept}")
+            raise self.failed from exc
+        self.size += len(data)
+        self.lines += text.count("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered: each :meth:`write` is in the file when it returns."""
+
+    @property
+    def closed(self) -> bool:
+        return self.fd is None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def __enter__(self) -> "JsonlFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def trace_hash(trace: Iterable[int]) -> str:

@@ -15,11 +15,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..progress import step
+from ..progress import note, step
 from .cache import ImageError, cache_root
+from .lock import cache_lock, write_atomic
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 APT_TIMEOUT = 600
+#: a waiter's bound on the lists' lock: longer than one apt command may take
+LISTS_WAIT = APT_TIMEOUT * 1.5
 
 
 def _sources_entries() -> list[tuple[str, list[str]]]:
@@ -74,7 +77,13 @@ class Package:
 
 
 class PrivateApt:
-    """apt-get/apt-cache over chosen suites, with state kept under ``cache/apt``."""
+    """apt-get/apt-cache over chosen suites, with state kept under ``cache/apt``.
+
+    The lists are shared by every harness on the cache: ``apt-get update`` holds
+    ``cache/apt/.lists.lock`` exclusively (apt's own lock would make a second one fail at once),
+    every other apt command holds it shared (they read the lists and apt's binary caches), so a
+    harness that finds the lists stale while another updates them waits and then reuses them.
+    """
 
     def __init__(self, suites: tuple[str, ...] = ("bookworm", "trixie", "trixie-backports", "sid")):
         self.suites = suites
@@ -83,10 +92,13 @@ class PrivateApt:
         for sub in ("lists/partial", "cache/archives/partial"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.sources = self.root / "sources.list"
+        self.lock = self.root / ".lists.lock"
         text = "".join(f"deb [signed-by={KEYRING}] {self.uri} {s} main\n" for s in suites)
         if not self.sources.exists() or self.sources.read_text() != text:
-            self.sources.write_text(text)
-            (self.root / "updated").unlink(missing_ok=True)
+            with cache_lock(self.lock, "the apt lists (another harness is updating them)", timeout=LISTS_WAIT):
+                if not self.sources.exists() or self.sources.read_text() != text:
+                    write_atomic(self.sources, text)
+                    (self.root / "updated").unlink(missing_ok=True)
 
     def _opts(self) -> list[str]:
         return [
@@ -100,6 +112,12 @@ class PrivateApt:
         ]
 
     def _run(self, tool: str, *args: str, cwd: Path | None = None) -> str:
+        """Run an apt command that reads the lists (the lists' lock held shared)."""
+        with cache_lock(self.lock, "the apt lists (another harness is updating them)", shared=True,
+                        timeout=LISTS_WAIT):
+            return self._run_unlocked(tool, *args, cwd=cwd)
+
+    def _run_unlocked(self, tool: str, *args: str, cwd: Path | None = None) -> str:
         cmd = [tool, *self._opts(), *args]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=APT_TIMEOUT, cwd=cwd)
@@ -109,14 +127,28 @@ class PrivateApt:
             raise ImageError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
         return r.stdout
 
-    def update(self, max_age: float = 6 * 3600) -> None:
+    def fresh(self, max_age: float = 6 * 3600) -> bool:
         stamp = self.root / "updated"
-        if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age:
+        try:
+            return time.time() - stamp.stat().st_mtime < max_age
+        except FileNotFoundError:
+            return False
+
+    def update(self, max_age: float = 6 * 3600) -> None:
+        """``apt-get update`` when the lists are older than ``max_age``; a harness that finds
+        another updating them waits for it and then takes its lists as they are."""
+        if self.fresh(max_age):
             return
-        with step("images", f"apt-get update for {', '.join(self.suites)} from the host's Debian archive") as st:
-            self._run("apt-get", "update")
-            st.end(f"apt-get update for {', '.join(self.suites)} done in {st.elapsed:.1f}s")
-        stamp.touch()
+        with cache_lock(self.lock, "the apt lists (another harness is updating them)", timeout=LISTS_WAIT,
+                        ready=lambda: self.fresh(max_age)) as held:
+            if self.fresh(max_age):
+                if held.waited:
+                    note("images", f"apt lists updated by the other harness, reused ({self.root / 'lists'})")
+                return
+            with step("images", f"apt-get update for {', '.join(self.suites)} from the host's Debian archive") as st:
+                self._run_unlocked("apt-get", "update")
+                st.end(f"apt-get update for {', '.join(self.suites)} done in {st.elapsed:.1f}s")
+            (self.root / "updated").touch()
 
     def versions(self, name: str) -> list[tuple[str, str]]:
         """(version, suite) for every version of ``name`` the configured suites offer."""

@@ -2,12 +2,12 @@
 
 Entries are directories keyed by a content hash of their inputs (a package's resolved version
 and checksum, a recipe file's bytes, ...).  A build writes into a temporary sibling directory and
-renames it into place when it is complete, so an interrupted build never leaves a half entry.
+renames it into place when it is complete, so an interrupted build never leaves a half entry;
+every step that writes the cache holds a file lock (:mod:`harness.images.lock`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from ..errors import HarnessError
 from ..progress import note, step
@@ -70,30 +70,23 @@ def progress(msg: str) -> None:
     note("images", msg)
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def cached_dir(kind: str, key: str, build: Callable[[Path], None], *, what: str) -> Path:
     """Return ``cache/kind/key``, running ``build(tmpdir)`` first when it does not exist yet.
 
-    Concurrent callers (two test processes) serialise on a lock file; the build writes into a
-    temporary directory that is renamed into place only on success.
+    Concurrent callers (two harnesses on one cache) serialise on the entry's lock file
+    (``cache/kind/.key.lock``, :mod:`harness.images.lock`): the first builds, the others wait
+    (bounded, saying so on their progress line) and then reuse its entry.  The build writes into
+    a temporary directory that is renamed into place only on success.
     """
+    from .lock import cache_lock
+
     final = cache_root() / kind / key
     if (final / ".complete").exists():
         return final
-    with _lock(cache_root() / kind / f".{key}.lock"):
+    with cache_lock(cache_root() / kind / f".{key}.lock", f"another harness building {what}") as held:
         if (final / ".complete").exists():
+            if held.waited:
+                progress(f"reusing {what} that the other harness built -> {final}")
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
         with step("images", f"building {what} -> {final}") as st:

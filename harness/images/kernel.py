@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .apt import Package, PrivateApt
 from .cache import ImageError, cached_dir, content_key, sha256_file
+from .lock import write_atomic
 
 # Named kernels: (suite, meta package).  The meta package's dependency names the image package.
 KERNELS = {
@@ -103,7 +104,7 @@ def _resolve(apt: PrivateApt, suite: str, meta: str) -> Package:
     binary = next((d for d in apt.depends(image_name, pkg.version) if d.startswith("linux-binary-")), None)
     if binary:
         pkg = apt.package(binary, suite)
-    memo.write_text(json.dumps({"stamp": stamp, "package": asdict(pkg)}))
+    write_atomic(memo, json.dumps({"stamp": stamp, "package": asdict(pkg)}))  # read by other harnesses
     return pkg
 
 
@@ -112,7 +113,7 @@ def _sha_cached(path: Path) -> str:
     if side.exists():
         return side.read_text().strip()
     digest = sha256_file(path)
-    side.write_text(digest + "\n")
+    write_atomic(side, digest + "\n")
     return digest
 
 

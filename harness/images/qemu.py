@@ -53,6 +53,7 @@ from pathlib import Path
 from .apt import Package, PrivateApt
 from ..progress import step
 from .cache import ImageError, cached_dir, content_key, progress
+from .lock import write_atomic
 
 QEMU_CHOICES = ("auto", "host", "backports")
 #: the choice when neither the caller nor $HARNESS_QEMU names one
@@ -193,7 +194,7 @@ def _resolve(apt: PrivateApt) -> Package:
         pkg = apt.package(PACKAGE, SUITE)
     except ImageError as exc:
         raise QemuImageError(f"cannot find {PACKAGE} in {SUITE}: {exc}") from exc
-    memo.write_text(json.dumps({"stamp": stamp, "package": asdict(pkg)}))
+    write_atomic(memo, json.dumps({"stamp": stamp, "package": asdict(pkg)}))  # read by other harnesses
     return pkg
 
 

@@ -13,12 +13,14 @@ address of the lowest symbol with ``ld --section-start``.  ``symbol-file FILE`` 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from ..kernel.kallsyms import Kallsyms
 from .cache import ImageError, cache_root
+from .lock import cache_lock
 
 __all__ = ["KERNEL_LOW", "kernel_symbol_file", "symbol_file_source"]
 
@@ -57,6 +59,13 @@ def kernel_symbol_file(syms: Kallsyms, key: str) -> Path:
     path = cache_root() / "kallsyms" / f"{key}.syms.elf"
     if path.exists():
         return path
+    with cache_lock(path.parent / f".{key}.syms.lock", "another harness writing the kernel symbol file"):
+        if not path.exists():
+            _build_symbol_file(syms, path)
+    return path
+
+
+def _build_symbol_file(syms: Kallsyms, path: Path) -> None:
     source, base = symbol_file_source(syms)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="harness-syms-") as tmp:
@@ -68,7 +77,6 @@ def kernel_symbol_file(syms: Kallsyms, key: str) -> Path:
             r = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if r.returncode != 0:
                 raise ImageError(f"{cmd[0]} failed building the kernel symbol file: {r.stderr.strip()[:500]}")
-        tmp_out = path.with_suffix(".tmp")
-        os.replace(elf, tmp_out)
+        tmp_out = path.with_suffix(f".{os.getpid()}.tmp")  # on path's file system, then renamed
+        shutil.move(elf, tmp_out)
         os.replace(tmp_out, path)
-    return path

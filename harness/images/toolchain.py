@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from ..progress import step
 from .apt import debian_archive_uri
 from .cache import ImageError, cache_root, cached_dir, content_key
+from .lock import DEFAULT_WAIT, cache_lock
 
 # Packages of every toolchain root: the compiler, binutils, a libc to link against, 32-bit
 # multilib (gcc-multilib pulls in libc6-dev-i386), and make.
@@ -70,13 +72,15 @@ class Toolchain:
         return Path(path_in_root) if self.is_host else self.root / path_in_root.lstrip("/")
 
     def workdir(self, name: str) -> tuple[Path, str]:
-        """A fresh build directory: (host path, path as seen by the toolchain)."""
-        inner = f"/tmp/harness-build/{name}"
-        outer = self.host_path(inner)
-        if outer.exists():
-            shutil.rmtree(outer)
-        outer.mkdir(parents=True)
-        return outer, inner
+        """A fresh private build directory: (host path, path as seen by the toolchain); the
+        caller removes it.  Made by ``mkdtemp`` in the toolchain's /tmp (the host's: ``$TMPDIR``
+        or /tmp; mode 0700, a name no one can guess or take first), so two harnesses never share
+        one and no other user can plant files or links in it."""
+        if self.is_host:
+            outer = Path(tempfile.mkdtemp(prefix=f"harness-build-{name}-"))  # $TMPDIR, else /tmp
+            return outer, str(outer)
+        outer = Path(tempfile.mkdtemp(prefix=f"harness-build-{name}-", dir=self.host_path("/tmp")))
+        return outer, "/tmp/" + outer.name
 
 
 def _versions(run) -> tuple[str, str]:
@@ -106,7 +110,10 @@ def get_toolchain(name: str) -> Toolchain:
         debs.mkdir(parents=True, exist_ok=True)
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(ROOT_PACKAGES)}",
                f"--cache-dir={debs}", suite, str(root), debian_archive_uri()]
-        rc, output = _debootstrap(cmd, suite)
+        # The .deb cache of a suite is shared by every root of that suite (another recipe's).
+        with cache_lock(debs.parent / f".{suite}.lock", f"another harness's debootstrap {suite}",
+                        timeout=DEBOOTSTRAP_TIMEOUT + DEFAULT_WAIT):
+            rc, output = _debootstrap(cmd, suite)
         if rc != 0:
             log = root / "debootstrap/debootstrap.log"
             tail = log.read_text()[-3000:] if log.exists() else output[-3000:]

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, ClassVar
 
 from ..deferred.check import check_events
-from ..deferred.log import EventLog
+from ..deferred.log import EventLog, JsonlFile
 from ..deferred.model import (
     IRQ,
     NMI,
@@ -571,7 +571,7 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
         # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
         n = sum(r.scenario.name == sc.name for r in results)
         name = f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl"
-        log = open(log_dir / name, "w") if log_dir else None
+        log = JsonlFile(log_dir / name) if log_dir else None  # whole lines only, even on a full disk
         try:
             engine = Engine(session, sc, log, progress)
             engine.result.log = name if log_dir else None
