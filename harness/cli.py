@@ -370,6 +370,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     from .scenarios.engine import run_scenarios
     from .session import Session
 
+    from .deferred.log import LogWriteError
     from .images.lock import write_atomic
     from .report.rundir import new_run_dir
 
@@ -390,6 +391,12 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
             raise
         if not results[-1].errors:
             results[-1].errors.append("interrupted (SIGINT)")
+    except LogWriteError as exc:
+        # A full disk: the log keeps its whole lines, and the table below still shows what was
+        # checked before it filled up (the exit code says infrastructure).
+        if not results:
+            raise
+        results[-1].errors.append(str(exc))
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
     print(format_table(scenario_rows(results)))
     print("\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):")
@@ -408,8 +415,11 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     code, why = run_exit_code(results)
     if len(results) < len(scenarios):
         code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
-    write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code, "outcome": why},
-                                                  indent=1))
+    try:
+        write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code,
+                                                       "outcome": why}, indent=1))
+    except OSError as exc:  # the disk that cut the log short: say so, keep the table printed above
+        print(f"summary.json not written: {exc.strerror or exc}", file=sys.stderr)
     if junit:
         Path(junit).write_bytes(junit_xml(results))
     report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
