@@ -179,6 +179,6 @@ def test_a_full_disk_ends_the_run_with_one_line_and_whole_log_lines(tmp_path):
         assert len(events) == kept and [e["seq"] for e in events] == list(range(1, kept + 1))
         assert events[-1]["ev"] != "end"  # cut: a reader can tell
         print(f"\nfull disk (tmpfs 48k): exit {rc} after {seconds:.1f}s (machine loaded), {kept} whole lines kept; "
-              f"the table.s error line: {last}")
+              f"the table's error line: {last}")
     finally:
         subprocess.run(["umount", str(full)], timeout=60)
