@@ -22,6 +22,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `QemuImageError`           harness/images/qemu.py
  |         |    +-- `ProgramError`             harness/images/programs.py
  |         |    +-- `KernelInputError`         harness/images/kernel.py
+ |         |    +-- `DebianPerfError`          harness/images/debperf.py
  |         +-- `GuestError`                    transport: harness/transport/errors.py
  |         |    +-- `QemuStartError`
  |         |    +-- `GuestPanic`
@@ -57,6 +58,10 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
+ |         +-- `ScriptFormatError` [ValueError]  perf: harness/perf/script.py
+ |         +-- `DebianRunError`                perf: harness/perf/debian_run.py
+ |         +-- `DebianFilesError`              perf: harness/perf/debian_run.py
+ |         +-- `DeferIgnored`                  perf: harness/perf/debian_run.py
  |         +-- `RunDirError`                   report: harness/report/run.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
  |         +-- `UsageError`                    cli: harness/cli.py
