@@ -36,7 +36,7 @@ report fail.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..deferred.stitch import PERF_CONTEXT_USER_DEFERRED, DeferredCallchain, Stitcher
 from ..deferred.stitch import Lost as StitchLost
@@ -51,7 +51,7 @@ from .perfdata import PerfData
 from .records import CallchainDeferred, Capture, Lost, Sample
 from .script import ScriptEntry
 
-__all__ = ["DebianReport", "compare", "total"]
+__all__ = ["STACK_WRITTEN", "DebianReport", "compare", "total", "written_during_entry"]
 
 
 
@@ -260,9 +260,18 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
         got, want = (rec.regs.ip, rec.regs.sp, rec.regs.bp), (ccs.regs.ip, ccs.regs.sp, ccs.regs.bp)
         if got == want:
             r.regs_equal += 1
+            continue
+        title = (f"perf.data record {i}: tid {rec.tid} cookie {rec.cookie:#x} user regs ip/sp/bp {_fmt(got)}, "
+                 f"perfcc's first sample of the entry (byte {ccs.offset:#x}) {_fmt(want)}")
+        # One entry, two register sets: proven by the causes the perf oracle uses (execve replaces
+        # pt_regs within the entry: this sample has the registers a successful execve installs).
+        # The sample is perf's (no stack bytes; a negative offset keeps it apart from perfcc's).
+        stack = o.stack(replace(rec, offset=-1 - i), None, True, seq=None, entry_first=ccs)
+        div = explain(stack, Divergence(UNWINDER, "perf", REGS, 0, 0, got, want))
+        if div.explained:
+            r.name(div.cause, f"{title}\n  [{div.cause}] {div.evidence.get('text', div.evidence)}")
         else:
-            r.unexplained.append(f"perf.data record {i}: tid {rec.tid} cookie {rec.cookie:#x} user regs "
-                                 f"ip/sp/bp {_fmt(got)}, perfcc's sample of the entry {_fmt(want)}")
+            r.unexplained.append(title)
     # Every deferred record of perf.data (what perf script prints) whose entry perfcc sampled: the
     # kernel answers every tracer of the task at the task's return with the one walk of the entry.
     for key, d in perf_records.items():
@@ -295,10 +304,49 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
         if v.verdict == AGREE:
             r.ours_equal += 1
         elif v.verdict == FAILURE:
-            r.unexplained.append(o.show(f"{title}: differ", stack, theirs, v, of.stop))
+            why = written_during_entry(ccs, tuple(stack.trace.ips), theirs)
+            if why:
+                r.name(STACK_WRITTEN, f"{o.show(title, stack, theirs, v, of.stop)}\n  [{STACK_WRITTEN}] {why}")
+            else:
+                r.unexplained.append(o.show(f"{title}: differ", stack, theirs, v, of.stop))
         else:
             for dv in v.divergences:
                 r.name(dv.cause, o.show(title, stack, theirs, v, of.stop))
+
+
+STACK_WRITTEN = "stack-written-during-entry"
+
+
+def written_during_entry(s: Sample, ours: tuple[int, ...], theirs: tuple[int, ...]) -> str | None:
+    """Why our walk over the sample's stack bytes and the kernel's deferred walk of the same entry
+    differ, when the user stack changed in between: perfcc dumps the stack when it samples, the
+    kernel walks it at the return to user space, and while the task is in the kernel (a syscall)
+    the kernel itself may write into it (readlink, read, ... copying into a buffer on the stack).
+
+    Proven when: the sample was taken in kernel mode; both walks agree up to frame k; the
+    kernel's entry k occurs nowhere in the dumped bytes (it was not on the stack at the sample),
+    while ours was read from them."""
+    if s.user_mode:
+        return None
+    k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    if k >= len(theirs) or k == 0:
+        return None
+    ws = 4 if s.regs_abi == 1 else 8
+    val = theirs[k]
+    if val >= 1 << (8 * ws):
+        return None
+    raw = val.to_bytes(ws, "little")
+    if any(s.stack[i:i + ws] == raw for i in range(0, len(s.stack) - ws + 1, ws)):
+        return None
+    if k < len(ours) and not any(s.stack[i:i + ws] == ours[k].to_bytes(ws, "little", signed=False)
+                                 for i in range(0, len(s.stack) - ws + 1, ws)):
+        return None
+    text = raw.decode("ascii") if all(32 <= c < 127 for c in raw) else ""
+    return (f"the sample was taken in kernel mode; both walks agree for {k} frame(s); the kernel's "
+            f"entry #{k} {val:#x}{f' (the text {text!r})' if text else ''} is nowhere in the "
+            f"{len(s.stack)} stack bytes dumped at the sample, ours "
+            f"{f'{ours[k]:#x}' if k < len(ours) else '(none)'} is: the stack was written between the "
+            f"sample and the deferred walk at the return to user space")
 
 
 def total(reports: list[DebianReport]) -> DebianReport:

@@ -2,7 +2,7 @@
 
 One run, in the guest (``/debperf/run-perf``: :mod:`harness.images.debperf`)::
 
-    run-perf record -e cpu-clock -F FREQ --call-graph fp,defer --user-regs=ip,sp,bp \\
+    run-perf record -e cpu-clock -F FREQ --call-graph fp,defer --user-regs=ax,...,r15 \\
         -o /tmp/perf.data -- PERFCC -d ... -o /tmp/perfcc.out -s SECONDS -- PROGRAM ARGS...
     run-perf evlist -v -i /tmp/perf.data            must show "defer_callchain: 1"
     run-perf script --no-inline -F FIELDS --max-stack 1024 -i /tmp/perf.data            (merged)
@@ -43,6 +43,9 @@ __all__ = ["DebianFiles", "DebianFilesError", "DeferIgnored", "DebianRunError", 
            "check_files"]
 
 SCRIPT_FIELDS = "comm,pid,tid,time,event,period,ip,sym,symoff,dso"
+#: every user register perf can sample on x86-64 (``perf record --user-regs=?``): ip, sp and bp to
+#: compare with perfcc's sample of the same entry, the rest to prove a sample in execve
+USER_REGS = "ax,bx,cx,dx,si,di,bp,sp,ip,flags,cs,ss,r8,r9,r10,r11,r12,r13,r14,r15"
 MAX_STACK = 1024
 #: the files of one run, by role: what --save writes and --check reads
 FILES = {"perf_data": "perf.data", "evlist": "evlist.txt", "merged": "script-merged.txt",
@@ -168,7 +171,7 @@ def run_debian_perf(session: Session, program: Program, args: list[str], seconds
     P = GUEST_PERF
     with _guest_running(session), step("perf", f"Debian perf record of {program.guest_path} for {seconds:g}s") as st:
         _sh(session, f"cd /tmp && {P} --version > /tmp/record.log 2>&1 && {P} record -e cpu-clock -F {freq} "
-                     f"--call-graph fp,defer --user-regs=ip,sp,bp -o /tmp/perf.data -- {inner} >> /tmp/record.log 2>&1",
+                     f"--call-graph fp,defer --user-regs={USER_REGS} -o /tmp/perf.data -- {inner} >> /tmp/record.log 2>&1",
             "perf record", seconds + 120)
         _sh(session, f"{P} evlist -v -i /tmp/perf.data > /tmp/evlist.txt 2>&1", "perf evlist -v", 60)
         common = f"--no-inline -F {SCRIPT_FIELDS} --max-stack {MAX_STACK} -i /tmp/perf.data"

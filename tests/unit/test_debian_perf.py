@@ -253,3 +253,30 @@ def test_guest_wrapper_runs_perf_through_its_own_loader():
     text = wrapper_script().decode()
     assert text.startswith("#!/bin/sh\n") and f"{GUEST_LIB}/ld-linux-x86-64.so.2 --library-path {GUEST_LIB}" in text
     assert GUEST_PERF.startswith("/debperf/")
+
+
+# -- stack-written-during-entry --------------------------------------------------------------------
+def _sample(stack: bytes, misc: int) -> Sample:
+    from harness.regs import UserRegs
+
+    regs = UserRegs(ip=0x401000, sp=0x7FFFFFFFE000, bp=0x7FFFFFFFE010, cs=0x33, ss=0x2B)
+    return Sample(0, misc, 0xFFFFFFFF81000000, 1, 1, 1, 0, 1, (), (), None, 0x100000001, 2, regs, len(stack), stack)
+
+
+def test_a_stack_written_in_the_kernel_between_sample_and_walk_is_named():
+    from harness.perf.debian import written_during_entry
+
+    text = int.from_bytes(b"ost/fork", "little")
+    dump = bytes(0x20) + (0x402000).to_bytes(8, "little") + bytes(0x18)  # our frame 1 comes from here
+    kernel_mode, user_mode = 1, 2
+    why = written_during_entry(_sample(dump, kernel_mode), (0x401000, 0x402000), (0x401000, text))
+    assert why and "'ost/fork'" in why and "nowhere in the 64 stack bytes" in why
+    # refused: in user mode nothing but the task itself could have written its stack meanwhile
+    assert written_during_entry(_sample(dump, user_mode), (0x401000, 0x402000), (0x401000, text)) is None
+    # refused: the kernel's value was on the stack at the sample already
+    with_text = dump[:0x30] + b"ost/fork" + dump[0x38:]
+    assert written_during_entry(_sample(with_text, kernel_mode), (0x401000, 0x402000), (0x401000, text)) is None
+    # refused: our value did not come from the dump either
+    assert written_during_entry(_sample(dump, kernel_mode), (0x401000, 0x403000), (0x401000, text)) is None
+    # refused: they differ at the sampled ip itself
+    assert written_during_entry(_sample(dump, kernel_mode), (0x401000,), (0x401001,)) is None
