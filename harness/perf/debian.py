@@ -241,6 +241,10 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
         elif isinstance(rec, CallchainDeferred):
             cc_record.setdefault((rec.tid, rec.cookie), (k, rec))
     perf_records = {(d.tid, d.cookie): d for d in records if isinstance(d, CallchainDeferred)}
+    perf_index = {}
+    for j, d in enumerate(records):
+        if isinstance(d, CallchainDeferred):
+            perf_index.setdefault((d.tid, d.cookie), j)
     for key, d in perf_records.items():
         if key in cc_record:
             r.records_shared += 1
@@ -266,7 +270,10 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
         # One entry, two register sets: proven by the causes the perf oracle uses (execve replaces
         # pt_regs within the entry: this sample has the registers a successful execve installs).
         # The sample is perf's (no stack bytes; a negative offset keeps it apart from perfcc's).
-        stack = o.stack(replace(rec, offset=-1 - i), None, True, seq=None, entry_first=ccs)
+        # seq and record_seq: perf.data's own order (the entry's record before this sample: the
+        # callback had run and the registers changed since, e.g. a signal frame set up).
+        stack = o.stack(replace(rec, offset=-1 - i), None, True, seq=i, record_seq=perf_index.get(key),
+                        entry_first=ccs)
         div = explain(stack, Divergence(UNWINDER, "perf", REGS, 0, 0, got, want))
         if div.explained:
             r.name(div.cause, f"{title}\n  [{div.cause}] {div.evidence.get('text', div.evidence)}")
