@@ -88,6 +88,7 @@ class DebianReport:
         out: list[tuple[str, object]] = [
             ("samples", self.samples),
             ("  with a deferred user callchain (cookie)", self.deferred_samples),
+            ("  with an immediate user callchain (no cookie: the task was exiting)", self.samples - self.deferred_samples),
             ("deferred records (CALLCHAIN_DEFERRED)", self.deferred_records),
             ("lost events", self.lost),
             ("stitched: samples joined with their record", self.joined),
@@ -270,11 +271,17 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
         # One entry, two register sets: proven by the causes the perf oracle uses (execve replaces
         # pt_regs within the entry: this sample has the registers a successful execve installs).
         # The sample is perf's (no stack bytes; a negative offset keeps it apart from perfcc's).
-        # seq and record_seq: perf.data's own order (the entry's record before this sample: the
-        # callback had run and the registers changed since, e.g. a signal frame set up).
-        stack = o.stack(replace(rec, offset=-1 - i), None, True, seq=i, record_seq=perf_index.get(key),
-                        entry_first=ccs)
-        div = explain(stack, Divergence(UNWINDER, "perf", REGS, 0, 0, got, want))
+        # The later of the two samples (both files share the kernel's perf clock) is judged
+        # against the earlier; seq and record_seq are perf.data's own order when perf's is the
+        # later one (the entry's record before it: the callback had run and the registers changed
+        # since, e.g. a signal frame set up).
+        if (ccs.time or 0) <= (rec.time or 0):
+            stack = o.stack(replace(rec, offset=-1 - i), None, True, seq=i, record_seq=perf_index.get(key),
+                            entry_first=ccs)
+            div = explain(stack, Divergence(UNWINDER, "perf", REGS, 0, 0, got, want))
+        else:
+            stack = o.stack(ccs, None, True, entry_first=replace(rec, offset=-1 - i))
+            div = explain(stack, Divergence(UNWINDER, "perf", REGS, 0, 0, want, got))
         if div.explained:
             r.name(div.cause, f"{title}\n  [{div.cause}] {div.evidence.get('text', div.evidence)}")
         else:

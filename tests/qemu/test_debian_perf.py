@@ -23,12 +23,15 @@ pytestmark = pytest.mark.qemu
 
 SCENARIOS = ("fp-syscall", "forkexec")
 # What may differ, each proven: perf script leaves a sample after its entry's record unmerged; a
-# sample in execve is answered by the new image's walk; perfcc's walk may run off its dump.
-NAMED = {"perf-script-sample-after-record", "execve-replaced", "perf-ran-off-dump", "perf-after-callback"}
+# sample in execve is answered by the new image's walk; perfcc's walk may run off its dump; a
+# sample after its entry's callback may have other registers; a syscall may write into the stack
+# between perfcc's dump and the deferred walk.
+NAMED = {"perf-script-sample-after-record", "execve-replaced", "perf-ran-off-dump", "perf-after-callback",
+         "stack-written-during-entry"}
 
 
 @pytest.mark.parametrize("kernel", ["default", "trixie", "bookworm"])
-def test_debian_perf_against_stitcher_and_unwinder(kernel):
+def test_debian_perf_against_stitcher_and_unwinder(kernel, tmp_path):
     from harness.images.debperf import get_debian_perf
 
     k = get_kernel(kernel)
@@ -45,15 +48,18 @@ def test_debian_perf_against_stitcher_and_unwinder(kernel):
             sc = CATALOG[name]
             prog = s.program(sc.program, sc.toolchain, sc.variant)
             files = run_debian_perf(s, prog, list(sc.args), seconds=2, freq=200)
+            files.save(tmp_path / name)  # harness perf --debian-perf --check DIR re-checks them
             assert "defer_callchain: 1" in files.evlist
             r = check_run(files, prog)
             assert r.unexplained == [], f"{name}:\n{r.table()}\n\n" + "\n\n".join(r.unexplained[:3])
-            assert r.samples >= 100 and r.deferred_samples == r.samples, r.table()
-            assert r.deferred_records >= r.joined >= 0.95 * r.samples, r.table()
+            # a sample in the task's last kernel entry (exiting: the request is refused) carries an
+            # immediate FP user chain instead of a cookie
+            assert r.samples >= 100 and r.deferred_samples >= 0.95 * r.samples, r.table()
+            assert r.joined >= 0.95 * r.deferred_samples and r.deferred_records >= 50, r.table()
             assert r.merged_compared == r.samples and r.merged_equal + sum(
                 n for k2, n in r.named.items() if k2 == "perf-script-sample-after-record") == r.samples, r.table()
             assert r.unmerged_compared == r.unmerged_equal == r.samples + r.deferred_records, r.table()
-            assert r.ours_compared >= 100 and r.records_shared == r.records_shared_equal >= 100, r.table()
+            assert r.ours_compared >= 50 and r.records_shared == r.records_shared_equal >= 50, r.table()
             assert r.regs_equal >= 0.9 * r.regs_compared, r.table()
             assert set(r.named) <= NAMED, r.table()
             assert r.perf_version == k.version.split("-")[0]
