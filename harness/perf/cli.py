@@ -200,10 +200,7 @@ def cmd_debian_perf(args, spec_for) -> int:
             try:
                 files = run_debian_perf(sess, prog, list(sc.args), args.seconds, args.freq)
                 if args.save:
-                    d = Path(args.save) / sc.name
-                    files.save(d)
-                    table = {g: str(h) for g, h in [(prog.guest_path, prog.path), *((g, h) for h, g in prog.runtime)]}
-                    (d / "resolve.json").write_text(json.dumps(table, indent=1))
+                    files.save(Path(args.save) / sc.name, prog)
                 report = check_run(files, prog)
             except HarnessError as exc:
                 if exc.exit_code == 2:

@@ -23,6 +23,7 @@ Files come back through the ``/init`` dump port, gzipped in the guest (busybox g
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import zlib
 from dataclasses import dataclass
@@ -96,8 +97,13 @@ class DebianFiles:
     perfcc: bytes | None
     record_log: str = ""
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, program: Program | None = None) -> None:
+        """Write the files; with ``program``, also ``resolve.json`` (its guest paths -> host
+        files), which the causes need to read its ELF files when ``--check`` re-checks them."""
         directory.mkdir(parents=True, exist_ok=True)
+        if program is not None:
+            table = {program.guest_path: str(program.path), **{g: str(h) for h, g in program.runtime}}
+            (directory / "resolve.json").write_text(json.dumps(table, indent=1))
         for role, name in FILES.items():
             value = getattr(self, role)
             if value is None:

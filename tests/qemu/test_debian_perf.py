@@ -48,7 +48,7 @@ def test_debian_perf_against_stitcher_and_unwinder(kernel, tmp_path):
             sc = CATALOG[name]
             prog = s.program(sc.program, sc.toolchain, sc.variant)
             files = run_debian_perf(s, prog, list(sc.args), seconds=2, freq=200)
-            files.save(tmp_path / name)  # harness perf --debian-perf --check DIR re-checks them
+            files.save(tmp_path / name, prog)  # harness perf --debian-perf --check DIR re-checks them
             assert "defer_callchain: 1" in files.evlist
             r = check_run(files, prog)
             assert r.unexplained == [], f"{name}:\n{r.table()}\n\n" + "\n\n".join(r.unexplained[:3])
