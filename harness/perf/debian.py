@@ -241,11 +241,16 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
             cc_first.setdefault((rec.tid, rec.cookie), (k, rec))
         elif isinstance(rec, CallchainDeferred):
             cc_record.setdefault((rec.tid, rec.cookie), (k, rec))
-    perf_records = {(d.tid, d.cookie): d for d in records if isinstance(d, CallchainDeferred)}
-    perf_index = {}
+    perf_records: dict[tuple[int, int], CallchainDeferred] = {}
+    perf_index: dict[tuple[int, int], int] = {}
     for j, d in enumerate(records):
         if isinstance(d, CallchainDeferred):
-            perf_index.setdefault((d.tid, d.cookie), j)
+            key = (d.tid, d.cookie)
+            if key in perf_index:  # the kernel walks an entry once and answers each tracer once
+                r.unexplained.append(f"perf.data record {j}: a second CALLCHAIN_DEFERRED for tid {d.tid} cookie "
+                                     f"{d.cookie:#x} (first: record {perf_index[key]})")
+                continue
+            perf_records[key], perf_index[key] = d, j
     for key, d in perf_records.items():
         if key in cc_record:
             r.records_shared += 1

@@ -280,3 +280,44 @@ def test_a_stack_written_in_the_kernel_between_sample_and_walk_is_named():
     assert written_during_entry(_sample(dump, kernel_mode), (0x401000, 0x403000), (0x401000, text)) is None
     # refused: they differ at the sampled ip itself
     assert written_during_entry(_sample(dump, kernel_mode), (0x401000,), (0x401001,)) is None
+
+
+# -- several events in one perf.data ----------------------------------------------------------------
+def test_records_of_several_events_are_read_with_their_own_attr():
+    """Two events (perf sets PERF_SAMPLE_IDENTIFIER then): each sample is parsed with the attr its
+    identifier names; the file is laid out as perf.data-file-format.txt says."""
+    import struct
+
+    import perf_build as pb
+
+    ident, ip, tid, time_, chain = 1 << 16, 1 << 0, 1 << 1, 1 << 2, 1 << 5
+    a = pb.attr(sample_type=ident | ip | tid | time_, flags=("sample_id_all",), regs_mask=0, stack_user=0)
+    b = pb.attr(sample_type=ident | ip | tid | time_ | chain, flags=("sample_id_all",), regs_mask=0, stack_user=0)
+    s1 = struct.pack("<QQIIQ", 11, 0x401000, 5, 5, 100)
+    s2 = struct.pack("<QQIIQQQQ", 22, 0x402000, 5, 5, 50, 2, pb.CONTEXT_USER, 0x402000)
+    data = b"".join(struct.pack("<IHH", 9, 2, 8 + len(body)) + body for body in (s1, s2))
+    attr_size = len(a) + 16
+    head = 104
+    attrs_off = head
+    ids_off = attrs_off + 2 * attr_size
+    data_off = ids_off + 16
+    entries = a + struct.pack("<QQ", ids_off, 8) + b + struct.pack("<QQ", ids_off + 8, 8)
+    header = struct.pack("<8sQQQQQQQQ4Q", b"PERFILE2", head, attr_size, attrs_off, 2 * attr_size,
+                         data_off, len(data), 0, 0, 0, 0, 0, 0)
+    d = parse_perf_data(header + entries + struct.pack("<QQ", 11, 22) + data)
+    assert [ea.ids for ea in d.attrs] == [(11,), (22,)]
+    first, second = d.records  # time-ordered: the second event's sample (time 50) first
+    assert (first.ip, first.time, first.user) == (0x402000, 50, (0x402000,))
+    assert (second.ip, second.time, second.user) == (0x401000, 100, None)
+    bad = bytearray(header + entries + struct.pack("<QQ", 11, 22) + data)
+    bad[data_off + 8:data_off + 16] = struct.pack("<Q", 33)
+    with pytest.raises(PerfFormatError, match="sample id 33"):
+        parse_perf_data(bytes(bad))
+
+
+def test_a_second_record_for_one_entry_is_unexplained(compat):
+    data = parse_perf_data(compat.perf_data)
+    k = next(i for i, rec in enumerate(data.records) if isinstance(rec, CallchainDeferred))
+    data.records.insert(k + 1, data.records[k])
+    r = compare(data, parse_script(compat.merged), parse_script(compat.unmerged), parse_capture(compat.perfcc))
+    assert any("a second CALLCHAIN_DEFERRED" in u for u in r.unexplained)
