@@ -27,7 +27,7 @@ SCENARIOS = ("fp-syscall", "forkexec")
 # sample after its entry's callback may have other registers; a syscall may write into the stack
 # between perfcc's dump and the deferred walk.
 NAMED = {"perf-script-sample-after-record", "execve-replaced", "perf-ran-off-dump", "perf-after-callback",
-         "stack-written-during-entry"}
+         "stack-written-during-entry", "sigreturn-restored", "signal-delivery"}
 
 
 @pytest.mark.parametrize("kernel", ["default", "trixie", "bookworm"])
