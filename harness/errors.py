@@ -23,6 +23,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `ProgramError`             harness/images/programs.py
  |         |    +-- `KernelInputError`         harness/images/kernel.py
  |         |    +-- `CacheLockTimeout`         harness/images/lock.py
+ |         |    +-- `DebianPerfError`          harness/images/debperf.py
  |         +-- `GuestError`                    transport: harness/transport/errors.py
  |         |    +-- `QemuStartError`
  |         |    +-- `GuestPanic`
@@ -59,6 +60,10 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
+ |         +-- `ScriptFormatError` [ValueError]  perf: harness/perf/script.py
+ |         +-- `DebianRunError`                perf: harness/perf/debian_run.py
+ |         +-- `DebianFilesError`              perf: harness/perf/debian_run.py
+ |         +-- `DeferIgnored`                  perf: harness/perf/debian_run.py
  |         +-- `RunDirError`                   report: harness/report/run.py
  |         +-- `RunDirTaken`                   report: harness/report/rundir.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py

@@ -11,6 +11,7 @@ import json
 import platform
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .images.cache import cache_root
 from .images.initramfs import build_initramfs
@@ -44,6 +45,8 @@ class GuestSpec:
     #: $HARNESS_QEMU / the default (harness/images/qemu.py)
     qemu: str | list[str] | None = None
     memory_mb: int = 512
+    #: more files for the initramfs, guest path -> host path (Debian's perf: harness/images/debperf.py)
+    extra_files: dict[str, Path] = field(default_factory=dict)
 
 
 def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> tuple[str, str]:
@@ -110,7 +113,7 @@ class Session:
         for path in spec.user_programs:
             p = user_program(path)
             self.programs[p.guest_path] = p
-        initrd = build_initramfs(list(self.programs.values()))
+        initrd = build_initramfs(list(self.programs.values()), spec.extra_files)
         self.qemu = resolve_qemu(spec.qemu)
         self.accel, self.accel_why = resolve_accel(spec, self.kernel, self.qemu)
         cfg = MachineConfig(self.kernel.vmlinux, initrd, smp=spec.smp, accel=self.accel, pti=spec.pti,

@@ -2,6 +2,11 @@
 
     harness perf [--kernel K] [--defer] [--seconds S] [--freq F] [--program NAME] [--args ...]
     harness perf --check FILE            re-check a capture saved with --save, no guest
+    harness perf --debian-perf [SCENARIO...] [--save DIR]
+                                         Debian's own perf (linux-perf) in the guest: perf record
+                                         --call-graph fp,defer, perf script merged and unmerged,
+                                         against our stitcher and our unwinder
+    harness perf --debian-perf --check DIR   re-check a run saved with --save DIR, no guest
 
 Exit status: 0 when every compared callchain agrees or differs in a named way (and, with --defer,
 the deferred records pass their checks), 1 on a failure or when nothing could be compared, 2 when
@@ -79,6 +84,8 @@ def _check_file(args) -> int:
 
 
 def cmd_perf(args, spec_for) -> int:
+    if args.debian_perf is not None:
+        return cmd_debian_perf(args, spec_for)
     if args.check:
         return _check_file(args)
     from ..session import Session
@@ -127,6 +134,86 @@ def cmd_perf(args, spec_for) -> int:
     return _print_report(report, args.examples, header)
 
 
+# Catalog scenarios whose programs Debian's perf samples when --debian-perf names none: frame
+# pointers with syscalls, dynamic linking, threads, fork/exec/exit, a signal handler, deep
+# recursion and 32-bit tasks.
+DEBIAN_DEFAULT = ("fp-syscall", "fp-dynamic", "threads", "forkexec", "signal", "recurse", "compat-fp")
+
+
+def _print_debian(report, examples: int, header: str) -> None:
+    print(header)
+    print(report.table())
+    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
+        print(f"\nexample of '{kind}':\n{text}")
+    for f in report.unexplained[:5]:
+        print(f"\nUNEXPLAINED: {f}")
+    if len(report.unexplained) > 5:
+        print(f"\n... and {len(report.unexplained) - 5} more")
+
+
+def cmd_debian_perf(args, spec_for) -> int:
+    """``--debian-perf``: Debian's perf in the guest on catalog scenarios' programs."""
+    from ..errors import HarnessError
+    from ..scenarios.catalog import CATALOG
+    from .debian import total
+    from .debian_run import DebianFiles, check_files, check_run, deferred_unsupported, run_debian_perf
+
+    if args.check:
+        files = DebianFiles.load(Path(args.check))
+        side = Path(args.check) / "resolve.json"
+        table = json.loads(side.read_text()) if side.exists() else {}
+        report = check_files(files, table.get)
+        _print_debian(report, args.examples, f"{args.check}: perf {report.perf_version} on {report.release}")
+        return 0 if report.ok else 1
+    names = args.debian_perf or list(DEBIAN_DEFAULT)
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        print(f"harness perf: --debian-perf: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(CATALOG)}",
+              file=sys.stderr)
+        return 2
+    if args.kernel_path:
+        print("harness perf: --debian-perf takes linux-perf of a named kernel's suite, not --kernel-path",
+              file=sys.stderr)
+        return 2
+    from ..images.debperf import get_debian_perf
+    from ..images.kernel import get_kernel
+    from ..session import Session
+    from .capture import PERFCC
+
+    kernel = get_kernel(args.kernel)
+    why = deferred_unsupported(kernel.version)
+    if why:
+        print(f"harness perf: --debian-perf skipped on {args.kernel} ({kernel.package}={kernel.version}): {why}",
+              file=sys.stderr)
+        return 2
+    dp = get_debian_perf(args.kernel)
+    scenarios = [CATALOG[n] for n in names]
+    progs = [PERFCC] + sorted({(sc.program, sc.toolchain, sc.variant) for sc in scenarios}, key=str)
+    spec = spec_for(args, progs)
+    spec.extra_files = dict(dp.files)
+    reports = []
+    with Session(spec) as sess:
+        print(f"Debian perf {dp.package} on {sess.kernel.package}={sess.kernel.version} ({sess.accel}), "
+              f"{len(scenarios)} scenario(s), {args.seconds:g}s each at {args.freq} Hz", file=sys.stderr)
+        for sc in scenarios:
+            prog = sess.program(sc.program, sc.toolchain, sc.variant)
+            try:
+                files = run_debian_perf(sess, prog, list(sc.args), args.seconds, args.freq)
+                if args.save:
+                    files.save(Path(args.save) / sc.name, prog)
+                report = check_run(files, prog)
+            except HarnessError as exc:
+                if exc.exit_code == 2:
+                    print(f"harness perf: {sc.name}: {exc}", file=sys.stderr)
+                    return 2
+                raise
+            reports.append(report)
+            _print_debian(report, args.examples, f"\n== {sc.name}: {prog.guest_path} {' '.join(sc.args)}")
+    t = total(reports)
+    _print_debian(t, 0, f"\n== totals: {len(reports)} scenario(s), perf {t.perf_version}, kernel {t.release}")
+    return 0 if t.ok else 1
+
+
 def add_cli(subparsers, guest_args, spec_for) -> argparse.ArgumentParser:
     p = subparsers.add_parser("perf", help="the guest kernel's perf callchains against our unwinder",
                               description=__doc__.split("\n\n")[0])
@@ -143,6 +230,9 @@ def add_cli(subparsers, guest_args, spec_for) -> argparse.ArgumentParser:
     p.add_argument("--single", action="store_true", help="one cpu=-1 event on the child, not inherited")
     p.add_argument("--save", help="write the capture here (and FILE.resolve.json)")
     p.add_argument("--check", help="re-check a saved capture instead of booting a guest")
+    p.add_argument("--debian-perf", nargs="*", metavar="SCENARIO",
+                   help="Debian's own perf (linux-perf of the kernel's suite) on these catalog scenarios' programs "
+                        f"(default: {' '.join(DEBIAN_DEFAULT)}); --save/--check then name a directory")
     p.add_argument("--examples", type=int, default=1, help="print an example of each expected difference (0: none)")
     guest_args(p)
     p.set_defaults(func=lambda a: cmd_perf(a, spec_for))
