@@ -444,7 +444,7 @@ class Engine:
         for a in self.request_points:
             self.s.target.remove_breakpoint(a)
         self.s.target.resume()
-        self.s.machine.console.send("")  # an empty line wakes init's read loop
+        self.s.machine.wake()  # an empty control line wakes init's read loop
         self.s.target.interrupt()
         try:
             self._drive(lambda: bool(self.pending), max_stops=200)
