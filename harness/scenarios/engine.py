@@ -301,10 +301,12 @@ class Engine:
                     self._arm_returns(False)
                     s.target.resume()
                     s.machine.shell(f"kill {self.proc.pid}")
+                    self._program_output(wait=True)  # while the guest runs: /init forwards the rest
                     s.target.interrupt()
             except (GuestError, TargetError) as exc:
                 self.result.errors.append(f"cleanup: {exc}")
-            self._program_output(wait=s.machine.alive() and not interrupted)
+            if self.proc is not None and self.result.program_output is None:
+                self._program_output(wait=False)
         verdict = check_events(self.log.events)
         self.result.invariant_violations = verdict.messages() + list(self.model.violations)
         self.result.seconds = time.monotonic() - start

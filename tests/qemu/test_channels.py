@@ -57,6 +57,7 @@ def test_a_hostile_program_cannot_break_the_run(tmp_path, kernel):
         assert any(line.startswith("<8>") and "hostile /dev/kmsg" in line for line in m.console.tail(400))
         # The run's program output: beside the log, named in the end record, exactly what it printed.
         assert r.program_output == "hostile.out"
+        assert not any("program output" in n for n in r.notes), r.notes  # complete, nothing dropped
         assert (tmp_path / "hostile.out").read_bytes() == expected_output(FLOOD)
         end = json.loads(log_path.read_text().splitlines()[-1])
         assert end["ev"] == "end" and end["program_output"] == "hostile.out" and end["reason"] == "complete"
