@@ -12,6 +12,14 @@ The guest has four serial ports, each with one job (images/init.sh says the same
 * a pci-serial device on a Unix socket: program output, framed per program by /init and
   written by :class:`ProgramOutput` into one file per program run.
 
+What is defended: a guest program (root or not) that prints anything at all, however much,
+with or without newlines; that writes /dev/kmsg (its records carry a user facility, which the
+panic detection ignores); that opens /dev/console or the ports' nodes by name (they are gone);
+that names itself like a kernel message (the death headers are matched in full, at the start of
+a facility-0 record, and are longer than a task name).  What is not: a root program that
+recreates the nodes with mknod, writes the UARTs' I/O ports or /dev/mem, ptraces /init, or loads
+a module; it can write any channel, and no channel authenticates the kernel or /init.
+
 Every socket is a Unix socket in a private temporary directory (no TCP listener).  QEMU runs
 with ``PR_SET_PDEATHSIG(SIGKILL)`` so it dies with the harness even when the harness is killed.
 Waits are bounded and end early on a kernel panic or when QEMU exits.
