@@ -73,13 +73,24 @@ while read -r cmd id rest; do
   case "$cmd" in
     run)
       set -- $rest
-      # The subshell starts the program, hands its pid over through a file and reports its
-      # exit.  The pid is announced once the program has exec'd (its exe is no longer busybox),
-      # so the harness never samples the shell that is about to become the program.
+      # The subshell starts the forwarder (hexdump itself: no shell of its own waiting while the
+      # program runs) and the program, hands the program's pid over through a file, reports its
+      # exit, and ends its output once the forwarder has seen EOF (the program and everything
+      # that inherited its stdout are gone).  The pid is announced once the program has exec'd
+      # (its exe is no longer busybox), so the harness never samples the shell that is about to
+      # become the program.
       rm -f /tmp/.pid.$id /tmp/.out.$id
       mkfifo /tmp/.out.$id
-      ( frames $id < /tmp/.out.$id ) </dev/null >/dev/null 3>&- &
-      ( "$@" </dev/null >/tmp/.out.$id 2>&1 3>&- 4>&- & echo $! > /tmp/.pid.$id; wait $!; echo "@@H exit $id $?" ) 3>&- 4>&- &
+      (
+        exec hexdump -v -e "\"$id \" 32/1 \"%02x\" \"\\n\"" < /tmp/.out.$id >&4 &
+        fwd=$!
+        "$@" </dev/null >/tmp/.out.$id 2>&1 3>&- 4>&- &
+        echo $! > /tmp/.pid.$id
+        wait $!
+        echo "@@H exit $id $?"
+        wait $fwd
+        echo "$id ." >&4
+      ) </dev/null 3>&- &
       while [ ! -s /tmp/.pid.$id ]; do usleep 1000; done
       pid=$(cat /tmp/.pid.$id)
       while [ -e /proc/$pid ] && [ "$(readlink /proc/$pid/exe)" = /bin/busybox ]; do usleep 1000; done

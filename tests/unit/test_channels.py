@@ -109,7 +109,10 @@ def test_busybox_hexdump_frames_decode_to_the_bytes(tmp_path):
     """The frames are what /init's busybox hexdump writes: every byte value, a last partial
     block, and the end line, decoded back by the host's decoder."""
     data = bytes(range(256)) * 3 + b"no newline at the end"
-    fmt = re.search(r'hexdump -v -e "(.*)" >&4', INIT_SCRIPT.read_text()).group(1)
+    init = INIT_SCRIPT.read_text()
+    fmt = re.search(r'hexdump -v -e "(.*)" >&4', init).group(1)
+    # a program's forwarder (the run command) frames as the shell commands' frames() does
+    assert re.search(r'exec hexdump -v -e "(.*)" < /tmp/\.out\.\$id >&4 &', init).group(1) == fmt.replace("$1", "$id")
     fmt = fmt.replace("$1", "9").replace('\\"', '"').replace("\\\\n", "\\n")
     out = subprocess.run(["busybox", "hexdump", "-v", "-e", fmt], input=data, capture_output=True, check=True).stdout
     d = FrameDecoder()
