@@ -315,9 +315,12 @@ class Engine:
         return self.result
 
     def _output_path(self) -> Path | None:
-        """The program's output file: beside the scenario's log (fp-spin.jsonl -> fp-spin.out)."""
-        name = getattr(self.log.fp, "name", None)
-        return Path(name).with_suffix(".out") if isinstance(name, str) and name.endswith(".jsonl") else None
+        """The program's output file: beside the scenario's log (fp-spin.jsonl -> fp-spin.out).
+        The log is a file from open() (``name``) or a JsonlFile (``path``)."""
+        fp = self.log.fp
+        name = getattr(fp, "path", None) or getattr(fp, "name", None)
+        name = str(name) if isinstance(name, (str, Path)) else ""
+        return Path(name).with_suffix(".out") if name.endswith(".jsonl") else None
 
     def _program_output(self, wait: bool) -> None:
         """Record where the program's output is, once /init has forwarded all of it."""
