@@ -403,6 +403,8 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     print(cause_table(results))
     for r in results:
         print(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
+        if r.program_output:
+            print(f"{r.scenario.name}: program output in {out / r.program_output}")
         for (oracle, reason), n in sorted(r.not_checked.items()):
             print(f"{r.scenario.name}: {oracle} did not check {n} stack(s): {reason}")
         for rec in r.failures[:5]:

@@ -359,9 +359,13 @@ class Guest:
             return self.session.machine.shell(f"kill -{sig} {pid}")
 
     def sh(self, command: str) -> int:
-        """Run a shell command in the guest (its output goes to the console log)."""
+        """Run a shell command in the guest; print its output (stdout and stderr, from the
+        guest's program-output channel) and return its exit status."""
         with self._running():
-            return self.session.machine.shell(command)
+            status, out = self.session.machine.shell_output(command)
+        if out:
+            print(out.decode(errors="replace"), end="" if out.endswith(b"\n") else "\n")
+        return status
 
     @contextlib.contextmanager
     def _running(self):

@@ -174,13 +174,15 @@ class Session:
                 return p
         raise KeyError(f"{source} [{variant.tag}] with {toolchain} is not in this guest's initramfs")
 
-    def run_program(self, argv: list[str]):
-        """Start a guest program; the guest runs while /init answers, then stops again."""
+    def run_program(self, argv: list[str], output=None):
+        """Start a guest program; the guest runs while /init answers, then stops again.  Its
+        stdout and stderr go to the host file ``output`` (by default one in the machine's
+        private directory: :meth:`harness.transport.qemu.Machine.run`)."""
         stopped = self.target is not None and not self.target.running
         if stopped:
             self.target.resume()
         try:
-            return self.machine.run(argv)
+            return self.machine.run(argv, output=output)
         finally:
             if stopped:
                 self.target.interrupt()

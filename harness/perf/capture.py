@@ -70,7 +70,10 @@ def capture(session: Session, target: list[str], spec: PerfSpec = PerfSpec(), ou
         proc = m.run(spec.argv(perfcc.guest_path, out, target))
         status = m.wait_exit(proc, timeout=spec.seconds + 60)
         if status != 0:
-            raise CaptureError(f"perfcc exited with status {status}:\n" + "\n".join(m.console.tail(15)))
+            # perfcc's stderr is in its output file (the program-output channel), not on the console.
+            m.output_done(proc, timeout=5)
+            said = proc.output.read_bytes()[-2000:].decode(errors="replace") if proc.output and proc.output.exists() else ""
+            raise CaptureError(f"perfcc exited with status {status}:\n{said}")
         st.update(f"copying the capture of {target[0]} to the host")
         packed = m.shell(f"gzip -1 -c {out} > {out}.gz", timeout=60) == 0
         try:

@@ -198,7 +198,7 @@ class Engine:
         start = self._started = time.monotonic()
         self._report()
         s = self.s
-        self.proc = s.run_program([self.program.guest_path, *self.sc.args])
+        self.proc = s.run_program([self.program.guest_path, *self.sc.args], output=self._output_path())
         s.target.resume()
         maps = s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
         s.target.interrupt()
@@ -301,9 +301,12 @@ class Engine:
                     self._arm_returns(False)
                     s.target.resume()
                     s.machine.shell(f"kill {self.proc.pid}")
+                    self._program_output(wait=True)  # while the guest runs: /init forwards the rest
                     s.target.interrupt()
             except (GuestError, TargetError) as exc:
                 self.result.errors.append(f"cleanup: {exc}")
+            if self.proc is not None and self.result.program_output is None:
+                self._program_output(wait=False)
         verdict = check_events(self.log.events)
         self.result.invariant_violations = verdict.messages() + list(self.model.violations)
         self.result.seconds = time.monotonic() - start
@@ -311,12 +314,35 @@ class Engine:
         self._report(finished=True)
         return self.result
 
+    def _output_path(self) -> Path | None:
+        """The program's output file: beside the scenario's log (fp-spin.jsonl -> fp-spin.out).
+        The log is a file from open() (``name``) or a JsonlFile (``path``)."""
+        fp = self.log.fp
+        name = getattr(fp, "path", None) or getattr(fp, "name", None)
+        name = str(name) if isinstance(name, (str, Path)) else ""
+        return Path(name).with_suffix(".out") if name.endswith(".jsonl") else None
+
+    def _program_output(self, wait: bool) -> None:
+        """Record where the program's output is, once /init has forwarded all of it."""
+        if self.proc is None or self.proc.output is None:
+            return
+        done = self.s.machine.output_done(self.proc, timeout=5.0) if wait else False
+        beside = self._output_path() is not None
+        self.result.program_output = self.proc.output.name if beside else str(self.proc.output)
+        sink = self.s.machine.output_of(self.proc)
+        if not done:
+            self.result.notes.append(f"program output in {self.result.program_output} may be incomplete "
+                                     f"(its end was not seen: a process still holds its stdout, or the guest died)")
+        if sink is not None and sink.dropped:
+            self.result.notes.append(f"program output: {sink.dropped} bytes past the first {sink.size} dropped")
+
     def _end(self, reason: str) -> None:
         """The log's last line: what a reader needs to tell a complete log from a cut one."""
         r = self.result
         self.log.emit("end", reason=reason, stacks=r.stacks, failures=r.failed_stacks,
                       causes=dict(sorted(r.causes.items())), requests=self.n_requests,
-                      errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations))
+                      errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations),
+                      program_output=r.program_output)
 
     def _own_pending(self) -> bool:
         return any(p.own for p in self.pending.values())
@@ -444,7 +470,7 @@ class Engine:
         for a in self.request_points:
             self.s.target.remove_breakpoint(a)
         self.s.target.resume()
-        self.s.machine.console.send("")  # an empty line wakes init's read loop
+        self.s.machine.wake()  # an empty control line wakes init's read loop
         self.s.target.interrupt()
         try:
             self._drive(lambda: bool(self.pending), max_stops=200)

@@ -46,6 +46,7 @@ class Result:
     sampled: int = 0  # requests that landed on the program's tasks
     program_exit: int | None = None  # the status /init reported, if the program ended during the run
     log: str | None = None  # the JSONL log's file name in the run directory
+    program_output: str | None = None  # the file with the program's stdout and stderr (beside the log)
 
     @property
     def own_stacks(self) -> int:

@@ -39,6 +39,10 @@ class GuestDied(GuestError):
     """QEMU exited (or its QMP socket broke) while the harness was using it."""
 
 
+class OutputFrameError(HarnessError, ValueError):
+    """A line of the program-output channel that is not an output frame (harness/transport/channels.py)."""
+
+
 class TargetError(HarnessError):
     """The debugger transport failed: a malformed or error reply, or a dead connection."""
 

@@ -1,9 +1,28 @@
-"""The QEMU process: command line, serial console, QMP, the dump port and a bounded shutdown.
+"""The QEMU process: command line, the guest's serial channels, QMP and a bounded shutdown.
+
+The guest has four serial ports, each with one job (images/init.sh says the same from inside):
+
+* ttyS0, QEMU's stdio: the kernel console, carrying the kernel's log only (in syslog form, so
+  that the kernel's own records can be told from what user space writes to /dev/kmsg).  A
+  thread drains it into a ring of recent lines and ``console.log``; panic and oops detection
+  reads it and nothing else.
+* ttyS1, a file: the dump port (raw bytes of guest files).
+* a pci-serial device on a Unix socket: the control channel, /init's line protocol.  Only /init
+  holds it open; no program inherits it, so no program can forge a reply or swallow a command.
+* a pci-serial device on a Unix socket: program output, framed per program by /init and
+  written by :class:`ProgramOutput` into one file per program run.
+
+What is defended: a guest program (root or not) that prints anything at all, however much,
+with or without newlines; that writes /dev/kmsg (its records carry a user facility, which the
+panic detection ignores); that opens /dev/console or the ports' nodes by name (they are gone);
+that names itself like a kernel message (the death headers are matched in full, at the start of
+a facility-0 record, and are longer than a task name).  What is not: a root program that
+recreates the nodes with mknod, writes the UARTs' I/O ports or /dev/mem, ptraces /init, or loads
+a module; it can write any channel, and no channel authenticates the kernel or /init.
 
 Every socket is a Unix socket in a private temporary directory (no TCP listener).  QEMU runs
 with ``PR_SET_PDEATHSIG(SIGKILL)`` so it dies with the harness even when the harness is killed.
-The console is drained by a thread into a ring of recent lines and a log file; waits on it are
-bounded and look for kernel panics and oopses while they wait.
+Waits are bounded and end early on a kernel panic or when QEMU exits.
 """
 
 from __future__ import annotations
@@ -15,6 +34,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -24,13 +44,15 @@ from pathlib import Path
 
 import pexpect
 
+from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
 
-PANIC_RE = re.compile(
-    r"Kernel panic - not syncing|BUG: kernel NULL pointer|Oops: |general protection fault|"
-    r"BUG: unable to handle|kernel BUG at|Unable to mount root"
-)
 PROTOCOL_PREFIX = "@@H "
+#: PCI addresses of the control and output ports (images/init.sh finds its ttys by them)
+CONTROL_PCI_ADDR = "1e.0"
+OUTPUT_PCI_ADDR = "1f.0"
+#: bytes of one program's output kept on the host; the rest is counted, not written
+OUTPUT_LIMIT = 64 << 20
 
 _PR_SET_PDEATHSIG = 1
 
@@ -85,7 +107,9 @@ class MachineConfig:
 
     def command(self, workdir: Path) -> list[str]:
         cpu = "host" if self.accel == "kvm" else "max,la57=off"  # pin 4-level paging
-        append = "console=ttyS0 panic=-1 loglevel=4 nokaslr rdinit=/init"
+        # console_msg_format=syslog: each console line starts with <facility * 8 + level>, and
+        # facility 0 is the kernel's alone (harness/transport/channels.py).
+        append = "console=ttyS0 console_msg_format=syslog panic=-1 loglevel=4 nokaslr rdinit=/init"
         append += " pti=on" if self.pti else " pti=off"
         if self.append:
             append += " " + self.append
@@ -103,21 +127,27 @@ class MachineConfig:
             # signal=off: a stray ^C on the console must not kill QEMU.
             "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
             "-chardev", f"file,id=dump,path={workdir / 'dump.bin'}", "-serial", "chardev:dump",
+            "-chardev", f"socket,id=ctl,path={workdir / 'ctl.sock'},server=on,wait=off",
+            "-device", f"pci-serial,chardev=ctl,addr={CONTROL_PCI_ADDR}",
+            "-chardev", f"socket,id=out,path={workdir / 'out.sock'},server=on,wait=off",
+            "-device", f"pci-serial,chardev=out,addr={OUTPUT_PCI_ADDR}",
             "-chardev", f"socket,id=gdb0,path={workdir / 'gdb.sock'},server=on,wait=off", "-gdb", "chardev:gdb0",
             "-qmp", f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
         ]
 
 
 class Console:
-    """Drains QEMU's stdio (the guest's ttyS0) in a thread; waits for lines with a deadline."""
+    """Drains QEMU's stdio, the guest's kernel console (ttyS0: the kernel's log only), in a
+    thread into a ring of recent lines and a log file.  ``panic`` is the first line in which the
+    kernel said it died (:func:`harness.transport.channels.panic_message`: facility-0 records
+    only, so nothing a program writes to /dev/kmsg counts)."""
 
-    def __init__(self, child: pexpect.spawn, log_path: Path, keep: int = 400):
+    def __init__(self, child: pexpect.spawn, log_path: Path, cond: threading.Condition, keep: int = 400):
         self.child = child
         self.lines: collections.deque[str] = collections.deque(maxlen=keep)
-        self.protocol: collections.deque[str] = collections.deque()
         self.panic: str | None = None
         self.eof = False
-        self._cond = threading.Condition()
+        self._cond = cond
         self._log = open(log_path, "w", buffering=1, errors="replace")
         self._partial = ""
         self._thread = threading.Thread(target=self._drain, name="qemu-console", daemon=True)
@@ -138,9 +168,7 @@ class Console:
             with self._cond:
                 for line in complete:
                     self.lines.append(line)
-                    if line.startswith(PROTOCOL_PREFIX):
-                        self.protocol.append(line[len(PROTOCOL_PREFIX):])
-                    elif self.panic is None and PANIC_RE.search(line):
+                    if self.panic is None and panic_message(line) is not None:
                         self.panic = line
                 self._cond.notify_all()
         with self._cond:
@@ -152,10 +180,92 @@ class Console:
         with self._cond:
             return list(self.lines)[-n:]
 
-    def wait_protocol(self, pattern: str, timeout: float, what: str) -> re.Match:
-        """Wait for a protocol line matching ``pattern`` (consumed); raise on panic, EOF, timeout."""
+
+class _SocketReader:
+    """A thread reading one of QEMU's Unix-socket chardevs until EOF; :meth:`_data` gets the bytes."""
+
+    name = "channel"
+
+    def __init__(self, path: Path, cond: threading.Condition):
+        self._cond = cond
+        self.eof = False
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(str(path))
+        self.sock.settimeout(0.5)
+        self._send_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"qemu-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                try:
+                    data = self.sock.recv(65536)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                with self._cond:
+                    self._data(data)
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self.eof = True
+                self._finish()
+                self._cond.notify_all()
+
+    def _data(self, data: bytes) -> None:  # under the condition's lock
+        raise NotImplementedError
+
+    def _finish(self) -> None:  # under the condition's lock, at EOF
+        pass
+
+    def send_bytes(self, data: bytes) -> None:
+        with self._send_lock:
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                raise GuestDied(f"the guest's {self.name} channel is closed: {exc}") from exc
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+class ControlChannel(_SocketReader):
+    """The /init line protocol on its own serial port (a pci-serial device that only /init has
+    open: images/init.sh).  Replies start with "@@H "; waits are bounded and end early when the
+    kernel console shows a panic or QEMU exits."""
+
+    name = "control"
+
+    def __init__(self, path: Path, cond: threading.Condition, console: Console):
+        self.console = console
+        self.protocol: collections.deque[str] = collections.deque()
+        self.other: collections.deque[str] = collections.deque(maxlen=50)  # lines that are no reply
+        self._partial = b""
+        super().__init__(path, cond)
+
+    def _data(self, data: bytes) -> None:
+        *complete, self._partial = (self._partial + data).split(b"\n")
+        for raw in complete:
+            line = raw.decode(errors="replace").rstrip("\r")
+            if line.startswith(PROTOCOL_PREFIX):
+                self.protocol.append(line[len(PROTOCOL_PREFIX):])
+            elif line:
+                self.other.append(line)
+
+    def wait(self, pattern: str, timeout: float, what: str) -> re.Match:
+        """Wait for a reply matching ``pattern`` (consumed); raise on panic, EOF, timeout."""
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
+        console = self.console
         with self._cond:
             while True:
                 for i, line in enumerate(self.protocol):
@@ -163,27 +273,106 @@ class Console:
                     if m:
                         del self.protocol[i]
                         return m
-                if self.panic is not None:
+                if console.panic is not None:
                     # Give the kernel a moment to print the rest of the oops.
                     self._cond.wait(0.5)
-                    raise GuestPanic(f"guest kernel failed while waiting for {what}: {self.panic}",
-                                     list(self.lines)[-60:])
-                if self.eof:
-                    raise GuestDied(f"QEMU exited while waiting for {what}", list(self.lines)[-60:])
+                    raise GuestPanic(f"guest kernel failed while waiting for {what}: {console.panic}",
+                                     list(console.lines)[-60:])
+                if console.eof or self.eof:
+                    raise GuestDied(f"QEMU exited while waiting for {what}", list(console.lines)[-60:])
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise GuestTimeout(f"no {what} from the guest within {timeout:.0f}s",
-                                       list(self.lines)[-60:])
+                                       list(console.lines)[-60:])
                 self._cond.wait(min(left, 0.5))
 
-    def find_protocol(self, pattern: str) -> re.Match | None:
-        """A protocol line already received that matches ``pattern`` (not consumed), or None."""
+    def find(self, pattern: str) -> re.Match | None:
+        """A reply already received that matches ``pattern`` (not consumed), or None."""
         rx = re.compile(pattern)
         with self._cond:
             return next((m for m in map(rx.match, self.protocol) if m), None)
 
     def send(self, line: str) -> None:
-        self.child.send(line + "\n")
+        if "\n" in line:
+            raise ValueError(f"a control line cannot hold a newline: {line!r}")
+        self.send_bytes(line.encode() + b"\n")
+
+
+@dataclass
+class OutputSink:
+    """Where one program's (or shell command's) output goes on the host."""
+
+    path: Path | None  # None: created under the machine's output directory if anything arrives
+    limit: int
+    size: int = 0  # bytes written to the file
+    dropped: int = 0  # bytes past ``limit``, counted and not written
+    done: bool = False  # its end-of-output frame arrived
+    fh: object = None
+
+
+class ProgramOutput(_SocketReader):
+    """The program-output port: demultiplexes the frames of every program into one file each."""
+
+    name = "output"
+
+    def __init__(self, path: Path, cond: threading.Condition, directory: Path, limit: int):
+        self.directory = directory
+        self.limit = limit
+        self.sinks: dict[int, OutputSink] = {}
+        self.decoder = FrameDecoder()
+        super().__init__(path, cond)
+
+    def expect(self, ident: int, path: Path | None, limit: int | None = None) -> OutputSink:
+        with self._cond:
+            sink = self.sinks[ident] = OutputSink(path, self.limit if limit is None else limit)
+            if path is not None:  # the file exists, empty, even for a program that prints nothing
+                path.parent.mkdir(parents=True, exist_ok=True)
+                sink.fh = open(path, "wb")
+            return sink
+
+    def _data(self, data: bytes) -> None:
+        touched = set()
+        for ident, chunk in self.decoder.feed(data):
+            sink = self.sinks.get(ident) or self.expect(ident, None)
+            if chunk is END:
+                sink.done = True
+                if sink.fh is not None:
+                    sink.fh.close()
+                    sink.fh = None
+                continue
+            if sink.fh is None and not sink.done:
+                if sink.path is None:
+                    sink.path = self.directory / f"{ident}.out"
+                sink.path.parent.mkdir(parents=True, exist_ok=True)
+                sink.fh = open(sink.path, "ab")
+            keep = max(0, min(len(chunk), sink.limit - sink.size))
+            if keep and sink.fh is not None:
+                sink.fh.write(chunk[:keep])
+                touched.add(ident)
+            sink.size += keep
+            sink.dropped += len(chunk) - keep
+        for ident in touched:  # what arrived is in the file, for a reader who looks now
+            fh = self.sinks[ident].fh
+            if fh is not None:
+                fh.flush()
+
+    def _finish(self) -> None:
+        for sink in self.sinks.values():
+            if sink.fh is not None:
+                sink.fh.close()
+                sink.fh = None
+
+    def wait_done(self, ident: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                sink = self.sinks.get(ident)
+                if sink is not None and sink.done:
+                    return True
+                left = deadline - time.monotonic()
+                if self.eof or left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
 
 
 WORKDIR_PREFIX = "harness-qemu-"
@@ -215,6 +404,7 @@ class GuestProcess:
     id: int
     pid: int
     argv: tuple[str, ...]
+    output: Path | None = None  # the host file that receives its stdout and stderr
 
 
 class Machine:
@@ -229,6 +419,9 @@ class Machine:
         self.keep_workdir = keep_workdir
         self.child: pexpect.spawn | None = None
         self.console: Console | None = None
+        self.control: ControlChannel | None = None
+        self.output: ProgramOutput | None = None
+        self.output_dir = self.workdir / "output"  # outputs nobody asked a place for
         self.qmp = None
         self.release = ""
         self.cpus = 0
@@ -257,9 +450,11 @@ class Machine:
                                        env={**os.environ, "TERM": "dumb"})
         except pexpect.ExceptionPexpect as exc:
             raise QemuStartError(f"cannot start {cmd[0]}: {exc}", []) from exc
-        self.console = Console(self.child, self.workdir / "console.log")
+        cond = threading.Condition()
+        self.console = Console(self.child, self.workdir / "console.log", cond)
         try:
-            m = self.console.wait_protocol(r"ready (\S+) cpus=(\d+)", self.config.boot_timeout, "readiness")
+            self._connect_channels(cond)
+            m = self.control.wait(r"ready (\S+) cpus=(\d+)", self.config.boot_timeout, "readiness")
         except GuestError:
             if not self.child.isalive() and self.child.exitstatus:
                 raise QemuStartError(f"QEMU exited with status {self.child.exitstatus}: {shlex.join(cmd)}",
@@ -269,6 +464,25 @@ class Machine:
         self.boot_seconds = time.monotonic() - start
         self._connect_qmp()
         return self
+
+    def _connect_channels(self, cond: threading.Condition) -> None:
+        """Connect to the control and output sockets as soon as QEMU creates them (before the
+        guest can write to them: a socket chardev drops what it gets while unconnected)."""
+        deadline = time.monotonic() + 10
+        ctl, out = self.workdir / "ctl.sock", self.workdir / "out.sock"
+        while not (ctl.exists() and out.exists()):
+            if not self.child.isalive():
+                raise QemuStartError(f"QEMU exited with status {self.child.exitstatus} before its sockets "
+                                     f"appeared: {(self.workdir / 'cmdline').read_text().strip()}",
+                                     self.console.tail())
+            if time.monotonic() > deadline:
+                raise QemuStartError("QEMU's control and output sockets never appeared", self.console.tail())
+            time.sleep(0.01)
+        try:
+            self.control = ControlChannel(ctl, cond, self.console)
+            self.output = ProgramOutput(out, cond, self.output_dir, OUTPUT_LIMIT)
+        except OSError as exc:
+            raise QemuStartError(f"cannot connect to QEMU's serial sockets: {exc}", self.console.tail()) from exc
 
     def _connect_qmp(self) -> None:
         from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -309,47 +523,84 @@ class Machine:
         self._next_id += 1
         return self._next_id
 
-    def run(self, argv: list[str], timeout: float = 30.0) -> GuestProcess:
-        """Start ``argv`` in the guest and return once it has a pid (it keeps running)."""
+    def run(self, argv: list[str], timeout: float = 30.0, output: Path | None = None) -> GuestProcess:
+        """Start ``argv`` in the guest and return once it has a pid (it keeps running).  Its
+        stdout and stderr go to ``output`` on the host (created now, empty; by default
+        ``OUTPUT_DIR/ID-NAME.out`` in the machine's private directory)."""
         i = self._id()
-        self.console.send(f"run {i} " + " ".join(argv))
-        m = self.console.wait_protocol(rf"pid {i} (\d+)", timeout, f"pid of {argv[0]}")
-        return GuestProcess(i, int(m.group(1)), tuple(argv))
+        path = Path(output) if output is not None else self.output_dir / f"{i}-{Path(argv[0]).name}.out"
+        self.output.expect(i, path)
+        self.control.send(f"run {i} " + " ".join(argv))
+        m = self.control.wait(rf"pid {i} (\d+)", timeout, f"pid of {argv[0]}")
+        return GuestProcess(i, int(m.group(1)), tuple(argv), path)
 
     def wait_exit(self, proc: GuestProcess, timeout: float = 60.0) -> int:
-        m = self.console.wait_protocol(rf"exit {proc.id} (\d+)", timeout, f"exit of {proc.argv[0]}")
+        m = self.control.wait(rf"exit {proc.id} (\d+)", timeout, f"exit of {proc.argv[0]}")
         return int(m.group(1))
 
     def exit_status(self, proc: GuestProcess) -> int | None:
         """The exit status /init reported for ``proc``, or None while it runs (never waits)."""
-        m = self.console.find_protocol(rf"exit {proc.id} (\d+)")
+        m = self.control.find(rf"exit {proc.id} (\d+)")
         return int(m.group(1)) if m else None
 
+    def output_done(self, proc: GuestProcess | int, timeout: float = 5.0) -> bool:
+        """Wait (bounded) until all of ``proc``'s output is in its file: /init's forwarder saw
+        the end of it (the program and every process that inherited its stdout are gone)."""
+        ident = proc.id if isinstance(proc, GuestProcess) else proc
+        return self.output.wait_done(ident, timeout)
+
+    def output_of(self, proc: GuestProcess | int) -> OutputSink | None:
+        """Where ``proc``'s output went and how much of it (bytes kept, dropped past the limit)."""
+        ident = proc.id if isinstance(proc, GuestProcess) else proc
+        with self.output._cond:
+            return self.output.sinks.get(ident)
+
+    def wake(self) -> None:
+        """An empty line on the control channel: wakes /init's read loop (a task that returns to
+        user space), and /init ignores it."""
+        self.control.send("")
+
     def shell(self, command: str, timeout: float = 60.0) -> int:
+        """Run a shell command in the guest; its output goes to ``OUTPUT_DIR/ID.out`` (only if it
+        prints anything).  Returns its exit status."""
+        return self._shell(command, timeout)[0]
+
+    def shell_output(self, command: str, timeout: float = 60.0, output_timeout: float = 10.0) -> tuple[int, bytes]:
+        """(exit status, stdout and stderr) of a shell command in the guest."""
+        status, i = self._shell(command, timeout)
+        self.output.wait_done(i, output_timeout)
+        sink = self.output_of(i)
+        data = sink.path.read_bytes() if sink is not None and sink.path is not None and sink.path.exists() else b""
+        return status, data
+
+    def _shell(self, command: str, timeout: float) -> tuple[int, int]:
+        if "\n" in command:
+            raise ValueError(f"a guest shell command is one line: {command!r}")
         i = self._id()
-        self.console.send(f"sh {i} {command}")
-        return int(self.console.wait_protocol(rf"done {i} (\d+)", timeout, f"shell {command!r}").group(1))
+        self.output.expect(i, None)
+        self.control.send(f"sh {i} {command}")
+        return int(self.control.wait(rf"done {i} (\d+)", timeout, f"shell {command!r}").group(1)), i
 
     def upload(self, data: bytes, path: str, mode: str = "755", timeout: float = 300.0) -> None:
-        """Write ``data`` to ``path`` in the guest: an /init ``sh`` command whose ``head -c``
-        reads the base64 text sent on the console right after it (76-character lines: the
-        guest's tty is canonical; the UART's flow control holds back what it cannot take yet)."""
+        """Write ``data`` to ``path`` in the guest: /init's ``recv`` command reads the base64
+        text sent on the control channel right after it (76-character lines: the guest's tty
+        is canonical, each read() returns one line, so ``head -c`` takes exactly the text)."""
         import base64
 
-        text = base64.encodebytes(data).decode()
+        text = base64.encodebytes(data)
         i = self._id()
-        self.console.send(f"sh {i} head -c {len(text)} | base64 -d > {path} && chmod {mode} {path}")
+        self.control.send(f"recv {i} {len(text)} {mode} {path}")
         for k in range(0, len(text), 65536):
-            self.console.child.send(text[k:k + 65536])
-        status = int(self.console.wait_protocol(rf"done {i} (\d+)", timeout, f"upload of {path}").group(1))
+            self.control.send_bytes(text[k:k + 65536])
+        status = int(self.control.wait(rf"done {i} (\d+)", timeout, f"upload of {path}").group(1))
         if status != 0:
             raise GuestError(f"upload of {path} failed in the guest (status {status})", self.console.tail())
 
     def dump(self, path: str, timeout: float = 120.0) -> bytes:
         """Copy a guest file (e.g. /proc/kallsyms) to the host through the second serial port."""
         i = self._id()
-        self.console.send(f"dump {i} {path}")
-        size = int(self.console.wait_protocol(rf"dumped {i} (\d+)", timeout, f"dump of {path}").group(1))
+        self.control.send(f"dump {i} {path}")
+        size = int(self.control.wait(rf"dumped {i} (\d+)", timeout, f"dump of {path}").group(1))
         f = self.workdir / "dump.bin"
         deadline = time.monotonic() + timeout
         while f.stat().st_size < self._dump_offset + size:
@@ -399,6 +650,9 @@ class Machine:
             except Exception:
                 pass
             self.qmp = None
+        for channel in (self.control, self.output):
+            if channel is not None:
+                channel.close()
         if self.console is not None:
             self.console._thread.join(timeout=2)
         if not self.keep_workdir:
