@@ -151,9 +151,9 @@ def check_files(files: DebianFiles, resolve=None) -> DebianReport:
 
 
 def _sh(session: Session, cmd: str, what: str, timeout: float) -> None:
-    status = session.machine.shell(cmd, timeout=timeout)
-    if status != 0:
-        tail = "\n".join(session.machine.console.tail(15))
+    status, out = session.machine.shell_output(cmd, timeout=timeout)
+    if status != 0:  # the command's own output, from the program-output channel (its last lines)
+        tail = "\n".join(out.decode(errors="replace").splitlines()[-15:])
         raise DebianRunError(f"{what} exited with status {status} in the guest ({cmd}):\n{tail}")
 
 
