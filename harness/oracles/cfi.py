@@ -82,6 +82,31 @@ def is_signal_trampoline(space: AddressSpace, ra: int) -> bool:
     return _trampoline(space, ra) is not None
 
 
+# x86-64 ``mov $__NR_rt_sigreturn (15),%rax; syscall``: the restorer glibc, musl and busybox
+# install with SA_RESTORER, and the only code that can return through a kernel rt_sigframe.
+RT_SIGRETURN_CODE = bytes.fromhex("48c7c00f0000000f05")
+# Offsets in the kernel's struct rt_sigframe after pretcode (arch/x86/include/asm/sigframe.h,
+# uapi sigcontext.h): struct ucontext { uc_flags, uc_link, uc_stack (24) } then sigcontext_64
+# { r8..r15, di, si, bp, bx, dx, ax, cx, sp, ip, ... }.  A fixed user ABI.
+_SIGCONTEXT = 40
+_SIGCONTEXT_REGS = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+                    "di", "si", "bp", "bx", "dx", "ax", "cx", "sp", "ip")
+
+
+def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
+    """The interrupted registers of a 64-bit signal frame at ``sp`` read by the kernel's own
+    frame layout, where ``ra`` is the rt_sigreturn restorer (its code bytes are the proof);
+    None otherwise.  For tasks whose binaries no address space of ours describes (another
+    program's subshell, say): no CFI is needed, only the task's own memory."""
+    try:
+        if memory.read(ra, len(RT_SIGRETURN_CODE)) != RT_SIGRETURN_CODE:
+            return None
+        raw = memory.read(sp + _SIGCONTEXT, 8 * len(_SIGCONTEXT_REGS))
+    except MemoryFault:
+        return None
+    return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw))))
+
+
 def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int) -> UserRegs | None:
     """The interrupted registers of the signal frame whose trampoline ``ra`` returns to, with the
     frame at ``sp``; None for a 32-bit trampoline or where the rules cannot be read."""

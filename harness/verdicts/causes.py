@@ -27,7 +27,7 @@ from elftools.common.exceptions import ELFError
 
 from ..memory import MemoryFault
 from ..oracles.base import ORACLES, Stack
-from ..oracles.cfi import is_signal_trampoline, signal_frame_regs
+from ..oracles.cfi import RT_SIGRETURN_CODE, is_signal_trampoline, kernel_sigframe_regs, signal_frame_regs
 from ..oracles.perf import (
     PERF_WALK_LACKS,
     PerfSample,
@@ -517,12 +517,14 @@ def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
         pretcode = int.from_bytes(stack.memory.read(regs.sp, 8), "little")
     except MemoryFault:
         return None
-    saved = signal_frame_regs(stack.space, stack.memory, pretcode, regs.sp + 8)
+    saved, how = signal_frame_regs(stack.space, stack.memory, pretcode, regs.sp + 8), "its CIE has 'S'"
+    if saved is None:  # a task whose binaries the scenario's space does not map (another program)
+        saved, how = kernel_sigframe_regs(stack.memory, pretcode, regs.sp + 8), "its code is rt_sigreturn"
     if saved is None or (saved.ip, saved.sp, saved.bp) != (req.want.ip, req.want.sp, req.want.bp):
         return None
-    return evidence(f"the walk started from a signal handler's registers whose frame (pretcode {pretcode:#x}) "
-                    f"saved exactly the requested ones: the request came while the kernel delivered the signal, "
-                    f"after get_signal() had run the task work", pretcode=pretcode)
+    return evidence(f"the walk started from a signal handler's registers whose frame (pretcode {pretcode:#x}: "
+                    f"{how}) saved exactly the requested ones: the request came while the kernel delivered the "
+                    f"signal, after get_signal() had run the task work", pretcode=pretcode)
 
 
 @cause("execve-replaced", (REGS,), "the request came during execve: the new image's registers were walked",
@@ -547,6 +549,8 @@ def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
     if req is None or req.syscall != RT_SIGRETURN or req.want is None or req.want.compat:
         return None
     restored = signal_frame_regs(stack.space, stack.memory, req.want.ip, req.want.sp)
+    if restored is None:  # the restorer's code, read in the task's memory, and the kernel's layout
+        restored = kernel_sigframe_regs(stack.memory, req.want.ip - len(RT_SIGRETURN_CODE), req.want.sp)
     if restored is None or (restored.ip, restored.sp, restored.bp) != (regs.ip, regs.sp, regs.bp):
         return None
     return evidence("the task was in rt_sigreturn and the walked registers are those it restored from the "

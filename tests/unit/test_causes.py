@@ -74,6 +74,7 @@ from harness.regs import UserRegs
 from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
 from harness.unwind.code import CodeFacts
+from harness.unwind.maps import AddressSpace
 from harness.unwind.mixed import sframe_tables_for
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
@@ -890,6 +891,35 @@ def accept_sigreturn(request):
     return Accepted(st, oracle, frames, (0, 0), {"frame_sp": st.request.want.sp}, (REGS,))
 
 
+def foreign(build):
+    """``build``'s stack as the engine builds it for another task than the program's (its subshell,
+    say): an address space that maps none of its binaries, so no CFI says where a restorer is."""
+    def of_foreign(request):
+        st, *rest = build(request)
+        return (dataclasses.replace(st, space=AddressSpace([], memory=st.memory)), *rest)
+    of_foreign.__doc__ = f"{build.__doc__} As another task: no mapping known."
+    return of_foreign
+
+
+def accept_foreign(build, evidence):
+    def accept(request):
+        st, oracle, frames, *_ = foreign(build)(request)
+        return Accepted(st, oracle, frames, (0, 0), evidence, (REGS,))
+    accept.__doc__ = build.__doc__
+    return accept
+
+
+def restorer_not_rt_sigreturn(build, at):
+    """``build``'s foreign stack over memory where the restorer's first byte differs: the kernel's
+    frame layout is not read for code that is not rt_sigreturn."""
+    def refuse(request):
+        st, oracle, frames, *_ = foreign(build)(request)
+        addr = at(st)
+        mem = corrupt(st.memory, addr, bytes([st.memory.read(addr, 1)[0] ^ 0xFF]))
+        return Refused(dataclasses.replace(st, memory=mem), div(st, oracle, frames, REGS, 0, 0))
+    return refuse
+
+
 def refuse_regs(build):
     def refuse(request):
         st, oracle, frames, *_ = build(request)
@@ -1053,6 +1083,10 @@ ACCEPT = [
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
+         accept_foreign(regs_signal_delivery, {"text": lambda t: "its code is rt_sigreturn" in t})),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task",
+         accept_foreign(regs_sigreturn, {"frame_sp": lambda sp: isinstance(sp, int)})),
     Case("execve-replaced", "nofde-host:in-execve->new-image", accept_execve),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn", accept_sigreturn),
     Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0", accept_perf_unchecked_fp),
@@ -1122,6 +1156,10 @@ REFUSE = [
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("signal-delivery", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task:restorer-changed",
+         restorer_not_rt_sigreturn(regs_signal_delivery, lambda st: word(st.memory, st.regs.sp))),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task:restorer-changed",
+         restorer_not_rt_sigreturn(regs_sigreturn, lambda st: st.request.want.ip - 9)),
     Case("signal-delivery", "callchain-fp-static-host:c-ret:entry-asm's", refuse_regs(regs_in_entry_asm)),
     Case("signal-delivery", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("execve-replaced", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
