@@ -325,6 +325,25 @@ class Machine:
         m = self.console.find_protocol(rf"exit {proc.id} (\d+)")
         return int(m.group(1)) if m else None
 
+    def shell_start(self, command: str) -> int:
+        """Send a shell command to /init and return its id at once, without waiting for its
+        ``done`` line (for a guest that stops at breakpoints meanwhile: the caller keeps serving
+        them and asks :meth:`shell_status` later)."""
+        i = self._id()
+        self.console.send(f"sh {i} {command}")
+        return i
+
+    def run_later(self, argv: list[str], delay: float) -> GuestProcess:
+        """Start ``argv`` after ``delay`` seconds of guest time and return at once, pid unknown
+        (0): for a caller that sets breakpoints first and then serves them while the program runs.
+        Its exit is reported as :meth:`run`'s (:meth:`exit_status`, :meth:`wait_exit`); the pid of
+        the subshell that waits for it is in ``/tmp/.later.ID``."""
+        i = self._id()
+        cmd = " ".join(argv)
+        self.console.send(f"sh {i} ( sleep {delay:g}; {cmd}; echo \"@@H exit {i} $?\" ) </dev/null & "
+                          f"echo $! > /tmp/.later.{i}")
+        return GuestProcess(i, 0, tuple(argv))
+
     def shell(self, command: str, timeout: float = 60.0) -> int:
         i = self._id()
         self.console.send(f"sh {i} {command}")
