@@ -378,6 +378,12 @@ class Lockstep:
                 out.append(addr)
         return out
 
+    def wants_return(self, addr: int) -> bool:
+        """Whether a return to user space of this task is an event for the model: it has state to
+        reset or an entry to close (returns of other tasks are nothing to it)."""
+        st = self.tasks.get(addr)
+        return st is not None and not st.model.dead and (addr in self.open_tasks() or st.entry_active)
+
     # -- events ----------------------------------------------------------------------------------
     def feed(self, ev: Event) -> None:
         if ev.seq <= self.last_seq:

@@ -38,7 +38,7 @@ from typing import IO
 from ..deferred.profile import get_profile
 from ..errors import HarnessError
 from ..kernel import current_task, user_regs
-from ..kernel.lockstep import CallMatcher, Event, Lockstep, Summary, deferred_support
+from ..kernel.lockstep import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
 from ..memory import MemoryFault
 from ..perf.capture import PERFCC, PerfSpec
 from ..session import Session
@@ -306,7 +306,7 @@ class KernelDiff:
             return
         if pc in p.returns:
             task = self._current(regs)
-            if task.addr in self.ls.tasks:
+            if self.ls.wants_return(task.addr):
                 self._emit("return", task, cpu, point=p.returns[pc])
             return
         self.errors.append(f"stopped at {pc:#x} on vCPU {cpu}, not at a point of ours")
@@ -507,7 +507,7 @@ def cmd_kernel_diff(args, spec_for) -> int:
 
 def cmd_kernel_diff_replay(args) -> int:
     """Offline: run a recorded event file through a fresh lockstep."""
-    from ..kernel.lockstep import LockstepError, replay
+    from ..kernel.lockstep import replay
 
     path = Path(args.replay)
     events, header = [], {}
@@ -519,7 +519,9 @@ def cmd_kernel_diff_replay(args) -> int:
                 continue
             events.append(Event.from_dict(d))
     except (OSError, ValueError, LockstepError) as exc:
-        raise ReplayError(f"{path}: {exc}") from exc
+        raise LockstepError(f"{path}: {exc}") from exc
+    if not header or "tracers" not in header:
+        raise LockstepError(f"{path}: no kernel-diff header line (tracers, per-CPU counters) before the events")
     profile = args.profile or header.get("profile", "mainline")
     tracers = header.get("tracers") or {}
     tracers = {int(k): v for k, v in tracers.items()}
@@ -529,12 +531,6 @@ def cmd_kernel_diff_replay(args) -> int:
     code, why = _exit_code(summary, profile, [])
     print(f"exit {code}: {why}")
     return code
-
-
-class ReplayError(HarnessError):
-    """A recorded kernel-diff event file cannot be read."""
-
-    exit_code = 2
 
 
 def add_cli(subparsers, guest_args, spec_for):
