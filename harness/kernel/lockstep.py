@@ -124,7 +124,8 @@ class Event:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["trace"] = list(self.trace)
-        return {k: v for k, v in d.items() if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")}
+        return {k: v for k, v in d.items() if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
+                or (k == "cache_nr" and v is not None)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Event":
