@@ -155,12 +155,16 @@ class KernelDiff:
     """One scenario: perfcc samples its program, every kernel event goes through the lockstep."""
 
     def __init__(self, session: Session, scenario: Scenario, profile: str = "mainline", requests: int = 500,
-                 freq: int = 200, events: IO[str] | None = None, points: Points | None = None):
+                 freq: int = 200, events: IO[str] | None = None, points: Points | None = None,
+                 single: bool = False):
         self.s = session
         self.sc = scenario
         self.profile = get_profile(profile)
         self.want = requests
         self.freq = freq
+        # perf's events: one inherited event per CPU (several events, as perf record opens them), or
+        # one cpu = -1 event on the program's first thread only (perfcc -1)
+        self.single = single
         self.events_out = events
         self.p = points or resolve_points(session)
         btf = session.btf
@@ -319,6 +323,25 @@ class KernelDiff:
             (self.s.target.set_breakpoint if want else self.s.target.remove_breakpoint)(a)
         self._returns_armed = want
 
+    def _clean_up(self, fixed: list[int], proc, status: int | None, kill: str) -> int | None:
+        """Every breakpoint out, the program and perfcc ended, the guest stopped again: the
+        next scenario starts from a quiet guest.  Returns perfcc's exit status."""
+        s, t = self.s, self.s.target
+        try:
+            for a in [*fixed, *self.request_returns, *self.exit_returns, *self.p.returns]:
+                t.remove_breakpoint(a)
+            self._returns_armed = False
+            if s.machine.alive():
+                t.resume()
+                if status is None:
+                    s.machine.shell(kill + " 2>/dev/null")
+                    status = s.machine.wait_exit(proc, timeout=120)
+                s.machine.shell(f"rm -f {GUEST_OUT}")
+                t.interrupt()
+        except (TargetError, HarnessError) as exc:
+            self.errors.append(f"cleanup: {exc}")
+        return status
+
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> KernelDiffResult:
         s, p, t = self.s, self.p, self.s.target
@@ -338,7 +361,8 @@ class KernelDiff:
             self.errors.append(f"perf's unwind_work has bit {perf_bit} in the kernel, {model_bit} in the model")
         prog = s.program(self.sc.program, self.sc.toolchain, self.sc.variant)
         perfcc = s.program(*PERFCC)
-        spec = PerfSpec(seconds=3600, freq=self.freq, stack_bytes=8, defer=True, data_pages=16)
+        spec = PerfSpec(seconds=3600, freq=self.freq, stack_bytes=8, defer=True, data_pages=16,
+                        inherit=not self.single)
         # perfcc starts a second (guest time) after the breakpoints are in: no request goes unseen.
         proc = s.machine.run_later(spec.argv(perfcc.guest_path, GUEST_OUT, [prog.guest_path, *self.sc.args]), 1)
         # The program is perfcc's child (its own process group), perfcc the subshell's child.
@@ -350,6 +374,7 @@ class KernelDiff:
             t.set_breakpoint(a)
         stops = 0
         status = None
+        interrupted = False
         kill_sent = False
         drain_limit = 0
         try:
@@ -380,20 +405,14 @@ class KernelDiff:
                 stops += 1
                 self._on_stop(stop.cpu, stop.pc)
                 self._arm_returns()
+        except KeyboardInterrupt:
+            # No clean-up in the guest (each step could wait for its timeout): the session shuts
+            # QEMU down next.
+            interrupted = True
+            raise
         finally:
-            try:
-                for a in [*fixed, *self.request_returns, *self.exit_returns, *p.returns]:
-                    t.remove_breakpoint(a)
-                self._returns_armed = False
-                if s.machine.alive():
-                    t.resume()
-                    if status is None:
-                        s.machine.shell(kill + " 2>/dev/null")
-                        status = s.machine.wait_exit(proc, timeout=120)
-                    s.machine.shell(f"rm -f {GUEST_OUT}")
-                    t.interrupt()
-            except (TargetError, HarnessError) as exc:
-                self.errors.append(f"cleanup: {exc}")
+            if not interrupted:
+                status = self._clean_up(fixed, proc, status, kill)
         if status not in (None, 0):
             self.errors.append(f"perfcc exited with status {status}: " + " | ".join(s.machine.console.tail(5)))
         summary = self.ls.finish()
@@ -484,7 +503,8 @@ def cmd_kernel_diff(args, spec_for) -> int:
         for sc in scenarios:
             path = events_path(out, sc.name, args.smp)
             with open(path, "w") as f:
-                r = KernelDiff(sess, sc, args.profile, args.requests, args.freq, f, points).run()
+                r = KernelDiff(sess, sc, args.profile, args.requests, args.freq, f, points,
+                               single=getattr(args, "single", False)).run()
             r.events_path = str(path)
             results.append(r)
             total.merge(r.summary)
@@ -545,6 +565,9 @@ def add_cli(subparsers, guest_args, spec_for):
     p.add_argument("--profile", choices=("mainline", "seed-v10"), default=None,
                    help="the model's profile (default mainline; seed-v10 is the control that must show "
                         "its cookie mismatches)")
+    p.add_argument("--single", action="store_true",
+                   help="one perf event (cpu = -1, the program's first thread) instead of one inherited "
+                        "event per CPU")
     p.add_argument("--show", type=int, default=20, help="differences printed per scenario")
     p.add_argument("--out", help="directory for the event files (default runs/TIMESTAMP-kernel-diff)")
     p.add_argument("--replay", metavar="EVENTS.jsonl", help="re-check a recorded event file, no guest")

@@ -379,3 +379,19 @@ def test_kernels_without_deferred_unwinding_are_skipped_plainly(kernel, kernels,
     out = capsys.readouterr().out
     assert f"kernel {kernels[kernel][0].release}" in out
     assert "no deferred user unwinding" in out and "checks are skipped" in out
+
+
+def test_replay_of_a_changed_recording_exits_1_and_names_the_difference(tmp_path, capsys):
+    from harness.cli import main
+
+    lines = RECORDINGS[0].read_text().splitlines()
+    i = next(n for n, line in enumerate(lines) if '"kind": "request"' in line and '"ret": 0' in line)
+    d = json.loads(lines[i])
+    d["cookie"] += 2
+    lines[i] = json.dumps(d)
+    changed = tmp_path / "changed.events.jsonl"
+    changed.write_text("\n".join(lines) + "\n")
+    assert main(["kernel-diff", "--replay", str(changed)]) == 1
+    out = capsys.readouterr().out
+    assert f"#{d['seq']} pid {d['pid']}" in out and "request.cookie: kernel" in out and "UNEXPLAINED" in out
+    assert "exit 1: " in out
