@@ -361,7 +361,11 @@ class KernelDiff:
             self.errors.append(f"perf's unwind_work has bit {perf_bit} in the kernel, {model_bit} in the model")
         prog = s.program(self.sc.program, self.sc.toolchain, self.sc.variant)
         perfcc = s.program(*PERFCC)
-        spec = PerfSpec(seconds=3600, freq=self.freq, stack_bytes=8, defer=True, data_pages=16,
+        # perfcc samples for a while (guest seconds; more than the requests asked for should take:
+        # about a quarter of a spinning program's samples became requests here, the guest clock
+        # runs on while it is stopped), and is ended by the kill below once they are reached.
+        seconds = max(1.0, 15 * self.want / self.freq)
+        spec = PerfSpec(seconds=seconds, freq=self.freq, stack_bytes=8, defer=True, data_pages=16,
                         inherit=not self.single)
         # perfcc starts a second (guest time) after the breakpoints are in: no request goes unseen.
         proc = s.machine.run_later(spec.argv(perfcc.guest_path, GUEST_OUT, [prog.guest_path, *self.sc.args]), 1)
@@ -384,9 +388,10 @@ class KernelDiff:
                 if status is not None:
                     break  # perfcc is done: its child's tasks have gone through do_exit
                 if not kill_sent and summary.kernel["request"] >= self.want:
-                    # Enough: end the program while every event is still watched (its tasks exit
-                    # with whatever state they have; no request goes unseen).  perfcc then kills
-                    # the child's process group and exits.
+                    # Enough: end the program through the console while every event is still
+                    # watched (its tasks exit with whatever state they have; no request goes
+                    # unseen, and those made meanwhile are compared too).  perfcc then kills the
+                    # child's process group and exits.
                     s.machine.shell_start(kill)
                     kill_sent = True
                     drain_limit = stops + 20000
