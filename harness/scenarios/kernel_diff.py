@@ -258,6 +258,10 @@ class KernelDiff:
             hit = self.requests.leave(cpu, regs["rsp"])
             if hit is not None:
                 task, work, cookie_ptr, ctx, user = hit
+                now = self._u64((gs + self.s.info.current_task_sym) & ((1 << 64) - 1))
+                if now != task.addr:
+                    self.errors.append(f"the return of pid {task.pid}'s request (vCPU {cpu}, rsp {regs['rsp']:#x}) "
+                                       f"came on task {now:#x}")
                 ret = struct.unpack("<i", struct.pack("<I", regs["rax"] & 0xFFFFFFFF))[0]
                 mask, _cache, task_id = self._unwind_info(task.addr)
                 self._emit("request", task, cpu, work=work, ret=ret, cookie=self._u64(cookie_ptr),
