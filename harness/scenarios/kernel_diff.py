@@ -185,6 +185,8 @@ class KernelDiff:
         self.exit_returns: set[int] = set()
         self._returns_armed = False
         self.unmatched_returns = 0
+        self.rehits: set[tuple[int, int, int]] = set()  # (vCPU, pc, rsp) a stepped-over point will hit again
+        self.rehit_count = 0
 
     # -- reading the stopped kernel --------------------------------------------------------------
     def _u64(self, addr: int) -> int:
@@ -237,11 +239,37 @@ class KernelDiff:
         hard = self.p.hardirq_offset
         return "nmi" if pc & (0xF * hard << 4) else "irq" if pc & (0xF * hard) else "syscall"
 
+    def _leave(self):
+        """Step the stopped vCPU off its breakpoint (as Target.resume would) and look where the
+        step went.  A step that lands in an interrupt's entry (``asm_*``) did not execute the
+        instruction: it runs after the interrupt returns and hits the same breakpoint again, with
+        the same registers; that second stop is no event of the kernel's and is dropped (counted).
+        Returns the step's stop when it landed on another point of ours (to handle as a stop)."""
+        t = self.s.target
+        if t.stop_cpu is not None and t.stop_cpu != t.cpu:
+            t.select_cpu(t.stop_cpu)
+        regs = t.read_registers()
+        pc = regs["rip"]
+        if pc not in t.breakpoints:
+            return None
+        stepped = t.step()
+        if stepped.pc in t.breakpoints:
+            return stepped
+        found = self.s.symbols.nearest(stepped.pc, text=True)
+        if found and found[0].name.startswith("asm_"):
+            self.rehits.add((stepped.cpu, pc, regs["rsp"]))
+        return None
+
     def _on_stop(self, cpu: int, pc: int) -> None:
         p = self.p
         t = self.s.target
         regs = t.read_registers()
         gs = regs["gs_base"]
+        key = (cpu, pc, regs["rsp"])
+        if key in self.rehits:
+            self.rehits.discard(key)
+            self.rehit_count += 1
+            return
         if pc == p.request:
             task = self._current(regs)
             ret_addr = self._u64(regs["rsp"])
@@ -402,9 +430,13 @@ class KernelDiff:
                 if kill_sent and stops >= drain_limit:
                     self.errors.append(f"the program did not end within {stops - drain_limit + 20000} stops of the kill")
                     break
-                t.resume()
+                landed = self._leave()
                 try:
-                    stop = t.wait_stop(timeout=20)
+                    if landed is not None:
+                        stop = landed
+                    else:
+                        t.resume()
+                        stop = t.wait_stop(timeout=20)
                 except TargetTimeout:
                     idle += 1
                     if idle >= 6:
@@ -426,6 +458,9 @@ class KernelDiff:
             self.errors.append(f"perfcc exited with status {status}: " + " | ".join(s.machine.console.tail(5)))
         summary = self.ls.finish()
         summary.notes.insert(0, f"callbacks observed at {p.callback_how}; perf's unwind_work bit {perf_bit}")
+        if self.rehit_count:
+            summary.notes.append(f"{self.rehit_count} stop(s) dropped: a point hit again after the single step "
+                                 f"over it took an interrupt instead (the instruction ran after the interrupt)")
         return KernelDiffResult(self.sc.name, s.spec.smp, summary, stops, time.monotonic() - start,
                                 status, self.errors)
 
