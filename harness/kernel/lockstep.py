@@ -144,8 +144,10 @@ class Event:
 
 class CallMatcher:
     """Pairs a function's entry with its return: the return stops at the return address read at
-    entry, on the same vCPU, with the stack pointer 8 above the entry's (the return address
-    popped).  Pure: the live part feeds it (cpu, rsp) pairs."""
+    entry, in the same context, with the stack pointer 8 above the entry's (the return address
+    popped).  The context is the vCPU for a call that cannot sleep (a request runs with
+    interrupts off), the task for one that can (the exit's callbacks: the task may move to another
+    vCPU meanwhile).  Pure: the live part feeds it (context, rsp) pairs."""
 
     def __init__(self) -> None:
         self._open: dict[tuple[int, int], object] = {}
