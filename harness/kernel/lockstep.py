@@ -25,7 +25,8 @@ event               kernel point                                what it carries
                     ``process_unwind_deferred()``                (``trace->entries[0..nr]``)
 ``return``          the return-to-user points (after            (``unwind_reset_info()`` is inlined
                     ``unwind_reset_info()``)                     into the exit path: no symbol)
-``exiting``         ``do_exit()`` after ``exit_signals()``       (PF_EXITING is set from here)
+``exiting``         in ``exit_signals()``, after the store of   (PF_EXITING is set from here)
+                    PF_EXITING
 ``task_exit``       ``unwind_deferred_task_exit()`` entry        the mask (PENDING?) and our walk
 ``task_exit_done``  its return                                   (the exit's callbacks are over)
 ``fork``            ``unwind_task_init(p)`` in copy_process()    the new task

@@ -19,7 +19,8 @@ code, see :func:`resolve_points`):
 * the indirect call of ``work->func`` in ``process_unwind_deferred`` (each callback: rdi the work,
   rsi the trace, rdx the cookie);
 * ``unwind_task_init`` (a fork: ``copy_process`` clears the new task's unwind state);
-* ``do_exit`` right after ``exit_signals()`` (PF_EXITING is set: requests fail from here);
+* inside ``exit_signals()`` right after ``tsk->flags |= PF_EXITING`` (interrupts are off there; a
+  request after that store fails with -EINVAL, even before ``exit_signals()`` returns);
 * the return-to-user points, while some task has state (``unwind_reset_info()`` is inlined into
   the exit-to-user path, so there is no symbol of its own: the points after it are used).
 
@@ -37,7 +38,7 @@ from typing import IO
 
 from ..deferred.profile import get_profile
 from ..errors import HarnessError
-from ..kernel import current_task, user_regs
+from ..kernel import PF_EXITING, current_task, user_regs
 from ..kernel.lockstep import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
 from ..memory import MemoryFault
 from ..perf.capture import PERFCC, PerfSpec
@@ -72,7 +73,7 @@ class Points:
     callback: int  # the indirect call of work->func in process_unwind_deferred (or a func's entry)
     callback_how: str
     fork: int
-    exiting: int | None
+    exiting: tuple[int, ...]  # right after PF_EXITING is set
     returns: dict[int, str]
     perf_work: int
     hardirq_offset: int = HARDIRQ_OFFSET_DEFAULT
@@ -103,6 +104,17 @@ def indirect_call_sites(code: bytes, code_addr: int, thunks: set[int]) -> list[i
     return hits
 
 
+def flag_set_sites(code: bytes, code_addr: int, flags_offset: int, flag: int) -> list[int]:
+    """Addresses right after each ``or $flag, flags_offset(%reg)`` in ``code`` (capstone):
+    in ``exit_signals()``, the instruction after ``tsk->flags |= PF_EXITING``."""
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    want = f"+ {flags_offset:#x}], {flag}"
+    return [i.address + i.size for i in md.disasm(code, code_addr)
+            if i.mnemonic == "or" and i.op_str.startswith("dword ptr [") and i.op_str.endswith(want)]
+
+
 def resolve_points(sess: Session) -> Points:
     """The kernel points, checked against the kernel's own text (kallsyms + the bytes there)."""
     syms = sess.info.symbols
@@ -125,7 +137,15 @@ def resolve_points(sess: Session) -> Points:
         # No single retpoline call found (another mitigation build): perf's callback's entry.
         callback, how = sym("perf_unwind_deferred_callback"), "perf_unwind_deferred_callback's entry"
     faultable = sym("unwind_user_faultable")
-    exiting = sess.stops.points["exit"].addr if "exit" in sess.stops.points else None
+    # Where PF_EXITING is set: inside exit_signals(), with interrupts off (a request after the
+    # store fails with -EINVAL, and one can come before exit_signals() returns); else after its call.
+    es = sym("exit_signals")
+    sites = flag_set_sites(sess.read(es, ks.next_symbol_address(es) - es), es,
+                           sess.btf.member_offset("task_struct", "flags"), PF_EXITING)
+    if sites:
+        exiting = tuple(sites)
+    else:
+        exiting = (sess.stops.points["exit"].addr,) if "exit" in sess.stops.points else ()
     returns = {sess.stops[p].addr: p for p in RETURN_POINTS if p in sess.stops.points}
     irq = sym("irq_enter_rcu")
     hardirq = hardirq_offset(sess.read(irq, min(ks.next_symbol_address(irq) - irq, 512))) or HARDIRQ_OFFSET_DEFAULT
@@ -339,7 +359,7 @@ class KernelDiff:
             parent = self._current(regs)
             self._emit("fork", parent, cpu, child=regs["rdi"])
             return
-        if pc == p.exiting:
+        if pc in p.exiting:
             self._emit("exiting", self._current(regs), cpu)
             return
         if pc in p.returns:
@@ -409,7 +429,7 @@ class KernelDiff:
         kill = (f"p=$(cat /tmp/.later.{proc.id}); for c in $(cat /proc/$p/task/$p/children); do "
                 f"kill -KILL $(cat /proc/$c/task/$c/children); done")
         fixed = [p.request, p.task_work, p.task_exit, p.unwind_user, p.callback, p.fork]
-        fixed += [p.exiting] if p.exiting is not None else []
+        fixed += list(p.exiting)
         for a in fixed:
             t.set_breakpoint(a)
         stops = 0
