@@ -31,7 +31,7 @@ def one_cpu():
         yield s
 
 
-def _diff(sess, scenario, profile="mainline", requests=60):
+def _diff(sess, scenario, profile="mainline", requests=80):
     ok, why = check_support(sess)
     assert ok, f"the default kernel must have deferred unwinding: {why}"  # a failure, not a skip
     r = KernelDiff(sess, scenario, profile, requests, points=resolve_points(sess)).run()
@@ -42,8 +42,8 @@ def _diff(sess, scenario, profile="mainline", requests=60):
 def _assert_equal(r):
     s = r.summary
     detail = "\n".join(s.lines(show=20))
-    assert s.kernel["request"] >= 60 and s.kernel["task_work"] >= 5 and s.kernel["callback"] >= 5, detail
-    assert s.compared["trace"] >= 5 and s.n_compared >= 150, detail
+    assert s.kernel["request"] >= 80 and s.kernel["task_work"] >= 5 and s.kernel["callback"] >= 5, detail
+    assert s.compared["trace"] >= 5 and s.n_compared >= 200, detail
     assert not s.unexplained, detail
     assert not s.differences, detail
 

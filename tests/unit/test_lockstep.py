@@ -327,8 +327,9 @@ def test_support_of_the_three_kernels(kernels):
 
 
 def test_points_in_the_real_kernel_text(kernels):
-    """The callback call site and HARDIRQ_OFFSET, found in the 7.3 vmlinux's own bytes."""
-    from harness.scenarios.kernel_diff import hardirq_offset, indirect_call_sites
+    """The callback call site, the store of PF_EXITING and HARDIRQ_OFFSET, found in the 7.3
+    vmlinux's own bytes."""
+    from harness.scenarios.kernel_diff import flag_set_sites, hardirq_offset, indirect_call_sites
 
     k, _, syms = kernels["default"]
     require(syms is not None, "the default kernel's kallsyms is not cached yet (one boot dumps it)")
@@ -338,6 +339,10 @@ def test_points_in_the_real_kernel_text(kernels):
     thunks = {a for n, a in u.items() if n.startswith("__x86_indirect_") and n.endswith("rax")}
     sites = indirect_call_sites(code, proc, thunks)
     assert len(sites) == 1 and code[sites[0] - proc] == 0xE8
+    es = u["exit_signals"]
+    after = flag_set_sites(_text(k.vmlinux, es, syms.next_symbol_address(es) - es), es, 0x2C, 4)
+    assert len(after) == 1  # one `or $4, 0x2c(%r13)`: tsk->flags |= PF_EXITING, task_struct.flags at 44
+    assert _text(k.vmlinux, after[0] - 5, 5) == bytes.fromhex("41834d2c04")
     irq = u["irq_enter_rcu"]
     # 7.3's preempt count is 64 bits with HARDIRQ at bit 24 (6.x: bit 16)
     assert hardirq_offset(_text(k.vmlinux, irq, 128)) == 1 << 24
