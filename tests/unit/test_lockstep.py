@@ -400,3 +400,18 @@ def test_replay_of_a_changed_recording_exits_1_and_names_the_difference(tmp_path
     out = capsys.readouterr().out
     assert f"#{d['seq']} pid {d['pid']}" in out and "request.cookie: kernel" in out and "UNEXPLAINED" in out
     assert "exit 1: " in out
+
+
+def test_the_control_names_only_what_its_revision_explains():
+    """Under seed-v10 a trace difference is named only when it is 512 against 510 entries with the
+    same first 510; any other trace difference stays unexplained, as under mainline."""
+    c = cookie(0, 3)
+    deep = tuple(range(0x401000, 0x401000 + 600))
+    _, s = feed(ev("request", work=WORK, ret=0, cookie=c), ev("task_work", mask=5, trace=deep), ev("walk"),
+                ev("callback", work=WORK, cookie=c, trace=deep[:510]), ev("return"), profile=seed_v10())
+    trace = next(d for d in s.differences if d.what == "trace")
+    assert trace.expected == EXPECTED["seed-v10"]["trace"]
+    _, s = feed(ev("request", work=WORK, ret=0, cookie=c), ev("task_work", mask=5, trace=deep), ev("walk"),
+                ev("callback", work=WORK, cookie=c, trace=deep[1:511]), ev("return"), profile=seed_v10())
+    trace = next(d for d in s.differences if d.what == "trace")
+    assert not trace.expected and trace in s.unexplained
