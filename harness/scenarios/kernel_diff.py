@@ -207,6 +207,7 @@ class KernelDiff:
         self.unmatched_returns = 0
         self.rehits: set[tuple[int, int, int]] = set()  # (vCPU, pc, rsp) a stepped-over point will hit again
         self.rehit_count = 0
+        self.step_retries = 0
         self.stray: list[str] = []
 
     # -- reading the stopped kernel --------------------------------------------------------------
@@ -262,7 +263,7 @@ class KernelDiff:
 
     def _leave(self):
         """Step the stopped vCPU off its breakpoint (as Target.resume would) and look where the
-        step went.  A step that lands in an interrupt's entry (``asm_*``) did not execute the
+        step went.  A step that did not move is repeated.  A step that lands in an interrupt's entry (``asm_*``) did not execute the
         instruction: it runs after the interrupt returns and hits the same breakpoint again, with
         the same registers; that second stop is no event of the kernel's and is dropped (counted).
         Returns the step's stop when it landed on another point of ours (to handle as a stop)."""
@@ -274,7 +275,14 @@ class KernelDiff:
         if pc not in t.breakpoints:
             return None
         stepped = t.step()
-        if stepped.pc in t.breakpoints:
+        for _ in range(8):
+            # A step can end without executing anything (TCG had an exit request pending): the
+            # vCPU is still at the point, which is no second event.  Step again.
+            if stepped.pc != pc or stepped.cpu != t.cpu:
+                break
+            self.step_retries += 1
+            stepped = t.step()
+        if stepped.pc in t.breakpoints and stepped.pc != pc:
             return stepped
         found = self.s.symbols.nearest(stepped.pc, text=True)
         if found and found[0].name.startswith("asm_"):
@@ -491,6 +499,9 @@ class KernelDiff:
             self.errors.append(f"perfcc exited with status {status}: " + " | ".join(s.machine.console.tail(5)))
         summary = self.ls.finish()
         summary.notes.insert(0, f"callbacks observed at {p.callback_how}; perf's unwind_work bit {perf_bit}")
+        if self.step_retries:
+            summary.notes.append(f"{self.step_retries} single step(s) over a point ended without executing "
+                                 f"anything and were repeated (no second event)")
         if self.stray:
             summary.notes.append(f"{len(self.stray)} stop(s) at no point of ours, resumed: {', '.join(self.stray[:5])}")
         if self.rehit_count:
