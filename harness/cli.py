@@ -332,6 +332,17 @@ def cmd_run(args) -> int:
     """The main job: run scenarios on one guest and print the summary table."""
     from .scenarios.catalog import CATALOG, DEFAULT_SET, programs_for
 
+    if args.kernel_diff:
+        if args.program:
+            print("harness run: --kernel-diff samples catalog scenarios, not --program", file=sys.stderr)
+            return EXIT_USAGE
+        from .scenarios.kernel_diff import DEFAULT_SCENARIOS, cmd_kernel_diff
+
+        kd = argparse.Namespace(**vars(args))
+        kd.scenarios = args.scenarios or list(DEFAULT_SCENARIOS)
+        kd.requests = args.samples or 300
+        kd.freq, kd.profile, kd.show = 200, "mainline", 20
+        return cmd_kernel_diff(kd, _spec)
     if args.program:
         from .scenarios.catalog import user_scenario
 
@@ -573,6 +584,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--report", action="store_true", help="write report.html into the run directory")
     run.add_argument("--program", help="sample your own static or dynamic x86-64/i386 binary instead")
     run.add_argument("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)")
+    run.add_argument("--kernel-diff", action="store_true",
+                     help="instead of the model's own tracers: the guest kernel's unwind_deferred (perf's "
+                          "deferred callchains on the scenarios' programs) against the model, event by event "
+                          "(harness kernel-diff; --samples sets the requests per scenario)")
     _guest_args(run)
     run.set_defaults(func=cmd_run)
 
@@ -598,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
     from .perf.cli import add_cli as add_perf_cli
 
     add_perf_cli(sub, _guest_args, _spec)
+
+    from .scenarios.kernel_diff import add_cli as add_kernel_diff_cli
+
+    add_kernel_diff_cli(sub, _guest_args, _spec)
 
     from .sframe.cli import add_cli as add_sframe_cli
 

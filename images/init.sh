@@ -22,6 +22,8 @@
 #                            ends, "@@H exit ID STATUS" (128+N for a signal N); its output goes
 #                            to the output port as ID's frames
 #   dump ID PATH             copy PATH raw to the dump port; reply "@@H dumped ID SIZE"
+#   later ID DELAY PROG ARGS...  as run, but PROG starts DELAY seconds later and there is no pid
+#                            reply (the waiting subshell's pid is in /tmp/.later.ID)
 #   sh ID CMD...             run a shell command (output framed as ID's); reply "@@H done ID STATUS"
 #   recv ID SIZE MODE PATH   read SIZE bytes of base64 text from the control channel into PATH
 #                            (decoded, chmod MODE); reply "@@H done ID STATUS"
@@ -96,6 +98,29 @@ while read -r cmd id rest; do
       while [ -e /proc/$pid ] && [ "$(readlink /proc/$pid/exe)" = /bin/busybox ]; do usleep 1000; done
       rm -f /tmp/.out.$id /tmp/.pid.$id
       echo "@@H pid $id $pid"
+      ;;
+    later)
+      set -- $rest
+      delay=$1
+      shift
+      # As run, but the program starts after DELAY seconds and no pid is waited for: the harness
+      # sets breakpoints meanwhile.  The subshell's pid is in /tmp/.later.ID (the program is the
+      # child of its child: the harness ends it through that).
+      rm -f /tmp/.out.$id
+      mkfifo /tmp/.out.$id
+      (
+        exec hexdump -v -e "\"$id \" 32/1 \"%02x\" \"\\n\"" < /tmp/.out.$id >&4 &
+        fwd=$!
+        sleep "$delay"
+        "$@" </dev/null >/tmp/.out.$id 2>&1 3>&- 4>&- &
+        prog=$!
+        rm -f /tmp/.out.$id
+        wait $prog
+        echo "@@H exit $id $?"
+        wait $fwd
+        echo "$id ." >&4
+      ) </dev/null 3>&- &
+      echo $! > /tmp/.later.$id
       ;;
     dump)
       cat "$rest" > /tmp/.dump 2>/dev/null

@@ -560,6 +560,28 @@ class Machine:
         user space), and /init ignores it."""
         self.control.send("")
 
+    def shell_start(self, command: str) -> int:
+        """Send a shell command to /init and return its id at once, without waiting for its
+        ``done`` line (for a guest that stops at breakpoints meanwhile: the caller keeps serving
+        them).  Its output goes to the output channel as the command's frames."""
+        if "\n" in command:
+            raise ValueError(f"a guest shell command is one line: {command!r}")
+        i = self._id()
+        self.output.expect(i, None)
+        self.control.send(f"sh {i} {command}")
+        return i
+
+    def run_later(self, argv: list[str], delay: float, output: Path | None = None) -> GuestProcess:
+        """Start ``argv`` after ``delay`` seconds of guest time and return at once, pid unknown
+        (0): for a caller that sets breakpoints first and then serves them while the program runs.
+        Its exit is reported as :meth:`run`'s (:meth:`exit_status`, :meth:`wait_exit`), its output
+        framed as :meth:`run`'s; the pid of the subshell that waits for it is in ``/tmp/.later.ID``."""
+        i = self._id()
+        path = Path(output) if output is not None else self.output_dir / f"{i}-{Path(argv[0]).name}.out"
+        self.output.expect(i, path)
+        self.control.send(f"later {i} {delay:g} " + " ".join(argv))
+        return GuestProcess(i, 0, tuple(argv), path)
+
     def shell(self, command: str, timeout: float = 60.0) -> int:
         """Run a shell command in the guest; its output goes to ``OUTPUT_DIR/ID.out`` (only if it
         prints anything).  Returns its exit status."""

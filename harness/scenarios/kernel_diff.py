@@ -1,0 +1,685 @@
+"""``harness kernel-diff``: the guest kernel's own ``unwind_deferred`` against the model, event by event.
+
+The kernel's tracer is perf with ``defer_callchain`` (``guest_programs/perfcc.c -d`` sampling a
+catalog program); the guest stops in the kernel's own code and every stop becomes an
+:class:`~harness.kernel.lockstep.Event` that the pure :class:`~harness.kernel.lockstep.Lockstep`
+feeds to the model (mainline profile, or seed-v10 as a control) and compares.
+
+Where the guest stops, on a 7.x kernel (each a real function there: checked in its kallsyms and
+code, see :func:`resolve_points`):
+
+* ``unwind_deferred_request`` (entry: the current task, the tracer's ``work`` in rdi and the
+  cookie pointer in rsi; the return address read at entry gets a breakpoint, and the stop there
+  with the same vCPU and rsp + 8 is its return: eax is the value, ``*cookie`` the cookie and the
+  task's ``unwind_info.id`` is read through BTF);
+* ``unwind_deferred_task_work`` (entry; ``process_unwind_deferred`` is a separate function it
+  tail-calls) and ``unwind_deferred_task_exit`` (entry and return, from ``do_exit``);
+* ``unwind_user`` when its return address is in ``unwind_user_faultable`` (the cache was empty:
+  the stack is walked; no stop there means the cache was reused);
+* the indirect call of ``work->func`` in ``process_unwind_deferred`` (each callback: rdi the work,
+  rsi the trace, rdx the cookie);
+* ``unwind_task_init`` (a fork: ``copy_process`` clears the new task's unwind state);
+* inside ``exit_signals()`` right after ``tsk->flags |= PF_EXITING`` (interrupts are off there; a
+  request after that store fails with -EINVAL, even before ``exit_signals()`` returns);
+* the return-to-user points, while some task has state (``unwind_reset_info()`` is inlined into
+  the exit-to-user path, so there is no symbol of its own: the points after it are used).
+
+Orchestration (drives a :class:`~harness.session.Session`): the comparison itself is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ..deferred.profile import get_profile
+from ..errors import HarnessError
+from ..kernel import PF_EXITING, current_task, user_regs
+from ..kernel.lockstep import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
+from ..memory import MemoryFault
+from ..perf.capture import PERFCC, PerfSpec
+from ..session import Session
+from ..transport.errors import TargetError, TargetTimeout
+from ..transport.target import TargetMemory
+from ..unwind.user import UnwindConfig, unwind_user
+from .catalog import Scenario
+
+__all__ = ["KernelDiff", "KernelDiffResult", "Points", "resolve_points"]
+
+RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
+# include/linux/preempt.h: HARDIRQ and NMI are 4 bits each, NMI right above HARDIRQ.  Where
+# HARDIRQ starts differs between kernels (bit 16 in 6.x; bit 24 in 7.3, whose preempt count is 64
+# bits): it is read from the kernel's own irq_enter_rcu(), see hardirq_offset().
+HARDIRQ_OFFSET_DEFAULT = 0x00010000
+WALK_MAX = 1022  # our walk goes past any profile's UNWIND_MAX_ENTRIES; the model cuts it
+GUEST_OUT = "/tmp/kernel-diff.perfcc"
+
+
+class KernelDiffError(HarnessError):
+    """A kernel point the lockstep needs cannot be found in this kernel's code."""
+
+
+@dataclass(frozen=True)
+class Points:
+    request: int
+    task_work: int
+    task_exit: int
+    unwind_user: int
+    faultable: tuple[int, int]  # unwind_user_faultable's [start, end): the walks we count
+    callback: int  # the indirect call of work->func in process_unwind_deferred (or a func's entry)
+    callback_how: str
+    fork: int
+    exiting: tuple[int, ...]  # right after PF_EXITING is set
+    returns: dict[int, str]
+    perf_work: int
+    hardirq_offset: int = HARDIRQ_OFFSET_DEFAULT
+
+
+def hardirq_offset(code: bytes) -> int | None:
+    """HARDIRQ_OFFSET from the code of ``irq_enter_rcu()``: its first ``add $imm32, %gs:rel32(%rip)``
+    (``__preempt_count_add(HARDIRQ_OFFSET)``), qword (65 48 81 05) or dword (65 81 05)."""
+    for prefix in (b"\x65\x48\x81\x05", b"\x65\x81\x05"):
+        i = code.find(prefix)
+        if i >= 0 and i + len(prefix) + 8 <= len(code):
+            imm = struct.unpack_from("<I", code, i + len(prefix) + 4)[0]
+            if imm and imm & (imm - 1) == 0:
+                return imm
+    return None
+
+
+def indirect_call_sites(code: bytes, code_addr: int, thunks: set[int]) -> list[int]:
+    """Addresses of the ``call rel32`` instructions in ``code`` whose target is one of ``thunks``
+    (the retpoline thunks ``__x86_indirect_thunk_rax`` and the like: how ``work->func(...)`` is
+    called in a retpoline build)."""
+    hits = []
+    for i in range(len(code) - 4):
+        if code[i] == 0xE8:
+            rel = struct.unpack_from("<i", code, i + 1)[0]
+            if code_addr + i + 5 + rel in thunks:
+                hits.append(code_addr + i)
+    return hits
+
+
+def flag_set_sites(code: bytes, code_addr: int, flags_offset: int, flag: int) -> list[int]:
+    """Addresses right after each ``or $flag, flags_offset(%reg)`` in ``code`` (capstone):
+    in ``exit_signals()``, the instruction after ``tsk->flags |= PF_EXITING``."""
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    want = f"+ {flags_offset:#x}], {flag}"
+    return [i.address + i.size for i in md.disasm(code, code_addr)
+            if i.mnemonic == "or" and i.op_str.startswith("dword ptr [") and i.op_str.endswith(want)]
+
+
+def resolve_points(sess: Session) -> Points:
+    """The kernel points, checked against the kernel's own text (kallsyms + the bytes there)."""
+    syms = sess.info.symbols
+    ks = sess.symbols
+
+    def sym(name: str) -> int:
+        if name not in syms:
+            raise KernelDiffError(f"kernel {sess.info.release} has no symbol {name}")
+        return syms[name]
+
+    proc = sym("process_unwind_deferred")
+    end = ks.next_symbol_address(proc)
+    code = sess.read(proc, end - proc)
+    thunks = {a for n, a in syms.items() if n.startswith("__x86_indirect_") and n.endswith("rax")}
+    sites = indirect_call_sites(code, proc, thunks)
+    perf_work = sym("perf_unwind_work")
+    if len(sites) == 1:
+        callback, how = sites[0], f"the indirect call at process_unwind_deferred+{sites[0] - proc:#x}"
+    else:
+        # No single retpoline call found (another mitigation build): perf's callback's entry.
+        callback, how = sym("perf_unwind_deferred_callback"), "perf_unwind_deferred_callback's entry"
+    faultable = sym("unwind_user_faultable")
+    # Where PF_EXITING is set: inside exit_signals(), with interrupts off (a request after the
+    # store fails with -EINVAL, and one can come before exit_signals() returns); else after its call.
+    es = sym("exit_signals")
+    sites = flag_set_sites(sess.read(es, ks.next_symbol_address(es) - es), es,
+                           sess.btf.member_offset("task_struct", "flags"), PF_EXITING)
+    if sites:
+        exiting = tuple(sites)
+    else:
+        exiting = (sess.stops.points["exit"].addr,) if "exit" in sess.stops.points else ()
+    returns = {sess.stops[p].addr: p for p in RETURN_POINTS if p in sess.stops.points}
+    irq = sym("irq_enter_rcu")
+    hardirq = hardirq_offset(sess.read(irq, min(ks.next_symbol_address(irq) - irq, 512))) or HARDIRQ_OFFSET_DEFAULT
+    return Points(sym("unwind_deferred_request"), sym("unwind_deferred_task_work"),
+                  sym("unwind_deferred_task_exit"), sym("unwind_user"),
+                  (faultable, ks.next_symbol_address(faultable)), callback, how, sym("unwind_task_init"),
+                  exiting, returns, perf_work, hardirq)
+
+
+@dataclass
+class KernelDiffResult:
+    scenario: str
+    smp: int
+    summary: Summary
+    stops: int = 0
+    seconds: float = 0.0
+    program_exit: int | None = None
+    errors: list[str] = field(default_factory=list)
+    events_path: str = ""
+
+    @property
+    def requests(self) -> int:
+        return self.summary.kernel["request"]
+
+
+class KernelDiff:
+    """One scenario: perfcc samples its program, every kernel event goes through the lockstep."""
+
+    def __init__(self, session: Session, scenario: Scenario, profile: str = "mainline", requests: int = 500,
+                 freq: int = 200, events: IO[str] | None = None, points: Points | None = None,
+                 single: bool = False):
+        self.s = session
+        self.sc = scenario
+        self.profile = get_profile(profile)
+        self.want = requests
+        self.freq = freq
+        # perf's events: one inherited event per CPU (several events, as perf record opens them), or
+        # one cpu = -1 event on the program's first thread only (perfcc -1)
+        self.single = single
+        self.events_out = events
+        self.p = points or resolve_points(session)
+        btf = session.btf
+        self.o_info = btf.member_offset("task_struct", "unwind_info")
+        self.o_mask = btf.member_offset("unwind_task_info", "unwind_mask")
+        self.o_cache = btf.member_offset("unwind_task_info", "cache")
+        self.o_id = btf.member_offset("unwind_task_info", "id")
+        self.o_nr = btf.member_offset("unwind_cache", "nr_entries")
+        self.o_tr_nr = btf.member_offset("unwind_stacktrace", "nr")
+        self.o_tr_entries = btf.member_offset("unwind_stacktrace", "entries")
+        self.o_bit = btf.member_offset("unwind_work", "bit")
+        self.preempt = session.info.symbols.get("__preempt_count")
+        self.memory = TargetMemory(session.target)
+        self.seq = 0
+        self.requests = CallMatcher()
+        self.exits = CallMatcher()
+        self.request_returns: set[int] = set()
+        self.exit_returns: set[int] = set()
+        self._returns_armed = False
+        self.unmatched_returns = 0
+        self.rehits: set[tuple[int, int, int]] = set()  # (vCPU, pc, rsp) a stepped-over point will hit again
+        self.rehit_count = 0
+        self.step_retries = 0
+        self.stray: list[str] = []
+
+    # -- reading the stopped kernel --------------------------------------------------------------
+    def _u64(self, addr: int) -> int:
+        return struct.unpack("<Q", self.s.read(addr, 8))[0]
+
+    def _u32(self, addr: int) -> int:
+        return struct.unpack("<I", self.s.read(addr, 4))[0]
+
+    def _current(self, regs):
+        return current_task(self.s.info, self.s.read, regs["gs_base"])
+
+    def _unwind_info(self, task_addr: int) -> tuple[int, int, int]:
+        """(unwind_mask, cache pointer, id) of a task."""
+        raw = self.s.read(task_addr + self.o_info, self.o_id + 8)
+        return (int.from_bytes(raw[self.o_mask:self.o_mask + 8], "little"),
+                int.from_bytes(raw[self.o_cache:self.o_cache + 8], "little"),
+                int.from_bytes(raw[self.o_id:self.o_id + 8], "little"))
+
+    def _our_walk(self, task, gs_base: int) -> tuple[tuple[int, ...], str]:
+        """Our unwinder on the task's saved user registers (the kernel's next walk starts there)."""
+        try:
+            regs = user_regs(self.s.info, self.s.read, task, gs_base)
+        except (MemoryFault, TargetError) as exc:
+            return (), f"pt_regs unreadable: {exc}"
+        if not regs.user_mode:
+            return (), "the saved registers are not user mode"
+        return tuple(unwind_user(self.memory, regs, UnwindConfig(max_entries=WALK_MAX)).ips), ""
+
+    def percpu_ctr(self) -> dict[int, int]:
+        """The kernel's ``unwind_ctx_ctr`` of each CPU now (``__per_cpu_offset[cpu] + &unwind_ctx_ctr``)."""
+        syms = self.s.info.symbols
+        out = {}
+        for cpu in range(self.s.spec.smp):
+            off = self._u64(syms["__per_cpu_offset"] + 8 * cpu)
+            out[cpu] = self._u32((off + syms["unwind_ctx_ctr"]) & ((1 << 64) - 1))
+        return out
+
+    # -- events ----------------------------------------------------------------------------------
+    def _emit(self, kind: str, task, cpu: int, **kw) -> None:
+        ev = Event(self.seq, kind, task.addr, task.pid, cpu, task.comm, **kw)
+        self.seq += 1
+        if self.events_out is not None:
+            self.events_out.write(json.dumps(ev.to_dict()) + "\n")
+        self.ls.feed(ev)
+
+    def _context(self, gs_base: int) -> str:
+        if self.preempt is None:
+            return "irq"
+        pc = self._u64((gs_base + self.preempt) & ((1 << 64) - 1))
+        hard = self.p.hardirq_offset
+        return "nmi" if pc & (0xF * hard << 4) else "irq" if pc & (0xF * hard) else "syscall"
+
+    def _leave(self):
+        """Step the stopped vCPU off its breakpoint (as Target.resume would) and look where the
+        step went.  A step that did not move is repeated.  A step that lands in an interrupt's entry (``asm_*``) did not execute the
+        instruction: it runs after the interrupt returns and hits the same breakpoint again, with
+        the same registers; that second stop is no event of the kernel's and is dropped (counted).
+        Returns the step's stop when it landed on another point of ours (to handle as a stop)."""
+        t = self.s.target
+        if t.stop_cpu is not None and t.stop_cpu != t.cpu:
+            t.select_cpu(t.stop_cpu)
+        regs = t.read_registers()
+        pc = regs["rip"]
+        if pc not in t.breakpoints:
+            return None
+        stepped = t.step()
+        for _ in range(8):
+            # A step can end without executing anything (TCG had an exit request pending): the
+            # vCPU is still at the point, which is no second event.  Step again.
+            if stepped.pc != pc or stepped.cpu != t.cpu:
+                break
+            self.step_retries += 1
+            stepped = t.step()
+        if stepped.pc in t.breakpoints and stepped.pc != pc:
+            return stepped
+        found = self.s.symbols.nearest(stepped.pc, text=True)
+        if found and found[0].name.startswith("asm_"):
+            self.rehits.add((stepped.cpu, pc, regs["rsp"]))
+        return None
+
+    def _on_stop(self, cpu: int, pc: int) -> None:
+        p = self.p
+        t = self.s.target
+        regs = t.read_registers()
+        gs = regs["gs_base"]
+        key = (cpu, pc, regs["rsp"])
+        if key in self.rehits:
+            self.rehits.discard(key)
+            self.rehit_count += 1
+            return
+        if pc == p.request:
+            task = self._current(regs)
+            ret_addr = self._u64(regs["rsp"])
+            if ret_addr not in self.request_returns:
+                t.set_breakpoint(ret_addr)
+                self.request_returns.add(ret_addr)
+            try:
+                user = user_regs(self.s.info, self.s.read, task, gs).user_mode
+            except (MemoryFault, TargetError):
+                user = False
+            self.requests.enter(cpu, regs["rsp"], (task, regs["rdi"], regs["rsi"], self._context(gs), user))
+            return
+        if pc in self.request_returns:
+            hit = self.requests.leave(cpu, regs["rsp"])
+            if hit is not None:
+                task, work, cookie_ptr, ctx, user = hit
+                now = self._u64((gs + self.s.info.current_task_sym) & ((1 << 64) - 1))
+                if now != task.addr:
+                    self.errors.append(f"the return of pid {task.pid}'s request (vCPU {cpu}, rsp {regs['rsp']:#x}) "
+                                       f"came on task {now:#x}")
+                ret = struct.unpack("<i", struct.pack("<I", regs["rax"] & 0xFFFFFFFF))[0]
+                mask, _cache, task_id = self._unwind_info(task.addr)
+                self._emit("request", task, cpu, work=work, ret=ret, cookie=self._u64(cookie_ptr),
+                           task_id=task_id, mask=mask, context=ctx, user_mode=user, kthread=task.kthread)
+                return
+            # The instruction after the call is also reached by branches that skip the call
+            # (perf_callchain() asks only for user tasks): a stop there with no entry of ours.
+            self.unmatched_returns += 1
+            return
+        if pc in self.exit_returns:
+            hit = self.exits.leave(self._u64((gs + self.s.info.current_task_sym) & ((1 << 64) - 1)), regs["rsp"])
+            if hit is not None:
+                self._emit("task_exit_done", hit, cpu)
+                return
+        if pc == p.task_work or pc == p.task_exit:
+            task = self._current(regs)
+            mask, cache, _ = self._unwind_info(task.addr)
+            cache_nr = self._u32(cache + self.o_nr) if cache else None
+            if pc == p.task_work or mask & 1:
+                trace, err = self._our_walk(task, gs)
+            else:
+                trace, err = (), "nothing pending"
+            kind = "task_work" if pc == p.task_work else "task_exit"
+            if kind == "task_exit":
+                ret_addr = self._u64(regs["rsp"])
+                if ret_addr not in self.exit_returns:
+                    t.set_breakpoint(ret_addr)
+                    self.exit_returns.add(ret_addr)
+                # keyed by task, not vCPU: the exit's callbacks may sleep and the task move
+                self.exits.enter(task.addr, regs["rsp"], task)
+            self._emit(kind, task, cpu, mask=mask, cache_nr=cache_nr, trace=trace, walk_error=err)
+            return
+        if pc == p.unwind_user:
+            ret_addr = self._u64(regs["rsp"])
+            if p.faultable[0] <= ret_addr < p.faultable[1]:
+                self._emit("walk", self._current(regs), cpu)
+            return
+        if pc == p.callback:
+            nr = self._u32(regs["rsi"] + self.o_tr_nr)
+            entries = self._u64(regs["rsi"] + self.o_tr_entries)
+            raw = self.s.read(entries, 8 * nr) if nr else b""
+            trace = struct.unpack(f"<{nr}Q", raw)
+            self._emit("callback", self._current(regs), cpu, work=regs["rdi"], cookie=regs["rdx"], trace=trace)
+            return
+        if pc == p.fork:
+            parent = self._current(regs)
+            self._emit("fork", parent, cpu, child=regs["rdi"])
+            return
+        if pc in p.exiting:
+            self._emit("exiting", self._current(regs), cpu)
+            return
+        if pc in p.returns:
+            task = self._current(regs)
+            if self.ls.wants_return(task.addr):
+                self._emit("return", task, cpu, point=p.returns[pc])
+            return
+        # Not a point of ours (seen once in ~20,000 stops on 2 vCPUs): nothing the kernel did is
+        # lost by it; said in the notes and resumed.
+        self.stray.append(f"{pc:#x} ({self.s.symbols.symbolize(pc, text=True)}) on vCPU {cpu}")
+
+    def _arm_returns(self) -> None:
+        want = bool(self.ls.open_tasks())
+        if want == self._returns_armed:
+            return
+        for a in self.p.returns:
+            (self.s.target.set_breakpoint if want else self.s.target.remove_breakpoint)(a)
+        self._returns_armed = want
+
+    def _clean_up(self, fixed: list[int], proc, status: int | None, kill: str) -> int | None:
+        """Every breakpoint out, the program and perfcc ended, the guest stopped again: the
+        next scenario starts from a quiet guest.  Returns perfcc's exit status."""
+        s, t = self.s, self.s.target
+        try:
+            for a in [*fixed, *self.request_returns, *self.exit_returns, *self.p.returns]:
+                t.remove_breakpoint(a)
+            self._returns_armed = False
+            if s.machine.alive():
+                t.resume()
+                if status is None:
+                    s.machine.shell(kill + " 2>/dev/null")
+                    status = s.machine.wait_exit(proc, timeout=120)
+                s.machine.shell(f"rm -f {GUEST_OUT}")
+                t.interrupt()
+        except (TargetError, HarnessError) as exc:
+            self.errors.append(f"cleanup: {exc}")
+        return status
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> KernelDiffResult:
+        s, p, t = self.s, self.p, self.s.target
+        start = time.monotonic()
+        self.errors: list[str] = []
+        perf_bit = struct.unpack("<i", s.read(p.perf_work + self.o_bit, 4))[0]
+        ctr = self.percpu_ctr()
+        self.ls = Lockstep(self.profile, {p.perf_work: "perf"}, ctr)
+        if self.events_out is not None:
+            self.events_out.write(json.dumps({
+                "header": "kernel-diff", "release": s.info.release, "scenario": self.sc.name,
+                "profile": self.profile.name, "smp": s.spec.smp, "tracers": {str(p.perf_work): "perf"},
+                "percpu_ctr": {str(c): v for c, v in ctr.items()}}) + "\n")
+        model_bit = self.ls.works[p.perf_work].bit
+        summary = self.ls.summary
+        if perf_bit != model_bit and self.profile.name == "mainline":
+            self.errors.append(f"perf's unwind_work has bit {perf_bit} in the kernel, {model_bit} in the model")
+        prog = s.program(self.sc.program, self.sc.toolchain, self.sc.variant)
+        perfcc = s.program(*PERFCC)
+        # perfcc samples for a while (guest seconds; more than the requests asked for should take:
+        # about a quarter of a spinning program's samples became requests here, the guest clock
+        # runs on while it is stopped), and is ended by the kill below once they are reached.
+        seconds = max(1.0, 15 * self.want / self.freq)
+        spec = PerfSpec(seconds=seconds, freq=self.freq, stack_bytes=8, defer=True, data_pages=16,
+                        inherit=not self.single)
+        # perfcc starts a second (guest time) after the breakpoints are in: no request goes unseen.
+        proc = s.machine.run_later(spec.argv(perfcc.guest_path, GUEST_OUT, [prog.guest_path, *self.sc.args]), 1)
+        # The program is perfcc's child (its own process group), perfcc the subshell's child.
+        kill = (f"p=$(cat /tmp/.later.{proc.id}); for c in $(cat /proc/$p/task/$p/children); do "
+                f"kill -KILL $(cat /proc/$c/task/$c/children); done")
+        fixed = [p.request, p.task_work, p.task_exit, p.unwind_user, p.callback, p.fork]
+        fixed += list(p.exiting)
+        for a in fixed:
+            t.set_breakpoint(a)
+        stops = 0
+        status = None
+        interrupted = False
+        kill_sent = False
+        drain_limit = 0
+        try:
+            idle = 0
+            while True:
+                status = s.machine.exit_status(proc)
+                if status is not None:
+                    break  # perfcc is done: its child's tasks have gone through do_exit
+                if not kill_sent and summary.kernel["request"] >= self.want:
+                    # Enough: end the program through the console while every event is still
+                    # watched (its tasks exit with whatever state they have; no request goes
+                    # unseen, and those made meanwhile are compared too).  perfcc then kills the
+                    # child's process group and exits.
+                    s.machine.shell_start(kill)
+                    kill_sent = True
+                    drain_limit = stops + 20000
+                if kill_sent and stops >= drain_limit:
+                    self.errors.append(f"the program did not end within {stops - drain_limit + 20000} stops of the kill")
+                    break
+                landed = self._leave()
+                try:
+                    if landed is not None:
+                        stop = landed
+                    else:
+                        t.resume()
+                        stop = t.wait_stop(timeout=3)
+                except TargetTimeout:
+                    # No stop for a while (perfcc may be done: its exit is read between stops);
+                    # wait_stop has interrupted the guest.  A breakpoint stop that came just before
+                    # the interrupt is its answer: the vCPU then sits on a point of ours.
+                    idle += 1
+                    if idle >= 40:
+                        self.errors.append("no kernel event for 2 minutes and perfcc still runs")
+                        break
+                    pc = t.read_registers()["rip"]
+                    if pc in t.breakpoints:
+                        stops += 1
+                        self._on_stop(t.cpu, pc)
+                        self._arm_returns()
+                    continue
+                idle = 0
+                stops += 1
+                self._on_stop(stop.cpu, stop.pc)
+                self._arm_returns()
+        except KeyboardInterrupt:
+            # No clean-up in the guest (each step could wait for its timeout): the session shuts
+            # QEMU down next.
+            interrupted = True
+            raise
+        finally:
+            if not interrupted:
+                status = self._clean_up(fixed, proc, status, kill)
+        if status not in (None, 0):
+            self.errors.append(f"perfcc exited with status {status}: " + " | ".join(s.machine.console.tail(5)))
+        summary = self.ls.finish()
+        summary.notes.insert(0, f"callbacks observed at {p.callback_how}; perf's unwind_work bit {perf_bit}")
+        if self.step_retries:
+            summary.notes.append(f"{self.step_retries} single step(s) over a point ended without executing "
+                                 f"anything and were repeated (no second event)")
+        if self.stray:
+            summary.notes.append(f"{len(self.stray)} stop(s) at no point of ours, resumed: {', '.join(self.stray[:5])}")
+        if self.rehit_count:
+            summary.notes.append(f"{self.rehit_count} stop(s) dropped: a point hit again after the single step "
+                                 f"over it took an interrupt instead (the instruction ran after the interrupt)")
+        return KernelDiffResult(self.sc.name, s.spec.smp, summary, stops, time.monotonic() - start,
+                                status, self.errors)
+
+
+def check_support(sess: Session) -> tuple[bool, str]:
+    return deferred_support(sess.btf, sess.info.symbols)
+
+
+def events_path(out_dir: Path, scenario: str, smp: int) -> Path:
+    return out_dir / f"{scenario}.smp{smp}.events.jsonl"
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+DEFAULT_SCENARIOS = ("fp-spin", "fp-syscall", "threads", "forkexec", "compat-fp")
+
+
+def _exit_code(total: Summary, profile: str, errors: list[str]) -> tuple[int, str]:
+    if errors:
+        return 3, f"{len(errors)} error(s) in the runs"
+    if total.kernel["request"] == 0 or total.n_compared == 0:
+        return 1, "nothing was compared: no request of the kernel's tracer was seen"
+    if profile == "mainline":
+        if total.unexplained:
+            return 1, f"{len(total.unexplained)} unexplained difference(s) between the kernel and the model"
+        return 0, "the model did what the kernel did at every event"
+    cookie = sum(1 for d in total.differences if d.what == "request.cookie")
+    if total.unexplained:
+        return 1, f"control {profile}: {len(total.unexplained)} difference(s) its revision does not explain"
+    if not cookie:
+        return 1, f"control {profile}: no cookie mismatch found (the comparison would be blind)"
+    return 0, (f"control {profile}: {cookie} cookie mismatch(es) found, as expected "
+               f"({EXPECTED_COOKIE_NAME}); every difference named")
+
+
+EXPECTED_COOKIE_NAME = "seed-v10 cookies are timestamps"
+
+
+def cmd_kernel_diff(args, spec_for) -> int:
+    import os
+    import sys
+
+    from ..images.kernel import get_kernel
+    from ..kernel.btf import Btf
+    from ..kernel.lockstep import Summary as _Summary
+    from .catalog import CATALOG, programs_for
+
+    names = list(args.scenarios or DEFAULT_SCENARIOS)
+    if names == ["all"]:
+        names = list(CATALOG)
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        print(f"harness kernel-diff: unknown scenarios {unknown}; known: {', '.join(CATALOG)}", file=sys.stderr)
+        return 2
+    ci = os.environ.get("CI", "").lower() == "true"
+    default_kernel = args.kernel == "default" and not args.kernel_path
+
+    def skip(release: str, why: str) -> int:
+        print(f"kernel-diff: kernel {release}: {why}; the kernel-diff checks are skipped")
+        if ci and default_kernel:
+            print("kernel-diff: CI=true and this is the default kernel, which must have it: failure")
+            return 1
+        return 0
+
+    kernel = get_kernel(args.kernel, args.kernel_path)
+    ok, why = deferred_support(Btf.from_elf(kernel.vmlinux))
+    if not ok:
+        return skip(kernel.release or kernel.package, why)
+    scenarios = [CATALOG[n] for n in names]
+    spec = spec_for(args, programs_for(scenarios) + [PERFCC])
+    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-kernel-diff")
+    out.mkdir(parents=True, exist_ok=True)
+    total = _Summary(args.profile)
+    results: list[KernelDiffResult] = []
+    errors: list[str] = []
+    with Session(spec) as sess:
+        ok, why = check_support(sess)
+        if not ok:
+            return skip(sess.info.release, why)
+        points = resolve_points(sess)
+        print(f"kernel-diff on {sess.kernel.package}={sess.kernel.version} ({sess.accel}, {args.smp} vCPU(s)), "
+              f"model profile {args.profile}, tracer perf (defer_callchain) at {args.freq} Hz; "
+              f"callbacks seen at {points.callback_how}; events in {out}/", file=sys.stderr)
+        for sc in scenarios:
+            path = events_path(out, sc.name, args.smp)
+            with open(path, "w") as f:
+                r = KernelDiff(sess, sc, args.profile, args.requests, args.freq, f, points,
+                               single=getattr(args, "single", False)).run()
+            r.events_path = str(path)
+            results.append(r)
+            total.merge(r.summary)
+            errors += [f"{sc.name}: {e}" for e in r.errors]
+            rate = r.requests / r.seconds if r.seconds else 0.0
+            print(f"\n== {sc.name} ({sc.program} {' '.join(sc.args)}), {args.smp} vCPU(s): {r.requests} requests, "
+                  f"{r.stops} stops in {r.seconds:.1f}s ({rate:.1f} requests/s)")
+            for line in r.summary.lines(show=args.show):
+                print(line)
+            for e in r.errors:
+                print(f"ERROR: {e}")
+    print(f"\n== total over {len(results)} scenario(s), {args.smp} vCPU(s), kernel {sess.info.release}")
+    total.notes = []
+    for line in total.lines(show=0 if len(results) > 1 else args.show):
+        print(line)
+    code, why = _exit_code(total, args.profile, errors)
+    print(f"exit {code}: {why}")
+    return code
+
+
+def cmd_kernel_diff_replay(args) -> int:
+    """Offline: run a recorded event file through a fresh lockstep."""
+    from ..kernel.lockstep import replay
+
+    path = Path(args.replay)
+    events, header = [], {}
+    try:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            d = json.loads(line)
+            if "header" in d:
+                header = d
+                continue
+            events.append(Event.from_dict(d))
+    except (OSError, ValueError, LockstepError) as exc:
+        raise LockstepError(f"{path}: {exc}") from exc
+    if not header or "tracers" not in header:
+        raise LockstepError(f"{path}: no kernel-diff header line (tracers, per-CPU counters) before the events")
+    profile = args.profile or header.get("profile", "mainline")
+    tracers = header.get("tracers") or {}
+    tracers = {int(k): v for k, v in tracers.items()}
+    summary = replay(events, get_profile(profile), tracers, {int(k): v for k, v in header.get("percpu_ctr", {}).items()})
+    for line in summary.lines(show=args.show):
+        print(line)
+    code, why = _exit_code(summary, profile, [])
+    print(f"exit {code}: {why}")
+    return code
+
+
+def add_cli(subparsers, guest_args, spec_for):
+    import argparse
+
+    p = subparsers.add_parser("kernel-diff", help="the guest kernel's unwind_deferred against the model, event by event",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("scenarios", nargs="*", help=f"catalog scenarios whose programs perf samples, or 'all' "
+                                                f"(default: {' '.join(DEFAULT_SCENARIOS)})")
+    p.add_argument("--requests", type=_positive, default=300, help="requests of the kernel's tracer per scenario")
+    p.add_argument("--freq", type=_positive, default=200, help="perf samples per second (guest time)")
+    p.add_argument("--profile", choices=("mainline", "seed-v10"), default=None,
+                   help="the model's profile (default mainline; seed-v10 is the control that must show "
+                        "its cookie mismatches)")
+    p.add_argument("--single", action="store_true",
+                   help="one perf event (cpu = -1, the program's first thread) instead of one inherited "
+                        "event per CPU")
+    p.add_argument("--show", type=int, default=20, help="differences printed per scenario")
+    p.add_argument("--out", help="directory for the event files (default runs/TIMESTAMP-kernel-diff)")
+    p.add_argument("--replay", metavar="EVENTS.jsonl", help="re-check a recorded event file, no guest")
+    guest_args(p)
+
+    def run(a):
+        if a.replay:
+            return cmd_kernel_diff_replay(a)
+        a.profile = a.profile or "mainline"
+        return cmd_kernel_diff(a, spec_for)
+
+    p.set_defaults(func=run)
+    return p
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} is not a positive integer")
+    return v
