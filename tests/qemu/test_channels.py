@@ -57,7 +57,10 @@ def test_a_hostile_program_cannot_break_the_run(tmp_path, kernel):
         assert r.own_stacks >= 1 and r.program_exit is None  # sampled, and killed at the end, not "exited"
         assert m.console.panic is None
         # The /dev/kmsg write reached the kernel's log, as a user record (facility 1, level 0).
-        assert any(line.startswith("<8>") and "hostile /dev/kmsg" in line for line in m.console.tail(400))
+        # The whole console log, not the ring's last lines: on a loaded host the kernel may print
+        # a long report (an RCU stall's stacks) after it.
+        kernel_log = (m.workdir / "console.log").read_text(errors="replace").splitlines()
+        assert any(line.startswith("<8>") and "hostile /dev/kmsg" in line for line in kernel_log)
         # The run's program output: beside the log, named in the end record, exactly what it printed.
         assert r.program_output == "hostile.out"
         assert not any("program output" in n for n in r.notes), r.notes  # complete, nothing dropped
