@@ -171,3 +171,16 @@ def test_two_cookies_in_one_entry():
     tampered = events[:i] + [dict(events[i], cookie=events[i]["cookie"] + (2 << 32))] + events[i + 1:]
     led = _ledger(tampered)
     assert led.counts["cookie_mismatch"] == 1
+
+
+@pytest.mark.parametrize("argv", [["--nmi-share", "1.5"], ["--requests", "0"], ["--tasks", "-1"],
+                                  ["--cancel-every", "x"]])
+def test_bench_soak_refuses_bad_arguments_before_booting(argv, capsys):
+    from harness.cli import main
+
+    try:
+        code = main(["bench", "soak", *argv])
+    except SystemExit as exc:  # argparse's own refusals (harness.cli.Parser exits 2)
+        code = exc.code
+    assert code == 2
+    assert "harness" in capsys.readouterr().err
