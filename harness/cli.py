@@ -11,7 +11,7 @@ died, disk full, interrupted).
     harness shell [--batch FILE.py]      a Python REPL (or a script) with a live `guest` object
     harness doctor                       what is installed, which accelerator, what is cached
     harness run [SCENARIO ...]           the main job: scenarios on a guest, every stack checked
-    harness bench transport|unwind|deferred  figures, printed
+    harness bench transport|unwind|deferred|soak  figures, printed
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
     harness perf [--defer] ...           the guest kernel's perf callchains against our unwinder
     harness sframe check|dump BINARY...  a binary's SFrame section checked against its .eh_frame, or dumped
@@ -489,6 +489,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.smp is None:
+        args.smp = 2 if args.what == "soak" else 1
     if args.what == "transport":
         from .session import Session
         from .transport.bench import bench_transport, format_bench
@@ -533,7 +535,38 @@ def cmd_bench(args) -> int:
         print(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
               f" ({rate / goal if goal else 0:.2f} of it)")
         return 0
+    if args.what == "soak":
+        return _bench_soak(args)
     raise SystemExit(f"unknown benchmark {args.what}")
+
+
+def _bench_soak(args) -> int:
+    """``harness bench soak``: the soak's figures (harness/scenarios/soak.py); exit 1 when a
+    request was lost, a callback duplicated, a cookie reused or a stack failed, 3 on errors."""
+    import tempfile
+    from pathlib import Path
+
+    from .progress import sampling_reporter
+    from .scenarios.soak import PROGRAM, SoakSpec, format_soak, run_soak
+    from .session import Session
+
+    spec = SoakSpec(requests=args.requests, tasks=args.tasks, cancel_every=args.cancel_every,
+                    nmi_share=args.nmi_share, seed=args.seed)
+    if not 0.0 <= spec.nmi_share <= 1.0:
+        print(f"harness bench: --nmi-share must be between 0 and 1, not {spec.nmi_share}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.out) if args.out else Path("runs")
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = Path(tempfile.mkdtemp(prefix=time.strftime("soak-%Y%m%d-%H%M%S-"), dir=out)) / "soak.jsonl"
+    with Session(_spec(args, [PROGRAM])) as sess:
+        _print_qemu(sess.qemu)
+        print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}, {args.smp} vCPUs)")
+        rep = run_soak(sess, spec, log_path, progress=sampling_reporter())
+    for line in format_soak(rep):
+        print(line)
+    if rep.errors:
+        return EXIT_INFRA
+    return EXIT_OK if rep.ok else EXIT_FAILURES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -592,9 +625,19 @@ def main(argv: list[str] | None = None) -> int:
     run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("what", choices=("transport", "unwind", "deferred"))
+    bench.add_argument("what", choices=("transport", "unwind", "deferred", "soak"))
     bench.add_argument("--samples", type=positive_int, help="requests for bench deferred")
     _guest_args(bench)
+    bench.add_argument("--requests", type=positive_int, default=10_000,
+                       help="bench soak: requests on the program's tasks (default 10000)")
+    bench.add_argument("--tasks", type=positive_int, default=8, help="bench soak: worker tasks (default 8)")
+    bench.add_argument("--cancel-every", type=positive_int, default=100,
+                       help="bench soak: requests between two cancel + re-register cycles (default 100)")
+    bench.add_argument("--nmi-share", type=float, default=0.5,
+                       help="bench soak: the share of NMI requests, the rest timer interrupts (default 0.5)")
+    bench.add_argument("--seed", type=int, default=0, help="bench soak: seed of the NMI/timer draw and jitter")
+    bench.add_argument("--out", help="bench soak: directory for the run's log (default runs/)")
+    bench.set_defaults(smp=None)  # bench soak: 2 vCPUs unless --smp says otherwise; the others: 1
     bench.set_defaults(func=cmd_bench)
 
     rep = sub.add_parser("report", help="report.html (or other formats) from a run directory")

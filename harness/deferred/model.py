@@ -212,15 +212,20 @@ class DeferredModel:
         self.log.emit("task", task=pid, flags=task.flags)
         return task
 
-    def fork(self, parent: Task) -> Task:
+    def fork(self, parent: Task, pid: int | None = None) -> Task:
         """``copy_process()`` calls ``unwind_task_init(p)``: the child's unwind state starts empty.
 
-        The child is in the kernel (it returns to user space through ``ret_from_fork``).
+        The child is in the kernel (it returns to user space through ``ret_from_fork``).  ``pid``:
+        the child's pid where the caller knows it (a live guest's), else the model picks one.
         """
         self._require_kernel(parent)
-        pid = next(self._pids)
-        while pid in self.tasks:
+        if pid is not None:
+            if pid in self.tasks:
+                raise ModelError(f"pid {pid} exists")
+        else:
             pid = next(self._pids)
+            while pid in self.tasks:
+                pid = next(self._pids)
         child = Task(pid=pid, flags=parent.flags & PF_KTHREAD, cpu=parent.cpu, in_kernel=True, entry=1)
         child.has_mm = parent.has_mm
         self.tasks[pid] = child

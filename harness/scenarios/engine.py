@@ -163,6 +163,9 @@ class Engine:
         self._names: dict[tuple[int, bool], list] = {}  # (address, is a return address) -> record frame
         self._last_trace: Trace | None = None
         self._delivered_entry: tuple[int, int] = (0, 0)
+        # Breakpoints a subclass keeps inserted the whole run (the soak's fork and exit points),
+        # handled by _on_lifecycle wherever the engine stops at them; none in a normal run.
+        self.lifecycle: dict[int, StopPoint] = {}
 
     # -- model hooks -------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
@@ -194,9 +197,9 @@ class Engine:
                                    r.failed_stacks, time.monotonic() - self._started, finished, interrupted))
 
     # -- the run -----------------------------------------------------------------------------
-    def run(self) -> Result:
-        start = self._started = time.monotonic()
-        self._report()
+    def _prepare(self) -> None:
+        """Start the program, read its address space, build the oracles, resolve the stop points
+        and insert the request breakpoints (the guest is left stopped)."""
         s = self.s
         self.proc = s.run_program([self.program.guest_path, *self.sc.args], output=self._output_path())
         s.target.resume()
@@ -226,6 +229,12 @@ class Engine:
         self._seen: collections.Counter = collections.Counter()
         for a in self.request_points:
             s.target.set_breakpoint(a)
+
+    def run(self) -> Result:
+        start = self._started = time.monotonic()
+        self._report()
+        s = self.s
+        self._prepare()
         loop_start = time.monotonic()
         rng = random.Random(self.sc.seed)
         interrupted = False
@@ -446,6 +455,9 @@ class Engine:
                 break
             stop = self.s.target.cont(timeout=30)
             self.result.stops += 1
+            if stop.pc in self.lifecycle:
+                self._on_lifecycle(self.lifecycle[stop.pc])
+                continue
             point = self.return_points.get(stop.pc) or self.request_points.get(stop.pc)
             if point is None:
                 self.result.errors.append(f"stopped at {stop.pc:#x}, not at a breakpoint of ours")
@@ -459,6 +471,9 @@ class Engine:
                 # come again), so a trace's cost stays measurable.
                 self._on_request(point)
         self._arm_returns(bool(self.pending))
+
+    def _on_lifecycle(self, point: StopPoint) -> None:
+        """A stop at one of :attr:`lifecycle`'s points (a subclass's)."""
 
     def _flush_pending(self) -> None:
         """At the end, wake sleeping tasks (init reads the console) so that their pending work
@@ -493,12 +508,16 @@ class Engine:
         pending = self.pending.pop(task.pid)
         self._walk_regs, self._walk_task = regs, task
         self._delivered_now = []
+        self._deliver(mt, point)
+        self._check(task, regs, pending, point)
+        self._arm_returns(bool(self.pending))
+
+    def _deliver(self, mt, point) -> None:
+        """The model's task work at this stop: in ``do_exit()`` or at the return to user space."""
         if point.kind == "exit":
             self.model.exit(mt)
         else:
             self.model.return_to_user(mt)
-        self._check(task, regs, pending, point)
-        self._arm_returns(bool(self.pending))
 
     # -- the oracles and their verdicts, at the delivery stop -----------------------------------
     def _check(self, task: TaskInfo, regs: UserRegs, req: Request, point) -> None:
