@@ -100,3 +100,37 @@ def test_the_same_feature_included_twice_is_no_loop():
              "a.xml": '<feature><reg name="r" bitsize="64"/></feature>'}
     regs = parse_target_xml(files.__getitem__)
     assert [(r.regnum, r.offset) for r in regs] == [(0, 0), (1, 8)]
+
+
+def _with_section(data: bytes, name: str, body: bytes) -> bytes:
+    """A perfcc capture with section ``name`` replaced by ``body``."""
+    import struct
+
+    out, pos = data[:8], 8
+    while pos + 16 <= len(data):
+        raw, size = struct.unpack_from("<8sQ", data, pos)
+        sec = data[pos + 16:pos + 16 + size]
+        if raw.rstrip(b"\0").decode() == name:
+            sec = body
+        out += struct.pack("<8sQ", raw, len(sec)) + sec + b"\0" * (-len(sec) % 8)
+        if raw.rstrip(b"\0") == b"end":
+            break
+        pos += 16 + size + (-size % 8)
+    return out
+
+
+@pytest.mark.parametrize("maps, line", [(b"zzz not a maps line\n", 1),
+                                        (b"00400000-00401000 r-xp 0 08:01 12 /x\n\xff\xfe", 2),
+                                        (b"ffffffffffffffffffff-1 r-xp 00000000 08:01 1 /x\n", 1)])
+def test_perf_check_with_a_corrupt_maps_section_exits_2_with_one_line(tmp_path, capsys, maps, line):
+    import gzip
+    from pathlib import Path
+
+    from harness.cli import main
+
+    real = gzip.decompress((Path(__file__).parent / "data" / "perf-callchain-7.3.4.perfcc.gz").read_bytes())
+    cap = tmp_path / "c.perfcc"
+    cap.write_bytes(_with_section(real, "maps", maps))
+    rc = main(["perf", "--check", str(cap)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"maps line {line} does not parse" in err[0], err
