@@ -3,11 +3,13 @@
     PYTHONPATH=. python tests/fuzz/fuzz.py TARGET [libFuzzer options] [CORPUS_DIR ...]
     PYTHONPATH=. python tests/fuzz/fuzz.py TARGET -runs=1000000 /tmp/work-TARGET tests/fuzz/corpus/TARGET
 
-TARGET is a name of :data:`targets.TARGETS`.  Every harness module is instrumented for coverage
-(``atheris.instrument_imports``); an input may make the parser return or raise a
-:class:`harness.errors.HarnessError`, anything else is a crash: libFuzzer writes the input to
-``crash-*`` and stops.  On exit the driver prints ``fuzz TARGET: N inputs, M typed errors, S s``
-(its own count of executed inputs, beside libFuzzer's ``Done N runs``).
+TARGET is a name of :data:`targets.TARGETS`.  The harness modules the target runs are
+instrumented for coverage (``atheris.instrument_imports`` around :func:`targets.prepare`); an
+input may make the parser return or raise a :class:`harness.errors.HarnessError`, anything else
+is a crash: libFuzzer writes the input to ``crash-*`` and stops, and the driver prints
+``fuzz TARGET: N inputs, M typed errors, S s``.  The count of inputs of a whole run is libFuzzer's
+``Done N runs`` line (``-print_final_stats=1`` adds ``stat::number_of_executed_units``; an
+interrupted run prints it too).
 
 The first corpus directory is where libFuzzer adds the inputs that find new coverage; give it a
 scratch directory and minimise into ``tests/fuzz/corpus/TARGET`` with ``-merge=1`` (README).
@@ -26,8 +28,7 @@ import atheris
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-with atheris.instrument_imports(include=["harness"]):
-    import targets  # noqa: E402  (imports every harness module a target uses)
+import targets  # noqa: E402
 
 from harness.errors import HarnessError  # noqa: E402
 
@@ -54,6 +55,8 @@ def main() -> None:
         sys.exit(f"usage: fuzz.py TARGET [libFuzzer options] [CORPUS...]; TARGET one of {', '.join(targets.TARGETS)}")
     name = sys.argv[1]
     fn = targets.TARGETS[name]
+    with atheris.instrument_imports(include=["harness"]):
+        targets.prepare(name)  # the target's modules, instrumented for coverage
 
     def one(data: bytes) -> None:
         COUNTS["inputs"] += 1

@@ -38,22 +38,35 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "unit" / "data"
 
-# Imported here (not lazily) so the fuzz driver instruments them for coverage.
-from harness.deferred.check import check_lines, render  # noqa: E402
-from harness.kernel.btf import Btf, BtfError, BtfLookupError  # noqa: E402
-from harness.kernel.kallsyms import Kallsyms  # noqa: E402
-from harness.perf import cli as perf_cli  # noqa: E402
-from harness.perf.oracle import check_capture  # noqa: E402
-from harness.perf.records import Attr, parse_capture, parse_records  # noqa: E402
-from harness.report.sframe import fre_columns  # noqa: E402
-from harness.sframe import SFrameSection  # noqa: E402
-from harness.transport import rsp  # noqa: E402
-from harness.transport.errors import TargetError  # noqa: E402
+# The modules each target runs, imported by :func:`prepare` (the fuzz driver calls it inside
+# atheris.instrument_imports, so exactly these and what they import get coverage instrumentation;
+# importing all of them for every target would cost each run seconds of start-up).
+MODULES = {
+    "log_check": ["harness.deferred.check"],
+    "perf_check": ["harness.perf.records", "harness.perf.oracle"],
+    "perf_resolve": ["harness.perf.records", "harness.perf.oracle", "harness.perf.cli"],
+    "perf_records": ["harness.perf.records"],
+    "sframe": ["harness.sframe", "harness.report.sframe"],
+    "btf": ["harness.kernel.btf"],
+    "kallsyms": ["harness.kernel.kallsyms"],
+    "rsp": ["harness.transport.rsp", "harness.transport.errors"],
+}
+
+
+def prepare(name: str) -> None:
+    """Import the modules target ``name`` runs (before its first input)."""
+    import importlib
+
+    for module in MODULES[name]:
+        importlib.import_module(module)
+
 
 # --------------------------------------------------------------------------------- harness check
 
 
 def log_check(data: bytes) -> None:
+    from harness.deferred.check import check_lines, render
+
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -72,6 +85,9 @@ def _real_captures() -> list[bytes]:
 
 
 def perf_check(data: bytes) -> None:
+    from harness.perf.oracle import check_capture
+    from harness.perf.records import parse_capture
+
     cap = parse_capture(data)
     report = check_capture(cap, None)
     report.table()
@@ -118,6 +134,10 @@ def _first_records(cap, n: int):
 
 
 def perf_resolve(data: bytes) -> None:
+    from harness.perf import cli as perf_cli
+    from harness.perf.oracle import check_capture
+    from harness.perf.records import parse_capture
+
     global _files, _captures
     if _files is None:
         _files = _Files()
@@ -139,6 +159,8 @@ _ATTRS: list | None = None
 def perf_records(data: bytes) -> None:
     """Byte 0 < 0x80: the attr of a real capture, the records after it.  Else an attr of
     64 + 8 * (byte0 & 0x1f) bytes follows byte 0, then the records."""
+    from harness.perf.records import Attr, parse_capture, parse_records
+
     global _ATTRS
     if _ATTRS is None:
         _ATTRS = [parse_capture(c).attr for c in _real_captures()]
@@ -160,6 +182,9 @@ def perf_records(data: bytes) -> None:
 
 def sframe(data: bytes) -> None:
     """Byte 0: bit 0 strict or not; the section follows."""
+    from harness.report.sframe import fre_columns
+    from harness.sframe import SFrameSection
+
     if not data:
         return
     strict = not data[0] & 1
@@ -181,6 +206,8 @@ def sframe(data: bytes) -> None:
 
 
 def btf(data: bytes) -> None:
+    from harness.kernel.btf import Btf, BtfError, BtfLookupError
+
     b = Btf(data)  # a bad header or type index raises here; a bad type, only when queried
     n = len(b)
     for i in range(min(n, 48)):  # every query on the first types: a bound that keeps ~1,000 inputs/s
@@ -210,6 +237,8 @@ def btf(data: bytes) -> None:
 
 def kallsyms(data: bytes) -> None:
     """Byte 0 even: /proc/kallsyms text (bytes, as read); odd: the cache file's text."""
+    from harness.kernel.kallsyms import Kallsyms
+
     if not data:
         return
     if data[0] & 1:
@@ -232,6 +261,9 @@ def kallsyms(data: bytes) -> None:
 def rsp_codec(data: bytes) -> None:
     """Byte 0 selects: 0 a stream into PacketReader; 1 decode_body; 2 qSupported; 3 a stop
     reply; 4 a target description whose annexes are the NUL-separated parts of the rest."""
+    from harness.transport import rsp
+    from harness.transport.errors import TargetError
+
     if not data:
         return
     what, body = data[0] % 5, data[1:]
