@@ -11,7 +11,7 @@ Where each target's seeds come from:
 * perf_resolve: resolve tables of the shape ``harness perf --save`` writes;
 * sframe: the .sframe sections pinned in tests/unit/test_sframe_pinned.py (V1, V2, V3 of the
   Debian toolchains), those of the guest programs in the image cache, and the aarch64 and s390x
-  sections of tests/unit/sframe_abi_sections.py (from binutils' test suite);
+  sections of tests/unit/sframe_abi_sections.py (modelled on binutils' gas tests);
 * btf: tests/unit/test_btf.py's sample blob (every kind) and slices of a real kernel's .BTF
   (types closed under their references, re-encoded);
 * kallsyms: the head of a real /proc/kallsyms dump from the cache, as text and as a cache file;
