@@ -135,3 +135,17 @@ def test_live_objdump_agrees(name, tmp_path):
     (dump,) = parse_objdump_sframe(text)
     assert compare(decode(name), dump) == []
     assert text == (DATA / f"{name}.objdump").read_text()
+
+
+@pytest.mark.parametrize("name", SECTION_NAMES)
+def test_harness_sframe_dump_prints_objdumps_rows(name):
+    """``harness sframe dump``'s renderer (harness/report/sframe.py) prints every function and row
+    as binutils 2.47 does for these ABIs (its header line names x86-64's file format regardless)."""
+    from harness.report.sframe import objdump_sframe
+    from harness.sframe import SFrameTable
+
+    (ours,) = parse_objdump_sframe(objdump_sframe(SFrameTable(decode(name)), name))
+    (theirs,) = parse_objdump_sframe((DATA / f"{name}.objdump").read_text())
+    assert ours.functions == theirs.functions
+    assert (ours.version, sorted(ours.flags), ours.num_fdes, ours.num_fres) == \
+           (theirs.version, sorted(theirs.flags), theirs.num_fdes, theirs.num_fres)
