@@ -62,7 +62,7 @@ def test_fresh_inputs_coverage_guided(name, tmp_path):
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FUZZ.parent.parent)] + sys.path)}
     r = subprocess.run(
-        [sys.executable, str(FUZZ / "fuzz.py"), name, f"-runs={FRESH[name]}", "-seed=1", "-max_len=4096",
+        [sys.executable, str(FUZZ / "fuzz.py"), name, f"-runs={FRESH[name]}", "-seed=1", "-max_len=8192",
          "-timeout=60", f"-artifact_prefix={tmp_path}/", str(work), str(FUZZ / "corpus" / name)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     crashes = sorted(tmp_path.glob("crash-*")) + sorted(tmp_path.glob("timeout-*"))
