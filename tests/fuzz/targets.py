@@ -97,7 +97,9 @@ class _Files:
     """The local files a fuzzed resolve table's host paths are mapped onto (made once)."""
 
     def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="fuzz-resolve-")
+        # one directory per user, rewritten by every run (libFuzzer's exit skips clean-up)
+        self.dir = os.path.join(tempfile.gettempdir(), f"harness-fuzz-resolve-{os.getuid()}")
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         text = os.path.join(self.dir, "text")
         Path(text).write_text("not an ELF\n")
         elf = "/bin/true"
