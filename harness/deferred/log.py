@@ -276,6 +276,8 @@ def _check_stack(e: dict) -> None:
                     and isinstance(row[1], str) and isinstance(row[2], str)):
                 raise _Bad(f"frames[{name!r}][{i}] must be [address (int), module (str), symbol (str)], "
                            f"not {row!r}")
+            if not 0 <= row[0] < 1 << 64:  # an address is a u64 (trace_hash packs it in 8 bytes)
+                raise _Bad(f"frames[{name!r}][{i}]: address {row[0]} is not a 64-bit address")
     if "own" in e:
         _string(e["own"], "own", null=True)
     if "regs" in e:

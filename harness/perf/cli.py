@@ -61,6 +61,30 @@ def _print_report(report, examples: int, header: str) -> int:
     return 0 if report.ok and not nothing else 1
 
 
+def load_resolve(text: str, source: str = "resolve.json") -> dict[str, str | None]:
+    """The table ``--save`` writes beside a capture (``FILE.resolve.json``): a JSON object from
+    guest paths to host paths (or null where the guest file has no host copy).  Anything else
+    raises :class:`~harness.perf.records.PerfFormatError` naming what is wrong."""
+    from .records import PerfFormatError
+
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PerfFormatError(f"{source} is not JSON ({exc.msg})", field="resolve", offset=exc.pos) from None
+    except RecursionError:
+        raise PerfFormatError(f"{source} nests too deep to be a resolve table", field="resolve", offset=0) from None
+    if not isinstance(table, dict):
+        raise PerfFormatError(f"{source} holds a JSON {type(table).__name__}, not an object of guest path: host path",
+                              field="resolve", offset=0)
+    for guest, host in table.items():
+        if not isinstance(host, str) and host is not None:
+            raise PerfFormatError(f"{source}: the host path of {guest!r} is {host!r}, not a string or null",
+                                  field="resolve", offset=0)
+        if host is not None and "\0" in host:
+            raise PerfFormatError(f"{source}: the host path of {guest!r} holds a NUL byte", field="resolve", offset=0)
+    return table
+
+
 def _check_file(args) -> int:
     from .oracle import check_capture
     from .records import PerfFormatError, parse_capture
@@ -73,8 +97,12 @@ def _check_file(args) -> int:
         return 2
     table = {}
     side = path.with_name(path.name + ".resolve.json")
-    if side.exists():
-        table = json.loads(side.read_text())
+    try:
+        if side.exists():
+            table = load_resolve(side.read_text(encoding="utf-8", errors="replace"), str(side))
+    except (OSError, PerfFormatError) as exc:
+        print(f"harness perf: {side}: {exc}", file=sys.stderr)
+        return 2
     try:
         report = check_capture(cap, table.get)
     except PerfFormatError as exc:

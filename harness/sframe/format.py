@@ -65,6 +65,46 @@ ABI_NAMES = {
 # SFRAME_CFA_FIXED_FP_INVALID / SFRAME_CFA_FIXED_RA_INVALID: "not fixed, FREs carry it"
 CFA_FIXED_OFFSET_INVALID = 0
 
+# The ABIs each version defines: s390x came as an erratum to V2 (spec "Changes from Version 1 to
+# Version 2", Errata 1); binutils 2.40's V1 knew AArch64 and AMD64 only.
+ABIS_OF_VERSION = {
+    SFRAME_VERSION_1: (ABI_AARCH64_ENDIAN_BIG, ABI_AARCH64_ENDIAN_LITTLE, ABI_AMD64_ENDIAN_LITTLE),
+    SFRAME_VERSION_2: tuple(ABI_BYTE_ORDER),
+    SFRAME_VERSION_3: tuple(ABI_BYTE_ORDER),
+}
+
+# --- s390x (include/sframe.h, spec "s390x" in "ABI/arch-specific Definition") ----------------
+# The CFA offset from its base register is at least 160 (the register save area) and a multiple
+# of 8: gas stores it adjusted by -160 and divided by 8 so it fits one byte
+# (SFRAME_V2_S390X_CFA_OFFSET_ENCODE); SFRAME_V2_S390X_CFA_OFFSET_DECODE (V3: ..._V3_...) undoes it.
+# libsframe's sframe_fre_get_cfa_offset decodes it in default and flexible FDEs alike.
+S390X_SP_VAL_OFFSET = -160
+S390X_CFA_OFFSET_ADJUSTMENT = S390X_SP_VAL_OFFSET
+S390X_CFA_OFFSET_ALIGNMENT_FACTOR = 8
+
+
+def s390x_cfa_offset_decode(stored: int) -> int:
+    return stored * S390X_CFA_OFFSET_ALIGNMENT_FACTOR - S390X_CFA_OFFSET_ADJUSTMENT
+
+
+# V2 only: an RA or FP offset with its least significant bit set is a DWARF register number
+# shifted left by one (SFRAME_V2_S390X_OFFSET_IS_REGNUM / _DECODE_REGNUM): the value lives in that
+# register (a leaf function's RA in a floating-point register, say).  V3 drops this encoding
+# (libsframe's sframe_s390x_offset_regnum_p is false for V3): registers go in flexible FDEs.
+
+
+def s390x_v2_offset_is_regnum(stored: int) -> bool:
+    return bool(stored & 1)
+
+
+def s390x_v2_offset_regnum(stored: int) -> int:
+    return stored >> 1
+
+
+# SFRAME_FRE_RA_OFFSET_INVALID: an RA offset of 0 is padding, there so that the FP offset can
+# follow while the RA is not saved (s390x); objdump prints it "U".
+FRE_RA_OFFSET_INVALID = 0
+
 # --- Spec 2.2 "SFrame Header" (identical in V1, V2 and V3) ----------------------------------
 # u16 magic; u8 version; u8 flags; u8 abi_arch; s8 cfa_fixed_fp_offset; s8 cfa_fixed_ra_offset;
 # u8 auxhdr_len; u32 num_fdes; u32 num_fres; u32 fre_len; u32 fdes_off; u32 fres_off.

@@ -379,6 +379,9 @@ def _parse_header(data: bytes) -> SFrameHeader:
         raise SFrameError(f"unknown ABI/arch {abi}", field="abi_arch", offset=4)
     if F.ABI_BYTE_ORDER[abi] != order:
         raise SFrameError(f"ABI {F.ABI_NAMES[abi]} does not match the magic's byte order", field="abi_arch", offset=4)
+    if abi not in F.ABIS_OF_VERSION[version]:
+        raise SFrameError(f"ABI {F.ABI_NAMES[abi]} is not defined in SFrame version {version} (s390x came with "
+                          f"version 2)", field="abi_arch", offset=4)
     h = SFrameHeader(version, flags, abi, fixed_fp, fixed_ra, auxhdr_len, num_fdes, num_fres, fre_len,
                      fdes_off, fres_off, order)
     if h.size > n:
@@ -477,6 +480,7 @@ def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE,
     base_names = ("fp", "sp")
     fixed_ra = h.cfa_fixed_ra_offset != F.CFA_FIXED_OFFSET_INVALID
     fixed_fp = h.cfa_fixed_fp_offset != F.CFA_FIXED_OFFSET_INVALID
+    cfa_offset, saved_at = _abi_decoders(h)
     out: list[SFrameFRE] = []
     prev = -1
     for k in range(fde.num_fres):
@@ -514,14 +518,17 @@ def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE,
                                   field="fre.info", offset=pos + addr_size)
             cfa = ra = fp = None
         elif not flex:
-            cfa = Location(base_names[F.fre_info_base_reg(info)], words[0])
+            cfa = Location(base_names[F.fre_info_base_reg(info)], cfa_offset(words[0]))
             w = 1
             ra = fp = None
             if not fixed_ra and w < count:
-                ra = Location("cfa", words[w], True)
+                if words[w] == F.FRE_RA_OFFSET_INVALID:
+                    ra_pad = True  # padding: the RA is not saved, the FP offset follows
+                else:
+                    ra = saved_at(words[w])
                 w += 1
             if not fixed_fp and w < count:
-                fp = Location("cfa", words[w], True)
+                fp = saved_at(words[w])
                 w += 1
             if w != count:
                 raise SFrameError(f"FDE {fde.index}: FRE {k}: {count} data words, only {w} meaningful for "
@@ -532,7 +539,7 @@ def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE,
             if count < 2:
                 raise SFrameError(f"FDE {fde.index}: flexible FRE {k} has {count} data word(s); the CFA needs a "
                                   f"control word and an offset", field="fre.info", offset=pos + addr_size)
-            cfa = _flex_location(h.abi_arch, uwords[0], words[1])
+            cfa = _flex_location(h.abi_arch, uwords[0], cfa_offset(words[1]))
             w = 2
             ra = fp = None
             entities = []
@@ -557,6 +564,33 @@ def _parse_fres(data: bytes, h: SFrameHeader, lay: F.Layouts, fde: SFrameFDE,
         out.append(SFrameFRE(start, info, pos, words, cfa, ra, fp, ra_pad, fp_pad))
         pos = nxt
     return out
+
+
+def _identity(stored: int) -> int:
+    return stored
+
+
+def _on_stack(stored: int) -> Location:
+    return Location("cfa", stored, True)
+
+
+def _abi_decoders(h: SFrameHeader):
+    """(CFA offset as stored -> bytes, RA/FP offset as stored -> Location) of a default FDE's FREs.
+
+    AMD64 and AArch64 store plain byte offsets, an RA or FP saved at CFA + offset.  s390x stores
+    the CFA offset scaled and adjusted (:func:`format.s390x_cfa_offset_decode`), and in V2 an odd
+    RA/FP offset names the register that holds the value (``Location("rN", 0)``, no dereference),
+    as libsframe's sframe_fre_get_cfa_offset and dump_sframe_func_fres_simple read them."""
+    if h.abi_arch != F.ABI_S390X_ENDIAN_BIG:
+        return _identity, _on_stack
+    if h.version == F.SFRAME_VERSION_2:
+        def saved_at(stored: int) -> Location:
+            if F.s390x_v2_offset_is_regnum(stored):
+                return Location(F.dwarf_reg_name(h.abi_arch, F.s390x_v2_offset_regnum(stored)), 0)
+            return Location("cfa", stored, True)
+    else:
+        saved_at = _on_stack
+    return F.s390x_cfa_offset_decode, saved_at
 
 
 def _flex_location(abi: int, ctrl: int, offset: int) -> Location:

@@ -120,25 +120,53 @@ class RegDesc:
 
 
 def parse_target_xml(fetch, annex: str = "target.xml") -> list[RegDesc]:
-    """Registers in target-description order, following ``xi:include`` (fetch(annex) -> str)."""
+    """Registers in target-description order, following ``xi:include`` (fetch(annex) -> str).
+
+    A description that is not well-formed XML, a ``reg`` without a numeric ``bitsize`` (or with a
+    non-numeric ``regnum``), an include without ``href`` or one that includes itself again raise
+    :class:`TargetError` naming the annex."""
     regs: list[RegDesc] = []
     state = {"num": 0, "off": 0}
+    active: list[str] = []
+
+    def number(el, attr: str, name: str, default: int | None = None) -> int:
+        raw = el.get(attr)
+        if raw is None and default is not None:
+            return default
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise TargetError(f"target description {name}: reg {el.get('name')!r} has {attr}={raw!r}, "
+                              f"not a decimal number") from None
+        if value < 0 or (attr == "bitsize" and value == 0):
+            raise TargetError(f"target description {name}: reg {el.get('name')!r} has {attr}={value}")
+        return value
 
     def walk(name: str) -> None:
+        if name in active or len(active) >= 16:
+            raise TargetError(f"target description {name}: xi:include loop ({' -> '.join(active + [name])})")
+        active.append(name)
         # QEMU's description uses the xi: prefix without declaring its namespace.
         text = re.sub(r"<(/?)xi:", r"<\1", fetch(name))
         text = re.sub(r"<!DOCTYPE[^>]*>", "", text)
-        root = ET.fromstring(text)
+        try:
+            root = ET.fromstring(text)
+        except ET.ParseError as exc:
+            raise TargetError(f"target description {name} is not well-formed XML: {exc}") from None
         for el in root.iter():
-            tag = el.tag.split("}")[-1]
+            tag = el.tag.split("}")[-1] if isinstance(el.tag, str) else ""
             if tag == "include":
-                walk(el.get("href"))
+                href = el.get("href")
+                if not href:
+                    raise TargetError(f"target description {name}: xi:include without href")
+                walk(href)
             elif tag == "reg":
-                num = int(el.get("regnum", state["num"]))
-                bits = int(el.get("bitsize"))
-                regs.append(RegDesc(el.get("name"), num, bits, state["off"]))
+                num = number(el, "regnum", name, state["num"])
+                bits = number(el, "bitsize", name)
+                regs.append(RegDesc(el.get("name") or f"reg{num}", num, bits, state["off"]))
                 state["num"] = num + 1
                 state["off"] += bits // 8
+        active.pop()
 
     walk(annex)
     return regs
@@ -308,7 +336,10 @@ class RspTarget(Target):
                 raise TargetError(f"qXfer of {annex} failed: {reply!r}")
             out += reply[1:]
             if reply[:1] == b"l":
-                return out.decode()
+                try:
+                    return out.decode()
+                except UnicodeDecodeError as exc:
+                    raise TargetError(f"qXfer of {annex}: the description is not UTF-8 ({exc})") from None
 
     def _refresh_threads(self) -> None:
         ids: list[str] = []

@@ -82,7 +82,10 @@ def parse_maps(text: str) -> list[Mapping]:
         if not m:
             raise MapsError(line, n)
         start, end, perms, off, dev, inode, path = m.groups()
-        out.append(Mapping(int(start, 16), int(end, 16), perms, int(off, 16), dev, int(inode), path.strip()))
+        lo, hi = int(start, 16), int(end, 16)
+        if not lo < hi <= 1 << 64:  # show_map_vma() prints vm_start-vm_end of a non-empty VMA
+            raise MapsError(line, n)
+        out.append(Mapping(lo, hi, perms, int(off, 16), dev, int(inode), path.strip()))
     return sorted(out, key=lambda m: m.start)
 
 

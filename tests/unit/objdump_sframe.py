@@ -177,9 +177,12 @@ def render_fre(section, fde, fre) -> ObjdumpFRE:
         return ObjdumpFRE(startpc, None, None, None)
     if not fde.flex:
         cfa = f"{fre.base_reg}+{fre.cfa.offset}"
-        fp = f"c{fre.fp.offset:+d}" if fre.fp is not None else "u"
-        if fre.ra is not None:
-            ra = f"c{fre.ra.offset:+d}"
+        fixed_ra = h.cfa_fixed_ra_offset != 0
+        fp = _saved(fre.fp, fre.datawords[1 if fixed_ra else 2]) if fre.fp is not None else "u"
+        if fre.ra_padding:
+            ra = "U"
+        elif fre.ra is not None:
+            ra = _saved(fre.ra, fre.datawords[1])
         elif h.version >= 2 and h.cfa_fixed_ra_offset != 0:
             ra = "f"
         else:
@@ -194,6 +197,12 @@ def render_fre(section, fde, fre) -> ObjdumpFRE:
         else:
             ra = "f" if h.cfa_fixed_ra_offset != 0 else "u"
     return ObjdumpFRE(startpc, cfa, fp, ra, fre.mangled_ra)
+
+
+def _saved(loc, stored: int) -> str:
+    """A default FDE's RA/FP column: ``c-8`` (saved at CFA-8), or ``rN`` where an s390x V2 offset
+    names the register holding the value (libsframe prints the register of ``stored >> 1``)."""
+    return f"c{loc.offset:+d}" if loc.deref else f"r{stored >> 1}"
 
 
 def _disp(loc) -> str:
