@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -100,6 +101,9 @@ class _Files:
         # one directory per user, rewritten by every run (libFuzzer's exit skips clean-up)
         self.dir = os.path.join(tempfile.gettempdir(), f"harness-fuzz-resolve-{os.getuid()}")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        st = os.lstat(self.dir)  # a fixed name: refuse one that someone else made (or a symlink)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise SystemExit(f"{self.dir} is not a private directory of this user: remove it")
         text = os.path.join(self.dir, "text")
         Path(text).write_text("not an ELF\n")
         elf = "/bin/true"
