@@ -31,6 +31,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `TargetTimeout`
  |         |    +-- `TargetDied`
  |         +-- `MemoryFault`                   memory: harness/memory.py
+ |         |    +-- `SnapshotMiss`
  |         +-- `RuleError`                     frame rules: harness/rule.py
  |         +-- `SFrameError` [ValueError]      sframe: harness/sframe/errors.py
  |         +-- `UnwindError`                   unwind: harness/unwind/user.py
