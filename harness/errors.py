@@ -59,6 +59,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
  |         +-- `RunDirError`                   report: harness/report/run.py
+ |         +-- `DeliveryFileError` [ValueError] scenarios: harness/scenarios/snapshot.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
  |         +-- `UsageError`                    cli: harness/cli.py
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -185,7 +186,7 @@ class StackChecker:
 
 def save(directory: str | os.PathLike, snap: StopSnapshot, record: dict, maps: str, program: dict,
          vdso: tuple[int, bytes] | None = None) -> Path:
-    """Write ``snap`` (its captured bytes, base64), the ``stack`` record the engine wrote for it,
+    """Write ``snap`` (its captured bytes, compressed and base64), the ``stack`` record the engine wrote for it,
     the task's maps, ``program`` (source, toolchain, variant fields, guest path, sha256) and the
     kernel's vDSO image (address, bytes) the engine served the vDSO from."""
     d = Path(directory)
@@ -198,13 +199,21 @@ def save(directory: str | os.PathLike, snap: StopSnapshot, record: dict, maps: s
                     "window": snap.request.window, "where": snap.request.where,
                     "syscall": snap.request.syscall, "own": snap.request.own},
         "own": snap.own, "fs_base": snap.fs_base,
-        "regions": [[base, base64.b64encode(data).decode()] for base, data in sorted(mem.regions.items())],
+        "regions": [[base, _pack(data)] for base, data in sorted(mem.regions.items())],
         "faults": sorted(mem.faults), "maps": maps, "program": program, "record": record,
-        "vdso": [vdso[0], base64.b64encode(vdso[1]).decode()] if vdso else None,
+        "vdso": [vdso[0], _pack(vdso[1])] if vdso else None,
     }
     path = d / "delivery.json"
     path.write_text(json.dumps(doc, indent=0, sort_keys=True))
     return path
+
+
+def _pack(data: bytes) -> str:
+    return base64.b64encode(zlib.compress(data, 9)).decode()
+
+
+def _unpack(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode(text))
 
 
 def load(path: str | os.PathLike) -> tuple[StopSnapshot, dict, str, dict]:
@@ -222,12 +231,11 @@ def load(path: str | os.PathLike) -> tuple[StopSnapshot, dict, str, dict]:
         request = Request(UserRegs(**req["want"]) if req["want"] else None, req["window"], req["where"],
                           req["syscall"], req["own"])
         vdso = doc.get("vdso")
-        backing = BufferMemory({vdso[0]: base64.b64decode(vdso[1])}) if vdso else None
-        mem = CapturedMemory({base: base64.b64decode(data) for base, data in doc["regions"]}, set(doc["faults"]),
-                             backing)
+        backing = BufferMemory({vdso[0]: _unpack(vdso[1])}) if vdso else None
+        mem = CapturedMemory({base: _unpack(data) for base, data in doc["regions"]}, set(doc["faults"]), backing)
         snap = StopSnapshot(TaskInfo(**doc["task"]), StopPoint(**doc["point"]), UserRegs(**doc["regs"]), request,
                             doc["own"], doc["fs_base"], mem)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, zlib.error) as exc:
         raise DeliveryFileError(f"{p}: malformed delivery snapshot ({exc})") from exc
     return snap, doc["record"], doc["maps"], doc["program"]
 
