@@ -505,8 +505,10 @@ def cmd_bench(args) -> int:
             floor = raw_stop_rate(sess, prog)
             target = sess.target
             trips0 = getattr(target, "round_trips", None)
-            r = Engine(sess, sc, progress=sampling_reporter()).run()
+            engine = Engine(sess, sc, progress=sampling_reporter())
+            r = engine.run()
             trips = None if trips0 is None else target.round_trips - trips0
+            ov = engine.overlap
             # The second anchor: the guest kernel's own deferred unwinding of the same program, in
             # the same guest, under perf with defer_callchain (tiny stack dumps: only the rate counts).
             pspec = PerfSpec(seconds=args.perf_seconds, freq=args.perf_freq, stack_bytes=8, defer=True)
@@ -528,6 +530,9 @@ def cmd_bench(args) -> int:
         print(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
         if trips is not None:
             print(f"stub round trips per trace:   {trips / max(r.stacks, 1):8.2f}")
+        if ov["deliveries"]:
+            print(f"checks while the guest runs:  {1000 * ov['seconds'] / ov['deliveries']:8.2f} ms per delivery; "
+                  f"the next stop was already waiting after {ov['late']} of {ov['deliveries']}")
         print(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
               f" ({rate / goal if goal else 0:.2f} of it)")
         return 0
