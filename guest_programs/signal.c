@@ -89,11 +89,12 @@ static long now_us(void)
 	return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
 }
 
-/* Microseconds h2(n) takes: the shortest of five runs.  The harness stops the guest while the
- * program starts (it reads its pid and maps), and the guest's clock runs on across such a stop
- * (more than the loop does after a stop on QEMU 7.2, which retranslates its code): one run that
- * spans a stop measures the stop, and a handler calibrated on it ends long before PERIOD_US / 3
- * (on QEMU 11.x samples landed in the handler in 0-7% of cases instead of about a third). */
+/* Microseconds h2(n) takes: the shortest of five runs.  One run that spans a pause of the
+ * guest's execution while its clock runs on (the harness stops the guest while the program
+ * starts, to read its pid and maps; the host may schedule QEMU out) measures the pause, and a
+ * handler calibrated on it ends long before PERIOD_US / 3: with one run, handler_iters came out
+ * 36k-250k where five give 1-2.6M, and on QEMU 11.x (whose loop is not slowed by retranslation
+ * after each stop, as 7.2's is) NMI samples landed in the handler 0-7% of the time, not a third. */
 static long h2_us(long n)
 {
 	long best = -1;

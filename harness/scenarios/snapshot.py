@@ -38,7 +38,7 @@ from ..unwind.user import StopReason, Trace, UnwindConfig, unwind_user
 from ..verdicts.align import judge
 from ..verdicts.types import FAILURE
 
-__all__ = ["Evaluation", "StackChecker", "StopSnapshot", "load", "replay", "save"]
+__all__ = ["Evaluation", "StackChecker", "StopSnapshot", "load", "loaded_digest", "replay", "save"]
 
 FORMAT = "unwind-harness-delivery"
 VERSION = 1
@@ -206,6 +206,28 @@ def save(directory: str | os.PathLike, snap: StopSnapshot, record: dict, maps: s
     path = d / "delivery.json"
     path.write_text(json.dumps(doc, indent=0, sort_keys=True))
     return path
+
+
+def loaded_digest(path: str | os.PathLike) -> str:
+    """sha256 of what a program maps (its PT_LOAD bytes: code, data, .eh_frame, .sframe), so a
+    saved delivery knows its binary again after a rebuild that changed only debug info (-g line
+    numbers, the build directory)."""
+    import hashlib
+
+    from elftools.elf.elffile import ELFFile
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        for seg in elf.iter_segments():
+            if seg["p_type"] == "PT_LOAD":
+                h.update(seg["p_vaddr"].to_bytes(8, "little"))
+                h.update(seg.data())
+        for name in (".symtab", ".strtab"):
+            sec = elf.get_section_by_name(name)
+            if sec is not None:
+                h.update(sec.data())
+    return h.hexdigest()
 
 
 def _pack(data: bytes) -> str:

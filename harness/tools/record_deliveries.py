@@ -2,7 +2,8 @@
 
 Boots a guest, runs each named scenario with the engine keeping its snapshots, and saves a few
 per scenario (the first stack, and the first of each cause it saw) with the ``stack`` record the
-engine wrote, the task's maps and the program's identity (source, toolchain, variant, sha256)::
+engine wrote, the task's maps and the program's identity (source, toolchain, variant, and a
+sha256 of what it maps)::
 
     PYTHONPATH=. .venv/bin/python -m harness.tools.record_deliveries OUT_DIR fp-spin signal ...
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import sys
 from pathlib import Path
 
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
 
     from ..scenarios.catalog import CATALOG, programs_for
     from ..scenarios.engine import Engine
-    from ..scenarios.snapshot import save
+    from ..scenarios.snapshot import loaded_digest, save
     from ..session import GuestSpec, Session
 
     scs = [dataclasses.replace(CATALOG[n], samples=args.samples) for n in args.scenarios]
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
             prog = engine.program
             program = {"source": prog.name, "toolchain": prog.toolchain, "variant": dataclasses.asdict(prog.variant),
                        "guest_path": prog.guest_path,
-                       "sha256": hashlib.sha256(Path(prog.path).read_bytes()).hexdigest(),
+                       "loaded_sha256": loaded_digest(prog.path),
                        "max_entries": engine.max_entries}
             chosen, seen = [], set()
             for snap, rec in engine.snapshots:

@@ -3,13 +3,12 @@
 ``tests/unit/data/deliveries/*/delivery.json`` were recorded from real runs
 (``python -m harness.tools.record_deliveries``, host toolchain: fp-spin, signal, threads,
 compat-fp, sframe-v1-nofp): the snapshot the engine took at the stop and the ``stack`` record it
-wrote.  Replayed here on the same program (rebuilt by the host toolchain, checked by its
-sha256), the walk and every oracle give the same frames, stops and verdicts.
+wrote.  Replayed here on the same program (rebuilt by the host toolchain, checked by a
+sha256 of what it maps), the walk and every oracle give the same frames, stops and verdicts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from conftest import require
 from harness.images.cache import ImageError
 from harness.images.programs import Variant
 from harness.memory import BufferMemory, CapturedMemory, MemoryFault, SnapshotMiss
-from harness.scenarios.snapshot import DeliveryFileError, load, replay
+from harness.scenarios.snapshot import DeliveryFileError, load, loaded_digest, replay
 
 DATA = Path(__file__).parent / "data" / "deliveries"
 DELIVERIES = sorted(p.name for p in DATA.iterdir() if (p / "delivery.json").exists())
@@ -75,9 +74,9 @@ def _program(prog: dict) -> str:
     except ImageError as exc:
         require(False, f"{prog['source']} with {prog['toolchain']}: {exc}")
         raise
-    sha = hashlib.sha256(Path(built.path).read_bytes()).hexdigest()
-    assert sha == prog["sha256"], (
-        f"{built.path} is not the binary the snapshot was recorded with ({sha} != {prog['sha256']}): "
+    sha = loaded_digest(built.path)
+    assert sha == prog["loaded_sha256"], (
+        f"{built.path} does not map what the snapshot's binary did ({sha} != {prog['loaded_sha256']}): "
         f"re-record tests/unit/data/deliveries with python -m harness.tools.record_deliveries")
     return str(built.path)
 
