@@ -99,7 +99,12 @@ def test_recorded_deliveries_are_there():
 @pytest.mark.parametrize("name", DELIVERIES)
 def test_recorded_delivery_replays_to_the_same_record(name):
     snap, want, got = _replay(name)
-    assert got == want
+    # The verdicts come in the oracle registry's order, which is the order the oracle modules
+    # were first imported in (another test module may import one first): compare by oracle.
+    for d in (want, got):
+        d["verdicts"] = sorted(d["verdicts"], key=lambda v: (v["oracle"], json.dumps(v, sort_keys=True)))
+    for key in want:  # one key at a time: the first difference readable in the failure
+        assert json.dumps(got[key], indent=0, sort_keys=True) == json.dumps(want[key], indent=0, sort_keys=True), key
     assert not snap.memory.misses
     # the record judged something real: the unwinder's frames and at least two oracles' frames
     assert len(want["frames"]) >= 3 and all(want["frames"].values())
