@@ -100,6 +100,7 @@ class Session:
         # reads they answer.  Kernel memory does not change while the guest is stopped.
         self._kcache: list[tuple[int, bytes]] = []
         self._kgen = -1
+        self._last_task: dict[int, tuple[int, int]] = {}  # per-CPU base -> (task, top of its stack)
 
     def start(self) -> "Session":
         spec = self.spec
@@ -215,17 +216,27 @@ class Session:
             first.append((tos, 8))
         if point is not None and point.regs in ("rdi", "rsp"):
             first.append((regs[point.regs], PT_REGS_SIZE))
+        o = info.task_offsets
+        lo = min(o.values())
+        hi = max(o["comm"] + info.comm_len, *(v + 8 for v in o.values()))
+        # The task and the top of its stack were most likely those of the last stop: read them
+        # in the first batch, and the second is only needed when the guess was wrong.
+        guess = self._last_task.get(gs)
+        if guess is not None:
+            first += [(guess[0] + lo, hi - lo), (guess[1] - PT_REGS_SIZE, PT_REGS_SIZE)]
         self._prefetch(first)
         try:
             task = int.from_bytes(self.read(cur, 8), "little")
-            o = info.task_offsets
-            lo = min(o.values())
-            hi = max(o["comm"] + info.comm_len, *(v + 8 for v in o.values()))
             second = [(task + lo, hi - lo)]
+            top = None
             if tos is not None:
                 top = int.from_bytes(self.read(tos, 8), "little")
                 second.append((top - PT_REGS_SIZE, PT_REGS_SIZE))
         except (MemoryFault, TargetError):  # a prefetch only saves round trips; the reads say what failed
+            return
+        if top is not None:
+            self._last_task[gs] = (task, top)
+        if guess == (task, top):
             return
         self._prefetch(second)
 
