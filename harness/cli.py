@@ -519,6 +519,8 @@ def cmd_bench(args) -> int:
                 kernel, why = None, str(exc).splitlines()[0]
         rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
         goal = 0.8 * floor / 2
+        for e in r.errors:
+            print(f"error in the sampling run: {e}")
         print(f"raw stop rate (floor):        {floor:8.1f} stops/s")
         if kernel is not None:
             print(f"guest kernel's deferred rate: {kernel.per_second:8.1f} deferred callchains/s "

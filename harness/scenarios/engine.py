@@ -255,8 +255,12 @@ class Engine:
                         due = loop_start + self.n_requests / self.sc.rate
                     elif self.sc.jitter:
                         due += rng.uniform(0, self.sc.jitter)
-                # The last delivery's walk and checks, while the guest runs.
-                self._process_queue()
+                # The last delivery's walk and checks run while the guest runs: during the wait
+                # for the NMI's time, or (none to wait) after the NMI, while it is on its way.
+                # (A check longer than the drawn wait delays that NMI by the difference.)
+                nmi_first = "nmi" in self.sc.requests and due <= time.monotonic()
+                if not nmi_first:
+                    self._process_queue(waiting=False)
                 if "nmi" in self.sc.requests:
                     time.sleep(max(0.0, due - time.monotonic()))
                     # Only into a running guest: one that already stopped (at a return point, on
@@ -266,6 +270,8 @@ class Engine:
                     # that arrived before this check, and the next injection is skipped.
                     if self._guest_running():
                         s.machine.inject_nmi()
+                if nmi_first:
+                    self._process_queue()
                 stop = s.target.wait_stop(timeout=15)
                 self.result.stops += 1
                 if stop.pc in self.request_points:
@@ -364,12 +370,17 @@ class Engine:
         self._process_queue()
         return stop if stop is not None else self.s.target.wait_stop(timeout)
 
-    def _process_queue(self) -> None:
+    def _process_queue(self, waiting: bool = True) -> None:
+        """The captured deliveries' task work and checks.  ``waiting``: the guest is on its way
+        to the next stop meanwhile (a stop point or an injected NMI ahead), so whether that stop
+        came before the checks were done says whether they set the pace."""
         if not self._queue:
             return
         t0 = time.perf_counter()
         while self._queue:
             self._deliver(self._queue.pop(0))
+        if not waiting:
+            return
         ov = self.overlap
         ov["deliveries"] += 1
         ov["seconds"] += time.perf_counter() - t0
