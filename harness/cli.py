@@ -517,21 +517,51 @@ def cmd_bench(args) -> int:
     if args.what == "deferred":
         import dataclasses
 
+        from .perf.capture import PERFCC, CaptureError, PerfSpec, capture
+        from .perf.rate import deferred_rate
+        from .perf.records import PerfFormatError, parse_capture
         from .progress import sampling_reporter
         from .scenarios.catalog import CATALOG, programs_for
         from .scenarios.engine import Engine, raw_stop_rate
         from .session import Session
 
         sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)
-        with Session(_spec(args, programs_for([sc]))) as sess:
+        with Session(_spec(args, [*programs_for([sc]), PERFCC])) as sess:
             _print_qemu(sess.qemu)
-            floor = raw_stop_rate(sess, sess.program(sc.program, sc.toolchain, sc.variant))
-            r = Engine(sess, sc, progress=sampling_reporter()).run()
+            prog = sess.program(sc.program, sc.toolchain, sc.variant)
+            floor = raw_stop_rate(sess, prog)
+            target = sess.target
+            trips0 = getattr(target, "round_trips", None)
+            engine = Engine(sess, sc, progress=sampling_reporter())
+            r = engine.run()
+            trips = None if trips0 is None else target.round_trips - trips0
+            ov = engine.overlap
+            # The second anchor: the guest kernel's own deferred unwinding of the same program, in
+            # the same guest, under perf with defer_callchain (tiny stack dumps: only the rate counts).
+            pspec = PerfSpec(seconds=args.perf_seconds, freq=args.perf_freq, stack_bytes=8, defer=True)
+            try:
+                kernel = deferred_rate(parse_capture(capture(sess, [prog.guest_path, *sc.args], pspec)))
+                why = ""
+            except (CaptureError, PerfFormatError) as exc:
+                kernel, why = None, str(exc).splitlines()[0]
         rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
         goal = 0.8 * floor / 2
+        for e in r.errors:
+            print(f"error in the sampling run: {e}")
         print(f"raw stop rate (floor):        {floor:8.1f} stops/s")
+        if kernel is not None:
+            print(f"guest kernel's deferred rate: {kernel.per_second:8.1f} deferred callchains/s "
+                  f"({kernel.deferred} in {kernel.seconds:.1f}s; perf at {pspec.freq} Hz with defer_callchain: "
+                  f"{kernel.samples} samples, {kernel.cookies} with a cookie)")
+        else:
+            print(f"guest kernel's deferred rate:      n/a ({why})")
         print(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
         print(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
+        if trips is not None:
+            print(f"stub round trips per trace:   {trips / max(r.stacks, 1):8.2f}")
+        if ov["deliveries"]:
+            print(f"checks while the guest runs:  {1000 * ov['seconds'] / ov['deliveries']:8.2f} ms per delivery; "
+                  f"the next stop was already waiting after {ov['late']} of {ov['deliveries']}")
         print(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
               f" ({rate / goal if goal else 0:.2f} of it)")
         return 0
@@ -627,6 +657,10 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("what", choices=("transport", "unwind", "deferred", "soak"))
     bench.add_argument("--samples", type=positive_int, help="requests for bench deferred")
+    bench.add_argument("--perf-freq", type=positive_int, default=1000,
+                       help="bench deferred: perf's sampling frequency for the guest kernel's own deferred rate")
+    bench.add_argument("--perf-seconds", type=positive_float, default=2.0,
+                       help="bench deferred: seconds of perf sampling for the guest kernel's own deferred rate")
     _guest_args(bench)
     bench.add_argument("--requests", type=positive_int, default=10_000,
                        help="bench soak: requests on the program's tasks (default 10000)")

@@ -34,6 +34,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `TargetTimeout`
  |         |    +-- `TargetDied`
  |         +-- `MemoryFault`                   memory: harness/memory.py
+ |         |    +-- `SnapshotMiss`
  |         +-- `RuleError`                     frame rules: harness/rule.py
  |         +-- `SFrameError` [ValueError]      sframe: harness/sframe/errors.py
  |         +-- `UnwindError`                   unwind: harness/unwind/user.py
@@ -69,6 +70,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `DeferIgnored`                  perf: harness/perf/debian_run.py
  |         +-- `RunDirError`                   report: harness/report/run.py
  |         +-- `RunDirTaken`                   report: harness/report/rundir.py
+ |         +-- `DeliveryFileError` [ValueError] scenarios: harness/scenarios/snapshot.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
  |         +-- `UsageError`                    cli: harness/cli.py
 

@@ -15,7 +15,9 @@ from typing import Protocol
 
 from .errors import HarnessError
 
-__all__ = ["BufferMemory", "Memory", "MemoryFault", "Overlay"]
+__all__ = ["BufferMemory", "CapturedMemory", "Memory", "MemoryFault", "Overlay", "SnapshotMiss"]
+
+PAGE = 4096
 
 
 class MemoryFault(HarnessError):
@@ -24,6 +26,15 @@ class MemoryFault(HarnessError):
     def __init__(self, addr: int, message: str = ""):
         self.addr = addr
         super().__init__(message or f"memory at {addr:#x} is not readable")
+
+
+class SnapshotMiss(MemoryFault):
+    """A read of a sealed :class:`CapturedMemory` outside what was captured: the live guest
+    might have answered it, the snapshot cannot (a check that needs it is reported, never
+    silently judged on a fault)."""
+
+    def __init__(self, addr: int):
+        super().__init__(addr, f"memory at {addr:#x} was not captured in the stop's snapshot")
 
 
 class Memory(Protocol):
@@ -72,3 +83,97 @@ class Overlay:
             return self.first.read(addr, size)
         except MemoryFault:
             return self.second.read(addr, size)
+
+
+class CapturedMemory:
+    """What a check may read of a task at one stop, taken in bulk while the guest was stopped.
+
+    * ``regions``: bytes read at the stop (the stack from sp's page up, the shadow stack, ...);
+    * ``faults``: page addresses known unreadable at the stop (a bulk read stopped there);
+    * ``backing``: memory that does not change while the program runs (read-only file
+      mappings served from their files, the kernel's vDSO image), read where no region is;
+    * ``live``: the guest itself, while it is still stopped: a read nothing above answers goes
+      there and its answer (bytes or fault) is kept.  :meth:`seal` drops it when the guest runs
+      on; from then on such a read raises :class:`SnapshotMiss` and is listed in ``misses``.
+
+    A read is served piecewise (a region, then the backing, across their boundaries), so one
+    that straddles the stack's captured part and the next page is answered as the guest would.
+    """
+
+    def __init__(self, regions: dict[int, bytes] | None = None, faults: set[int] | frozenset[int] = frozenset(),
+                 backing: Memory | None = None, live: Memory | None = None):
+        self.regions: dict[int, bytes] = {}
+        self._bases: list[int] = []
+        for base, data in (regions or {}).items():
+            self.add(base, data)
+        self.faults = set(faults)
+        self.backing = backing
+        self.live = live
+        self.misses: list[tuple[int, int]] = []
+
+    def add(self, base: int, data: bytes) -> None:
+        if data:
+            self.regions[base] = bytes(data)
+            self._bases = sorted(self.regions)
+
+    def add_fault(self, addr: int) -> None:
+        self.faults.add(addr - addr % PAGE)
+
+    def seal(self) -> "CapturedMemory":
+        """The guest runs on: no live reads from here on."""
+        self.live = None
+        return self
+
+    def _region(self, addr: int) -> tuple[int, bytes] | None:
+        # the nearest regions at or below addr (a short one may sit inside a longer one)
+        i = bisect.bisect_right(self._bases, addr) - 1
+        for k in range(i, max(-1, i - 8), -1):
+            base = self._bases[k]
+            data = self.regions[base]
+            if addr < base + len(data):
+                return base, data
+        return None
+
+    def _piecewise(self, addr: int, size: int) -> bytes | int:
+        """The bytes, or the first address nothing captured answers (a known fault raises)."""
+        out = bytearray()
+        cur, end = addr, addr + size
+        while cur < end:
+            found = self._region(cur)
+            if found is not None:
+                base, data = found
+                n = min(end, base + len(data)) - cur
+                out += data[cur - base:cur - base + n]
+                cur += n
+                continue
+            if cur - cur % PAGE in self.faults:
+                raise MemoryFault(cur)
+            if self.backing is not None:
+                # the longest piece the backing answers: up to the next region, else to the end
+                i = bisect.bisect_right(self._bases, cur)
+                stop = min(end, self._bases[i]) if i < len(self._bases) else end
+                try:
+                    out += self.backing.read(cur, stop - cur)
+                    cur = stop
+                    continue
+                except MemoryFault:
+                    pass
+            return cur
+        return bytes(out)
+
+    def read(self, addr: int, size: int) -> bytes:
+        if addr < 0 or size < 0:
+            raise MemoryFault(addr)
+        got = self._piecewise(addr, size)
+        if isinstance(got, bytes):
+            return got
+        if self.live is not None:
+            try:
+                data = self.live.read(addr, size)
+            except MemoryFault as exc:
+                self.add_fault(exc.addr)
+                raise
+            self.add(addr, data)
+            return data
+        self.misses.append((addr, size))
+        raise SnapshotMiss(got)

@@ -20,14 +20,16 @@ from .images.lock import cache_lock, write_atomic
 from .images.programs import Program, Variant, build_program, user_program
 from .images.qemu import Qemu, resolve_qemu
 from .images.toolchain import get_toolchain
-from .kernel import KernelInfo, TaskInfo, current_task, user_regs
+from .kernel import MASK64, KernelInfo, TaskInfo, current_task, user_regs
 from .kernel.btf import Btf
 from .kernel.kallsyms import Kallsyms
 from .kernel.stops import StopPoint, StopPoints, find_stop_points
+from .memory import MemoryFault
 from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.qemu import Machine, MachineConfig, kvm_usable
+from .transport.errors import TargetError
 from .transport.target import Target
 
 
@@ -103,6 +105,11 @@ class Session:
         self.accel = ""
         self.accel_why = ""
         self.qemu: Qemu | None = None
+        # Kernel bytes read at the current stop (Target.generation): pipelined prefetches and the
+        # reads they answer.  Kernel memory does not change while the guest is stopped.
+        self._kcache: list[tuple[int, bytes]] = []
+        self._kgen = -1
+        self._last_task: dict[int, tuple[int, int]] = {}  # per-CPU base -> (task, top of its stack)
 
     def start(self) -> "Session":
         spec = self.spec
@@ -190,7 +197,59 @@ class Session:
     # -- reading the stopped guest -------------------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:
         """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3)."""
+        if self._kgen == self.target.generation:
+            for base, data in self._kcache:
+                if base <= addr and addr + size <= base + len(data):
+                    return data[addr - base:addr - base + size]
         return self.target.read_kernel(addr, size)
+
+    def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        if self._kgen != self.target.generation:
+            self._kcache = []
+            self._kgen = self.target.generation
+        for (addr, _), r in zip(ranges, self.target.read_many(ranges)):
+            if r.fault is None:
+                self._kcache.append((addr, r.data))
+
+    def prefetch_stop(self, point: StopPoint | None = None) -> None:
+        """Read what :meth:`current`, :meth:`regs_at` and :meth:`task_user_regs` will read at
+        this stop in two pipelined batches (the per-CPU current task and top of stack, and the
+        pt_regs a register points at; then the task and its user pt_regs), not one round trip
+        each.  Reads that fault here are left to those calls (PTI's page walk)."""
+        info = self.info
+        regs = self.target.read_registers()
+        gs = regs["gs_base"]
+        cur = (gs + info.current_task_sym) & MASK64
+        first = [(cur, 8)]
+        tos = None
+        if info.top_of_stack_sym is not None:
+            tos = (gs + info.top_of_stack_sym) & MASK64
+            first.append((tos, 8))
+        if point is not None and point.regs in ("rdi", "rsp"):
+            first.append((regs[point.regs], PT_REGS_SIZE))
+        o = info.task_offsets
+        lo = min(o.values())
+        hi = max(o["comm"] + info.comm_len, *(v + 8 for v in o.values()))
+        # The task and the top of its stack were most likely those of the last stop: read them
+        # in the first batch, and the second is only needed when the guess was wrong.
+        guess = self._last_task.get(gs)
+        if guess is not None:
+            first += [(guess[0] + lo, hi - lo), (guess[1] - PT_REGS_SIZE, PT_REGS_SIZE)]
+        self._prefetch(first)
+        try:
+            task = int.from_bytes(self.read(cur, 8), "little")
+            second = [(task + lo, hi - lo)]
+            top = None
+            if tos is not None:
+                top = int.from_bytes(self.read(tos, 8), "little")
+                second.append((top - PT_REGS_SIZE, PT_REGS_SIZE))
+        except (MemoryFault, TargetError):  # a prefetch only saves round trips; the reads say what failed
+            return
+        if top is not None:
+            self._last_task[gs] = (task, top)
+        if guess == (task, top):
+            return
+        self._prefetch(second)
 
     def current(self) -> TaskInfo:
         regs = self.target.read_registers()

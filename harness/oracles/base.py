@@ -126,6 +126,16 @@ class Oracle:
     def frames(self, stack: Stack) -> OracleFrames | NotChecked:
         raise NotImplementedError
 
+    # -- what to take at the stop (the engine's snapshot; the stack is taken for every oracle) ----
+    def captures(self, regs: UserRegs, fs_base: int) -> list[tuple[int, int]]:
+        """``(addr, size)`` ranges of the task's memory beyond its stack that :meth:`frames` will
+        read: read at the delivery stop in the same batch as the stack."""
+        return []
+
+    def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request: Request | None = None) -> None:
+        """Read (through ``memory``, while the guest is still stopped) what the first batch says
+        is needed too, e.g. the rest of a deeper shadow stack, or what ``request``'s causes read."""
+
 
 ORACLES: dict[str, type[Oracle]] = {}
 

@@ -10,7 +10,10 @@ inside the entry/exit assembly).
 
 from __future__ import annotations
 
-from .base import NotChecked, Oracle, OracleFrames, Stack, register
+from ..memory import Memory, MemoryFault
+from ..regs import UserRegs
+from .base import NotChecked, Oracle, OracleFrames, Request, Stack, register
+from .cfi import RT_SIGRETURN_CODE
 
 __all__ = ["RegsOracle"]
 
@@ -26,3 +29,20 @@ class RegsOracle(Oracle):
         if req is None or req.want is None:
             return NotChecked("the request hit a task without user registers (kernel thread)")
         return OracleFrames((req.want.ip,), frozenset({0}), "the requested registers", True, req.want)
+
+    def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request: Request | None = None) -> None:
+        """Another task's signal restorer, read while the guest is stopped: for a task whose binaries
+        the scenario does not map, signal-delivery and sigreturn-restored prove a signal frame by the
+        restorer's code (the word at sp, and the code before the requested ip in rt_sigreturn)."""
+        if request is None or request.own is not None or regs.compat:
+            return
+        addrs = [request.want.ip - len(RT_SIGRETURN_CODE)] if request.want is not None else []
+        try:
+            addrs.append(int.from_bytes(memory.read(regs.sp, 8), "little"))
+        except MemoryFault:
+            pass
+        for addr in addrs:
+            try:
+                memory.read(addr, len(RT_SIGRETURN_CODE))
+            except MemoryFault:
+                pass  # the cause meets the same (kept) fault

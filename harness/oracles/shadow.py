@@ -19,7 +19,8 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from ..memory import MemoryFault
+from ..memory import Memory, MemoryFault
+from ..regs import UserRegs
 from ..unwind.code import CodeFacts, Function
 from ..unwind.symbolize import Symbolizer
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
@@ -38,6 +39,7 @@ __all__ = [
 
 SHADOW_MAGIC = 0x5348414430574B53  # guest_programs/shadow.h
 SHADOW_MAX_DEPTH = 2048
+SHADOW_PREFETCH = 64  # entries read with the header at a delivery stop
 HOOK_ENTER = "__cyg_profile_func_enter"
 HOOK_EXIT = "__cyg_profile_func_exit"
 
@@ -94,6 +96,20 @@ class ShadowOracle(Oracle):
             return None
         sym = shadow_symbol(setup.program)
         return cls(sym) if sym is not None else None
+
+    def captures(self, regs: UserRegs, fs_base: int) -> list[tuple[int, int]]:
+        """The header and the first entries (most stacks are shallower) in the stop's batch."""
+        return [(self.symbol.address(fs_base), 16 + 16 * SHADOW_PREFETCH)]
+
+    def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request=None) -> None:
+        """A deeper stack's remaining entries: one more read."""
+        addr = self.symbol.address(fs_base)
+        try:
+            magic, depth, overflow = struct.unpack("<QII", memory.read(addr, 16))
+            if magic == SHADOW_MAGIC and not overflow and SHADOW_PREFETCH < depth <= SHADOW_MAX_DEPTH:
+                memory.read(addr + 16, 16 * depth)
+        except MemoryFault:
+            pass  # frames() meets the same fault and says so
 
     def frames(self, stack: Stack) -> OracleFrames | NotChecked:
         """[ip, call sites...] as the shadow stack has them (innermost first)."""

@@ -56,22 +56,19 @@ from ..images.programs import Program
 from ..kernel import PF_EXITING, TaskInfo
 from ..kernel.stops import StopPoint
 from ..kernel.vdso import with_kernel_vdso
-from ..memory import MemoryFault
-from ..oracles.base import Oracle, OracleFrames, Request, Setup, Stack, build_oracles
+from ..memory import BufferMemory, CapturedMemory, MemoryFault, Overlay
+from ..oracles.base import Oracle, Request, Setup, build_oracles
 from ..regs import UserRegs
-from ..rule import FrameRule, ValueRule
 from ..session import Session
 from ..transport.errors import GuestError, TargetError, TargetTimeout
-from ..transport.target import TargetMemory
+from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace
-from ..unwind.mixed import sframe_tables_for
-from ..unwind.symbolize import Symbolizer
-from ..unwind.user import StopReason, Trace, UnwindConfig, unwind_user
-from ..verdicts.align import judge
-from ..verdicts.types import FAILURE, NOT_CHECKED
+from ..unwind.user import StopReason, Trace
+from ..verdicts.types import NOT_CHECKED
 from .catalog import Scenario
 from .result import Result
+from .snapshot import StackChecker, StopSnapshot
 
 __all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "Sampling", "raw_stop_rate", "run_scenarios"]
 
@@ -81,13 +78,10 @@ ENTRY_EXIT_ASM = ("entry_", "asm_", "error_", "common_interrupt_return", "swapgs
                   "native_irq_return", "restore_regs_and_return", "paranoid_", "xen_",
                   "sync_regs", "fixup_bad_iret")
 FAILURES_KEPT = 1000  # failing stack records kept in memory per run (all are in the log)
-
-
-class _BrokenRA:
-    """Test-only rule provider: the right CFA, the return address one word off."""
-
-    def rule_for(self, pc: int) -> FrameRule:
-        return FrameRule(ValueRule("fp", 16), ValueRule("cfa", -16, True), ValueRule("cfa", -16, True))
+# Pages read above sp when sp is in no mapping the run knows (a thread stack mapped after the
+# program's maps were read): up to the first unreadable page.
+UNKNOWN_STACK_PAGES = 16
+MAX_STACK_PAGES = 1024  # 4 MiB: a cap on one snapshot's stack
 
 
 @dataclass
@@ -129,7 +123,7 @@ class Engine:
     REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
 
     def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
-                 progress: ProgressCallback | None = None):
+                 progress: ProgressCallback | None = None, verify: bool = False, keep_snapshots: bool = False):
         self.s = session
         self.sc = scenario
         self.progress = progress
@@ -157,21 +151,32 @@ class Engine:
         self._walk_regs: UserRegs | None = None
         self._walk_task: TaskInfo | None = None
         self._delivered_now: list[Delivered] = []
-        self.symbolizer: Symbolizer | None = None
-        self.code: CodeFacts | None = None
         self.oracles: list[Oracle] = []
-        self._names: dict[tuple[int, bool], list] = {}  # (address, is a return address) -> record frame
+        self.checker: StackChecker | None = None
         self._last_trace: Trace | None = None
         self._delivered_entry: tuple[int, int] = (0, 0)
+        # Delivery snapshots taken at their stops, walked and judged once the guest runs on
+        # (before the next stop is looked at, so the model and the log keep their order).
+        self._queue: list[StopSnapshot] = []
+        self._snap: StopSnapshot | None = None
+        self.verify = verify  # also check each delivery on the live guest at its stop and compare
+        self.keep_snapshots = keep_snapshots  # keep (snapshot, record) pairs in self.snapshots
+        self.snapshots: list[tuple[StopSnapshot, dict]] = []
+        self.maps = ""
+        self._vdso: BufferMemory | None = None
+        self._live_code: CodeFacts | None = None
+        # Checks done while the guest ran: how many batches, their time, and how many ended
+        # after the guest had stopped again (bench deferred prints it).
+        self.overlap = {"deliveries": 0, "seconds": 0.0, "late": 0}
         # Breakpoints a subclass keeps inserted the whole run (the soak's fork and exit points),
         # handled by _on_lifecycle wherever the engine stops at them; none in a normal run.
         self.lifecycle: dict[int, StopPoint] = {}
 
     # -- model hooks -------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
-        """``unwind_user()`` for the model: the Python unwinder on live guest memory."""
+        """``unwind_user()`` for the model: the Python unwinder on the delivery's snapshot."""
         self.result.walks += 1
-        trace = self._unwind(self._walk_regs)
+        trace = self.checker.walk(self._snap)
         self._last_trace = trace
         return trace.ips
 
@@ -182,14 +187,6 @@ class Engine:
         self._delivered_entry = (mt.entry, mt.epoch)
         self._delivered_now.append(Delivered(self._walk_task.pid, cookie, tuple(trace), work.name))
 
-    def _unwind(self, regs: UserRegs) -> Trace:
-        cfg = UnwindConfig(max_entries=self.max_entries)
-        if self.sc.break_ra:
-            cfg = replace(cfg, tables_for=lambda ip: _BrokenRA())
-        elif self.sc.unwinder == "sframe" and self.space is not None:
-            cfg = replace(cfg, tables_for=self._sframe_tables)
-        return unwind_user(self.memory, regs, cfg)
-
     def _report(self, finished: bool = False, interrupted: bool = False) -> None:
         if self.progress is not None:
             r = self.result
@@ -198,8 +195,8 @@ class Engine:
 
     # -- the run -----------------------------------------------------------------------------
     def _prepare(self) -> None:
-        """Start the program, read its address space, build the oracles, resolve the stop points
-        and insert the request breakpoints (the guest is left stopped)."""
+        """Start the program, read its address space, build the oracles and the checker, resolve
+        the stop points and insert the request breakpoints (the guest is left stopped)."""
         s = self.s
         self.proc = s.run_program([self.program.guest_path, *self.sc.args], output=self._output_path())
         s.target.resume()
@@ -209,12 +206,18 @@ class Engine:
         resolve.update({guest: str(host) for host, guest in self.program.runtime})
         self.memory = with_kernel_vdso(self.memory, maps, self.s.read, self.s.info.symbols,
                                        32 if self.ws == 4 else 64, (MemoryFault, TargetError))
+        if isinstance(self.memory, Overlay):  # with_kernel_vdso put the kernel's image in front
+            self._vdso = self.memory.first
+        self.maps = maps
         self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
-        self.symbolizer = Symbolizer(self.space)
-        self.code = CodeFacts(self.space, self.memory, self.ws)
-        self._sframe_tables = sframe_tables_for(self.space)
         self.oracles = build_oracles(Setup(self.space, self.memory, str(self.program.path), self.sc.variant.shadow))
         self.result.oracles = [o.name for o in self.oracles]
+        self.checker = StackChecker(self.space, self.oracles, self.sc.unwinder, self.max_entries, self.ws,
+                                    self.sc.break_ra)
+        self.checker.warm()  # tables parsed here, not in the first trace's time
+        # An own task's snapshot reads code from the files it maps (text does not change) and
+        # the vDSO from the kernel's image; another task's (init, the idle task) only the vDSO.
+        self._own_backing = Overlay(self._vdso, self.checker.backing) if self._vdso else self.checker.backing
         self.request_points = {s.stops[self.REQUEST_POINTS[r]].addr: s.stops[self.REQUEST_POINTS[r]]
                                for r in self.sc.requests}
         self.return_points = {s.stops[p].addr: s.stops[p] for p in self.RETURN_POINTS if p in s.stops.points}
@@ -255,19 +258,29 @@ class Engine:
                         f"{self.sc.samples} requests on its tasks")
                     break
                 s.target.resume()
+                due = time.monotonic()
                 if "nmi" in self.sc.requests:
                     if self.sc.rate:
                         due = loop_start + self.n_requests / self.sc.rate
-                        time.sleep(max(0.0, due - time.monotonic()))
                     elif self.sc.jitter:
-                        time.sleep(rng.uniform(0, self.sc.jitter))
+                        due += rng.uniform(0, self.sc.jitter)
+                # The last delivery's walk and checks run while the guest runs: during the wait
+                # for the NMI's time, or (none to wait) after the NMI, while it is on its way.
+                # (A check longer than the drawn wait delays that NMI by the difference.)
+                nmi_first = "nmi" in self.sc.requests and due <= time.monotonic()
+                if not nmi_first:
+                    self._process_queue(waiting=False)
+                if "nmi" in self.sc.requests:
+                    time.sleep(max(0.0, due - time.monotonic()))
                     # Only into a running guest: one that already stopped (at a return point, on
                     # its way to this NMI) would keep the NMI pending and take it at once on the
                     # next resume, and an NMI injected during every such stop livelocks the guest
                     # in its NMI handler.  A stale NMI that still slips in ends up here as a stop
                     # that arrived before this check, and the next injection is skipped.
-                    if s.machine.vm_running():
+                    if self._guest_running():
                         s.machine.inject_nmi()
+                if nmi_first:
+                    self._process_queue()
                 stop = s.target.wait_stop(timeout=15)
                 self.result.stops += 1
                 if stop.pc in self.request_points:
@@ -284,7 +297,9 @@ class Engine:
             self.result.loop_seconds = time.monotonic() - loop_start
             self._flush_pending()
         except KeyboardInterrupt:
-            # The log still ends with a record a reader can tell from a cut log.
+            # The log still ends with a record a reader can tell from a cut log, after the
+            # stacks already captured (their checks need no guest).
+            self._process_queue_safely()
             self.result.errors.append("interrupted (SIGINT)")
             self._end("interrupted")
             self._report(finished=True, interrupted=True)
@@ -300,6 +315,8 @@ class Engine:
                 tail = "\n".join(console.tail(30))
                 self.result.errors.append(f"guest kernel failed: {console.panic}\n{tail}")
         finally:
+            if not interrupted:
+                self._process_queue_safely()
             if not self.result.loop_seconds:
                 self.result.loop_seconds = time.monotonic() - loop_start
             # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
@@ -376,9 +393,47 @@ class Engine:
             mt = self.model.spawn(task.pid, kthread=task.kthread)
         return mt
 
+    def _guest_running(self) -> bool:
+        """Whether the guest left running has not stopped yet: from the debugger's socket where
+        the transport can tell (no QMP round trip), else QMP's query-status."""
+        arrived = self.s.target.stop_arrived()
+        return self.s.machine.vm_running() if arrived is None else not arrived
+
+    def _cont(self, timeout: float) -> Stop:
+        """Continue to the next stop, walking and checking the captured deliveries meanwhile."""
+        stop = self.s.target.cont_start(timeout)
+        self._process_queue()
+        return stop if stop is not None else self.s.target.wait_stop(timeout)
+
+    def _process_queue(self, waiting: bool = True) -> None:
+        """The captured deliveries' task work and checks.  ``waiting``: the guest is on its way
+        to the next stop meanwhile (a stop point or an injected NMI ahead), so whether that stop
+        came before the checks were done says whether they set the pace."""
+        if not self._queue:
+            return
+        t0 = time.perf_counter()
+        while self._queue:
+            self._deliver(self._queue.pop(0))
+        if not waiting:
+            return
+        ov = self.overlap
+        ov["deliveries"] += 1
+        ov["seconds"] += time.perf_counter() - t0
+        # Was the guest's next stop already waiting when the checks were done?  Then they, not
+        # the guest, set the pace (a worker on another core might pay); else they were hidden.
+        if self.s.target.running and self.s.target.stop_arrived():
+            ov["late"] += 1
+
+    def _process_queue_safely(self) -> None:
+        try:
+            self._process_queue()
+        except ModelError as exc:
+            self.result.errors.append(f"{type(exc).__name__}: {exc}")
+
     def _on_request(self, point) -> None:
         s = self.s
         self.n_requests += 1
+        s.prefetch_stop(point)
         task = s.current()
         iregs = s.regs_at(point)
         mt = self._model_task(task)
@@ -433,8 +488,7 @@ class Engine:
         so a trace costs about two stops, not one per kernel exit."""
         if on == self._returns_armed:
             return
-        for a in self.return_points:
-            (self.s.target.set_breakpoint if on else self.s.target.remove_breakpoint)(a)
+        (self.s.target.set_breakpoints if on else self.s.target.remove_breakpoints)(list(self.return_points))
         self._returns_armed = on
 
     def _drive(self, waiting, max_stops: int = 5000) -> None:
@@ -453,7 +507,7 @@ class Engine:
                     f"stops were: {seen}")
                 self.pending.clear()
                 break
-            stop = self.s.target.cont(timeout=30)
+            stop = self._cont(timeout=30)
             self.result.stops += 1
             if stop.pc in self.lifecycle:
                 self._on_lifecycle(self.lifecycle[stop.pc])
@@ -478,6 +532,7 @@ class Engine:
     def _flush_pending(self) -> None:
         """At the end, wake sleeping tasks (init reads the console) so that their pending work
         is delivered; what still stays pending is reported, not dropped."""
+        self._process_queue()
         if not self.pending:
             return
         # No new requests now: with the request points still in, timer interrupts on every vCPU
@@ -499,79 +554,128 @@ class Engine:
 
     def _on_return(self, point) -> None:
         s = self.s
+        s.prefetch_stop(point)
         task = s.current()
         self._seen[(task.pid, task.comm, point.name)] += 1
         if task.pid not in self.pending:
             return
-        mt = self.model.tasks[task.pid]
         regs = s.regs_at(point)
         pending = self.pending.pop(task.pid)
-        self._walk_regs, self._walk_task = regs, task
-        self._delivered_now = []
-        self._deliver(mt, point)
-        self._check(task, regs, pending, point)
+        self._queue.append(self._capture(task, regs, pending, point))
         self._arm_returns(bool(self.pending))
 
-    def _deliver(self, mt, point) -> None:
-        """The model's task work at this stop: in ``do_exit()`` or at the return to user space."""
+    # -- the delivery stop: a snapshot, walked and judged once the guest runs on -------------------
+    def _capture(self, task: TaskInfo, regs: UserRegs, req: Request, point) -> StopSnapshot:
+        """What the walk and the oracles will read, in one batch of pipelined reads: the stack
+        from sp's page to the end of its mapping (or the first unreadable page), and each
+        oracle's own data (the shadow stack).  The memory is sealed before the guest runs on."""
+        own = self._own_kind(task)
+        target = self.s.target
+        fs_base = target.read_registers()["fs_base"]
+        sp = regs.sp & 0xFFFFFFFF if regs.compat else regs.sp
+        base = sp - sp % PAGE
+        m = self.space.mapping_at(sp) if own is not None else None
+        end = m.end if m is not None else base + UNKNOWN_STACK_PAGES * PAGE
+        # The requested registers' stack too, where it lies below sp on the same stack: the
+        # signal frame rt_sigreturn restored from (the sigreturn-restored cause reads it there).
+        want = req.want
+        if want is not None and want.user_mode:
+            wsp = want.sp & 0xFFFFFFFF if want.compat else want.sp
+            if (m is not None and m.start <= wsp < sp) or (m is None and sp - UNKNOWN_STACK_PAGES * PAGE <= wsp < sp):
+                base = wsp - wsp % PAGE
+        ranges = [(base, min(end, base + MAX_STACK_PAGES * PAGE) - base)]
+        # The oracles that will judge this stack (another task's: only the request's registers).
+        oracles = self.oracles if own is not None else [o for o in self.oracles if o.registers]
+        if own is not None:
+            for o in oracles:
+                ranges += o.captures(regs, fs_base)
+        mem = CapturedMemory(backing=self._own_backing if own is not None else self._vdso, live=self.memory)
+        for (addr, _), got in zip(ranges, target.read_many(ranges)):
+            mem.add(addr, got.data)
+            if got.fault is not None:
+                mem.add_fault(got.fault)
+        for o in oracles:
+            o.complete(mem, regs, fs_base, req)  # what the first reads said is needed too
+        snap = StopSnapshot(task, point, regs, req, own, fs_base, mem)
+        if self.verify:
+            snap = replace(snap, expected=self._live_check(snap))
+        mem.seal()
+        return snap
+
+    def _live_check(self, snap: StopSnapshot) -> dict:
+        """Verify mode: the walk and the checks on the live guest, as before snapshots."""
+        if self._live_code is None:
+            self._live_code = CodeFacts(self.space, self.memory, self.ws)
+        trace = self.checker.walk(snap, self.memory)
+        ev = self.checker.evaluate(snap, trace, self.memory, self._live_code)
+        return _comparable(trace, ev, self.sc.unwinder)
+
+    def _deliver(self, snap: StopSnapshot) -> None:
+        """The model's task work at the delivery (its walk reads the snapshot), then the checks."""
+        self._snap = snap
+        self._walk_regs, self._walk_task = snap.regs, snap.task
+        self._delivered_now = []
+        self._task_work(self.model.tasks[snap.task.pid], snap.point)
+        self._check(snap)
+
+    def _task_work(self, mt, point) -> None:
+        """The model's task work at this delivery: in ``do_exit()`` or at the return to user space."""
         if point.kind == "exit":
             self.model.exit(mt)
         else:
             self.model.return_to_user(mt)
 
-    # -- the oracles and their verdicts, at the delivery stop -----------------------------------
-    def _check(self, task: TaskInfo, regs: UserRegs, req: Request, point) -> None:
+    # -- the oracles and their verdicts, on the delivery's snapshot -----------------------------
+    def _check(self, snap: StopSnapshot) -> None:
         r = self.result
         if not self._delivered_now:
             return
+        task, regs, req, point = snap.task, snap.regs, snap.request, snap.point
         trace = self._last_trace
         problems = []
         if len({d.trace for d in self._delivered_now}) != 1:
             problems.append(f"pid {task.pid}: tracers got different traces in one entry")
-        own = self._own_kind(task)
-        stack = Stack(regs, trace, self.sc.unwinder, self.max_entries, self.memory, self.space, self.code,
-                      self._sframe_tables, req, self._thread_pointer)
+        own = snap.own
         if own is None:
-            # Another task: the program's address space and its oracles say nothing about it; only
-            # the request's registers are checked (the model's rules apply to every task).
             r.foreign += 1
-            oracles = [o for o in self.oracles if o.registers]
         else:
-            oracles = self.oracles
             r.tasks.add(task.pid)
             r.children += own == "child"
             r.at_exit += point.kind == "exit"
             if trace.stop.reason is StopReason.LIMIT:
                 r.truncated += 1
-                if len(trace) != self.max_entries:
-                    problems.append(f"pid {task.pid}: trace truncated at {len(trace)} entries, "
-                                    f"not UNWIND_MAX_ENTRIES = {self.max_entries}")
-        frames = {self.sc.unwinder: self._frames(trace.ips, frozenset({0}))}
-        stops = {self.sc.unwinder: str(trace.stop)}
-        verdicts = []
-        for o in oracles:
-            of = o.frames(stack)
-            v = judge(stack, o, of)
-            verdicts.append(v)
-            r.pairs[(o.name, v.verdict)] += 1
+        ev = self.checker.evaluate(snap, trace)
+        problems += ev.problems
+        if snap.memory.misses:
+            where = ", ".join(f"{a:#x}+{n}" for a, n in snap.memory.misses[:4])
+            problems.append(f"pid {task.pid}: the checks read memory the stop's snapshot did not capture "
+                            f"({where}): judged on a fault the live guest might not have given")
+        if snap.expected is not None:
+            got = _comparable(trace, ev, self.sc.unwinder)
+            if got != snap.expected:
+                diff = sorted(k for k in got if got[k] != snap.expected.get(k))
+                problems.append(f"pid {task.pid}: the snapshot's walk and checks differ from the live guest's "
+                                f"in {', '.join(diff)}")
+                r.problems.append(problems[-1])
+        frames, stops, verdicts = ev.frames, ev.stops, ev.verdicts
+        for v in verdicts:
+            r.pairs[(v.oracle, v.verdict)] += 1
             if v.verdict == NOT_CHECKED:
-                r.not_checked[(o.name, v.reason)] += 1
-            if isinstance(of, OracleFrames):
-                frames[o.name] = self._frames(of.ips, of.marks)
-                stops[o.name] = of.stop
+                r.not_checked[(v.oracle, v.reason)] += 1
             for d in v.divergences:
                 if d.cause:
                     r.causes[d.cause] += 1
         entry, epoch = self._delivered_entry
-        records = [v.as_record() for v in verdicts]
-        records += [{"unwinder": self.sc.unwinder, "oracle": "delivery", "verdict": FAILURE, "divergences": [],
-                     "reason": p} for p in problems]
+        ev.problems = problems
+        records = ev.records(self.sc.unwinder)
         rec = self.log.emit(
             "stack", task=task.pid, entry=entry, epoch=epoch, cookie=self._delivered_now[0].cookie,
             point=point.name, comm=task.comm, own=own, scenario=self.sc.name,
             regs={"ip": regs.ip, "sp": regs.sp, "bp": regs.bp}, request=self._request_record(req),
             unwinder=self.sc.unwinder,
             frames=frames, stops=stops, verdicts=records)
+        if self.keep_snapshots:
+            self.snapshots.append((snap, rec))
         r.stacks += 1  # counted with its record: the end record's count is the log's
         if problems or any(v.failed for v in verdicts):
             r.failed_stacks += 1
@@ -590,18 +694,20 @@ class Engine:
             out["regs"] = {"ip": req.want.ip, "sp": req.want.sp, "bp": req.want.bp}
         return out
 
-    def _thread_pointer(self) -> int:
-        return self.s.target.read_registers()["fs_base"]
+    def vdso_image(self) -> tuple[int, bytes] | None:
+        """(address, bytes) of the kernel's vDSO image the snapshots are served from, if any."""
+        if self._vdso is None:
+            return None
+        (base, data), = self._vdso.regions.items()
+        return base, data
 
-    def _frames(self, ips, marks) -> list[list]:
-        """[address, module, symbol+offset] per frame; return addresses looked up at ra - 1."""
-        out = []
-        for k, ip in enumerate(ips):
-            key = (ip, k not in marks)
-            if key not in self._names:
-                self._names[key] = self.symbolizer.frame_record(ip, key[1])
-            out.append(self._names[key])
-        return out
+
+def _comparable(trace: Trace, ev, unwinder: str) -> dict:
+    """A check's outcome as plain data (as the log would hold it), for verify mode."""
+    import json
+
+    return json.loads(json.dumps({"trace": trace.ips, "stop": str(trace.stop), "frames": ev.frames,
+                                  "stops": ev.stops, "verdicts": ev.records(unwinder)}))
 
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,

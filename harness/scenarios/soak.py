@@ -308,8 +308,8 @@ class SoakEngine(Engine):
         self._timer_armed = True
 
     # -- bounded memory --------------------------------------------------------------------------
-    def _check(self, task, regs, req, point) -> None:
-        super()._check(task, regs, req, point)
+    def _check(self, snap) -> None:
+        super()._check(snap)
         # The ledger checks the cookies and tasks_seen counts the tasks: these sets would only grow.
         self.result.cookies.clear()
         self.result.tasks.clear()
@@ -387,10 +387,10 @@ class SoakEngine(Engine):
         self.report.cancels["at request"] += 1
         self._reregister(i)
 
-    def _deliver(self, mt, point) -> None:
+    def _task_work(self, mt, point) -> None:
         i = self._cancel_in_delivery
         if i is None:
-            return super()._deliver(mt, point)
+            return super()._task_work(mt, point)
         self._cancel_in_delivery = None
         steps = self.model.exit_steps(mt) if point.kind == "exit" else self.model.return_to_user_steps(mt)
         cancel = self.model.cancel_steps(self.works[i])
@@ -488,6 +488,9 @@ class SoakEngine(Engine):
                     nmi = rng.random() < self.spec.nmi_share
                 self._set_timer(not nmi)
                 s.target.resume()
+                # The last deliveries' walks and checks (snapshots taken at their stops) while the
+                # guest runs, before the next stop is handled: the model keeps the guest's order.
+                self._process_queue(waiting=False)
                 if nmi:
                     time.sleep(rng.uniform(0, self.sc.jitter))
                     if s.machine.vm_running():

@@ -21,6 +21,7 @@ Protocol reference: GDB manual, appendix "GDB Remote Serial Protocol".
 
 from __future__ import annotations
 
+import collections
 import re
 import select
 import socket
@@ -30,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TargetDied, TargetError, TargetTimeout
-from .target import Stop, Target
+from .target import ReadResult, Stop, Target
 
 #: bytes per ``m`` packet when the stub names no PacketSize (QEMU 7.2's limit)
 MAX_M_PACKET = 2048
 PAGE_SIZE = 4096
+PIPELINE_MAX = 256  # packets written at once before their answers are read
 
 
 def checksum(data: bytes) -> int:
@@ -55,6 +57,15 @@ def escape(data: bytes) -> bytes:
 def encode_packet(data: bytes) -> bytes:
     body = escape(data)
     return b"$" + body + b"#" + b"%02x" % checksum(body)
+
+
+def packet_kind(data: bytes) -> str:
+    """The command of a packet, for counting round trips: ``m``, ``g``, ``Z``, ``vCont;c``..."""
+    if data.startswith(b"vCont;"):
+        return data[:7].decode(errors="replace")
+    if data.startswith(b"q"):
+        return data.split(b":", 1)[0].decode(errors="replace")
+    return data[:1].decode(errors="replace")
 
 
 def decode_body(body: bytes) -> bytes:
@@ -233,6 +244,11 @@ class RspTarget(Target):
         self._thread_ids: list[str] = []
         self._cpu_thread: dict[int, str] = {}
         self.packets = 0
+        #: packets sent by kind ("m", "g", "vCont;c", "Z", ...): round trips, for benchmarks
+        self.sent: collections.Counter[str] = collections.Counter()
+        #: exchanges that wait for the stub: a command and its answer, a pipelined batch of
+        #: reads, a continue or step and its stop (what a stop's cost is counted in)
+        self.round_trips = 0
         self.features: dict[str, str | bool] = {}
         self.max_read = MAX_M_PACKET
         self._handshake()
@@ -281,6 +297,7 @@ class RspTarget(Target):
         for _ in range(3):
             self._write(pkt)
             self.packets += 1
+            self.sent[packet_kind(data)] += 1
             if not self.ack_mode:
                 return
             while True:
@@ -302,6 +319,7 @@ class RspTarget(Target):
             raise TargetError("the guest is running: interrupt it before issuing commands")
         raw = data.encode() if isinstance(data, str) else data
         deadline = time.monotonic() + (timeout or self.timeout)
+        self.round_trips += 1
         self._send(raw, deadline)
         while True:
             reply = self._read_packet(deadline)
@@ -407,6 +425,81 @@ class RspTarget(Target):
             size -= n
         return bytes(out)
 
+    def _pipeline(self, cmds: list[bytes], kind: str) -> list[bytes]:
+        """Write every packet at once, then read the answers in order: QEMU's system-mode stub
+        answers each packet as it completes and never waits for our ack (gdbstub's
+        put_packet), so N commands cost about one round trip, not N."""
+        if self.running:
+            raise TargetError("the guest is running: interrupt it before issuing commands")
+        deadline = time.monotonic() + self.timeout
+        self._write(b"".join(encode_packet(c) for c in cmds))
+        self.packets += len(cmds)
+        self.sent[kind] += len(cmds)
+        self.round_trips += 1
+        replies: list[bytes] = []
+        while len(replies) < len(cmds):
+            item = self.reader.next()
+            if item is None:
+                self._recv_some(deadline)
+                continue
+            what, payload = item
+            if what == "ack":
+                continue
+            if what == "nak":
+                raise TargetError(f"the gdb stub rejected a pipelined {kind} packet (nak)")
+            if what == "bad":
+                self._write(b"-")
+                raise TargetError(f"a pipelined {kind} packet's answer had a bad checksum")
+            self._write(b"+")
+            if _STOP_RE.match(payload):
+                continue  # an unsolicited stop reply
+            replies.append(payload)
+        return replies
+
+    def _insert_many(self, addrs: list[int]) -> None:
+        for a, reply in zip(addrs, self._pipeline([f"Z0,{a:x},1".encode() for a in addrs], "Z")):
+            if reply != b"OK":
+                raise TargetError(f"Z0,{a:x},1: the gdb stub answered {reply!r}")
+
+    def _remove_many(self, addrs: list[int]) -> None:
+        for a, reply in zip(addrs, self._pipeline([f"z0,{a:x},1".encode() for a in addrs], "z")):
+            if reply != b"OK":
+                raise TargetError(f"z0,{a:x},1: the gdb stub answered {reply!r}")
+
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[ReadResult]:
+        """Every read's ``m`` packets (each within one page and one packet's limit) in one
+        pipelined batch (:meth:`_pipeline`).  Each range stops at its first unreadable page, as
+        :meth:`read_partial` says it."""
+        self._set_phys(False)
+        pieces: list[tuple[int, int, int]] = []  # (range index, addr, size)
+        for i, (addr, size) in enumerate(ranges):
+            cur, end = addr, addr + size
+            while cur < end:
+                n = min(end - cur, PAGE_SIZE - cur % PAGE_SIZE, self.max_read)
+                pieces.append((i, cur, n))
+                cur += n
+        if not pieces:
+            return [ReadResult(b"") for _ in ranges]
+        cmds = [f"m{a:x},{n:x}".encode() for _, a, n in pieces]
+        # Batches small enough that our requests always fit in the socket's buffer while the
+        # stub's answers wait in ours (neither side can then block the other).
+        replies = []
+        for k in range(0, len(cmds), PIPELINE_MAX):
+            replies += self._pipeline(cmds[k:k + PIPELINE_MAX], "m")
+        out = [bytearray() for _ in ranges]
+        fault: list[int | None] = [None] * len(ranges)
+        for (i, a, n), reply in zip(pieces, replies):
+            if fault[i] is not None:
+                continue
+            if reply.startswith(b"E") and len(reply) == 3 or len(reply) != 2 * n:
+                # As read_partial says it: readable up to the faulting page's start.
+                start = ranges[i][0]
+                fault[i] = max(start, a - a % PAGE_SIZE)
+                del out[i][fault[i] - start:]
+                continue
+            out[i] += bytes.fromhex(reply.decode())
+        return [ReadResult(bytes(o), f) for o, f in zip(out, fault)]
+
     def _parse_stop(self, reply: bytes) -> Stop:
         parsed = parse_stop_reply(reply)
         if parsed is None:
@@ -429,12 +522,14 @@ class RspTarget(Target):
     def _resume(self, step: bool, timeout: float) -> Stop:
         self._regs_cache = None
         thread = self._cpu_thread[self.cpu]
+        self.round_trips += 1
         self._send(f"vCont;s:{thread}".encode() if step else b"vCont;c", time.monotonic() + self.timeout)
         self.running = True
         return self.wait_stop(timeout)
 
     def _continue_nowait(self) -> None:
         self._regs_cache = None
+        self.round_trips += 1
         self._send(b"vCont;c", time.monotonic() + self.timeout)
         self.running = True
 
@@ -442,6 +537,15 @@ class RspTarget(Target):
         reply = self._read_packet(deadline)
         self.running = False
         return self._parse_stop(reply)
+
+    def stop_arrived(self) -> bool:
+        """Whether the running guest has stopped already (its stop reply is waiting on the
+        socket): what QMP's query-status says, without a QMP round trip."""
+        if not self.running:
+            return True
+        while select.select([self.sock], [], [], 0)[0]:
+            self._recv_some(time.monotonic() + 1.0)
+        return b"$" in self.reader.buf
 
     def interrupt_raw(self, timeout: float = 5.0) -> Stop:
         self._write(b"\x03")

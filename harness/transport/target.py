@@ -25,6 +25,8 @@ _PTE_PRESENT = 1 << 0
 _PTE_PS = 1 << 7
 _PTE_ADDR = 0x000F_FFFF_FFFF_F000
 _CR4_LA57 = 1 << 12
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+NOP4 = b"\x0f\x1f\x40"  # nopl disp8(%rax): what the kernel seals an unused endbr64 into (0f 1f 40 d6)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,28 @@ class Target(ABC):
             self._remove(addr)
             self.breakpoints.discard(addr)
 
+    def _insert_many(self, addrs: list[int]) -> None:
+        for a in addrs:
+            self._insert(a)
+
+    def _remove_many(self, addrs: list[int]) -> None:
+        for a in addrs:
+            self._remove(a)
+
+    def set_breakpoints(self, addrs) -> None:
+        """:meth:`set_breakpoint` of each (an implementation may send them in one batch)."""
+        new = [a for a in dict.fromkeys(addrs) if a not in self.breakpoints]
+        if new:
+            self._insert_many(new)
+            self.breakpoints.update(new)
+
+    def remove_breakpoints(self, addrs) -> None:
+        """:meth:`remove_breakpoint` of each (an implementation may send them in one batch)."""
+        old = [a for a in dict.fromkeys(addrs) if a in self.breakpoints]
+        if old:
+            self._remove_many(old)
+            self.breakpoints.difference_update(old)
+
     def _leave_stop(self, timeout: float) -> tuple[int, Stop | None]:
         """Before the guest runs on: count a new generation, select the vCPU that stopped and,
         when it sits on one of our breakpoints, single-step it over with the breakpoint removed
@@ -139,11 +163,31 @@ class Target(ABC):
         pc = self.read_registers()["rip"]
         if pc not in self.breakpoints:
             return pc, None
+        if self._at_endbr(pc):
+            # endbr64 (TCG implements no CET) or the 4-byte NOP the kernel seals it into does
+            # nothing: moving RIP past it is what executing it does, in one register write
+            # instead of remove, step and insert.
+            self.write_register("rip", pc + 4)
+            return pc, None
         self._remove(pc)
         try:
             return pc, self._resume(step=True, timeout=timeout)
         finally:
             self._insert(pc)
+
+    def _at_endbr(self, pc: int) -> bool:
+        """``pc`` holds ``endbr64`` or a 4-byte NOP (read once per address; QEMU's breakpoints
+        do not show in memory)."""
+        from ..memory import MemoryFault
+
+        cache = self.__dict__.setdefault("_endbr", {})
+        if pc not in cache:
+            try:
+                code = self.read_memory(pc, 4)
+                cache[pc] = code == ENDBR64 or code[:3] == NOP4
+            except (MemoryFault, TargetError):  # unreadable (PTI's user CR3): step over as usual
+                return False
+        return cache[pc]
 
     def cont(self, timeout: float) -> Stop:
         """Continue until the next stop."""
@@ -151,6 +195,21 @@ class Target(ABC):
         if stepped is not None and stepped.pc in self.breakpoints and stepped.pc != pc:
             return stepped  # the single step landed on another breakpoint
         return self._resume(step=False, timeout=timeout)
+
+    def stop_arrived(self) -> bool | None:
+        """Whether a guest left running has stopped already; None where the transport cannot
+        tell without waiting (ask QMP then)."""
+        return None
+
+    def cont_start(self, timeout: float) -> Stop | None:
+        """:meth:`cont` in two halves: let the guest run and return at once (None), or return the
+        stop when the step over the breakpoint already landed on another one; the caller works
+        while the guest runs, then takes the stop with :meth:`wait_stop`."""
+        pc, stepped = self._leave_stop(timeout)
+        if stepped is not None and stepped.pc in self.breakpoints and stepped.pc != pc:
+            return stepped
+        self._continue_nowait()
+        return None
 
     def resume(self) -> None:
         """Let the guest run (e.g. while the harness talks to /init on the console) without
@@ -189,6 +248,11 @@ class Target(ABC):
             out += chunk
             cur += n
         return ReadResult(bytes(out))
+
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[ReadResult]:
+        """:meth:`read_partial` of each ``(addr, size)`` (virtual addresses); an implementation
+        may send them all before it waits for the first answer (one round trip, not one each)."""
+        return [self.read_partial(a, n) for a, n in ranges]
 
     def read_memory(self, addr: int, size: int, physical: bool = False) -> bytes:
         """Read exactly ``size`` bytes or raise :class:`~harness.memory.MemoryFault`."""

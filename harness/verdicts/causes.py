@@ -518,7 +518,7 @@ def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     except MemoryFault:
         return None
     saved, how = signal_frame_regs(stack.space, stack.memory, pretcode, regs.sp + 8), "its CIE has 'S'"
-    if saved is None:  # a task whose binaries the scenario's space does not map (another program)
+    if saved is None and req.own is None:  # another task: the scenario's space does not map its binaries
         saved, how = kernel_sigframe_regs(stack.memory, pretcode, regs.sp + 8), "its code is rt_sigreturn"
     if saved is None or (saved.ip, saved.sp, saved.bp) != (req.want.ip, req.want.sp, req.want.bp):
         return None
@@ -549,7 +549,7 @@ def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
     if req is None or req.syscall != RT_SIGRETURN or req.want is None or req.want.compat:
         return None
     restored = signal_frame_regs(stack.space, stack.memory, req.want.ip, req.want.sp)
-    if restored is None:  # the restorer's code, read in the task's memory, and the kernel's layout
+    if restored is None and req.own is None:  # another task: its restorer's code and the kernel's layout
         restored = kernel_sigframe_regs(stack.memory, req.want.ip - len(RT_SIGRETURN_CODE), req.want.sp)
     if restored is None or (restored.ip, restored.sp, restored.bp) != (regs.ip, regs.sp, regs.bp):
         return None

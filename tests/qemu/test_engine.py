@@ -58,7 +58,9 @@ def _check_scenario(session, name, tmp_path):
     sc = _scenario(session, name)
     log_path = tmp_path / "log.jsonl"
     with open(log_path, "w") as log:
-        r = Engine(session, sc, log).run()
+        # verify: every delivery is also walked and judged on the live guest at its stop, and any
+        # difference from the snapshot's checks (or a read it had not captured) is a problem
+        r = Engine(session, sc, log, verify=True).run()
     assert not r.errors, r.errors
     assert not r.failures, "\n\n".join(t for rec in r.failures[:3] for t in stack_failures(rec))
     assert not r.problems, r.problems[:3]

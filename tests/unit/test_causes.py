@@ -896,7 +896,8 @@ def foreign(build):
     say): an address space that maps none of its binaries, so no CFI says where a restorer is."""
     def of_foreign(request):
         st, *rest = build(request)
-        return (dataclasses.replace(st, space=AddressSpace([], memory=st.memory)), *rest)
+        return (dataclasses.replace(st, space=AddressSpace([], memory=st.memory),
+                                    request=dataclasses.replace(st.request, own=None)), *rest)
     of_foreign.__doc__ = f"{build.__doc__} As another task: no mapping known."
     return of_foreign
 
@@ -907,6 +908,16 @@ def accept_foreign(build, evidence):
         return Accepted(st, oracle, frames, (0, 0), evidence, (REGS,))
     accept.__doc__ = build.__doc__
     return accept
+
+
+def own_task_unmapped(build):
+    """``build``'s stack of the program's own task whose space maps no restorer: the space is the
+    task's own and authoritative, so the kernel-layout reading (for other tasks) is not tried."""
+    def refuse(request):
+        st, oracle, frames, *_ = build(request)
+        st = dataclasses.replace(st, space=AddressSpace([], memory=st.memory))
+        return Refused(st, div(st, oracle, frames, REGS, 0, 0))
+    return refuse
 
 
 def restorer_not_rt_sigreturn(build, at):
@@ -1156,6 +1167,8 @@ REFUSE = [
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("signal-delivery", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:own-task-unmapped", own_task_unmapped(regs_signal_delivery)),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:own-task-unmapped", own_task_unmapped(regs_sigreturn)),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task:restorer-changed",
          restorer_not_rt_sigreturn(regs_signal_delivery, lambda st: word(st.memory, st.regs.sp))),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task:restorer-changed",
