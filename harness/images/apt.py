@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import glob
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -238,3 +239,41 @@ def _vercmp(a: str, b: str) -> int:
         return -1
     r = subprocess.run(["dpkg", "--compare-versions", a, "eq", b], timeout=30)
     return 0 if r.returncode == 0 else 1
+
+
+def run_tool(cmd: list[str], what: str, error: type[ImageError], timeout: int = 120) -> subprocess.CompletedProcess:
+    """``cmd`` run to completion (bounded); a missing tool, a timeout or a failure raise ``error``
+    naming ``what``."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        raise error(f"{what}: {cmd[0]} is not installed") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise error(f"{what}: timed out after {timeout}s") from exc
+    if r.returncode != 0:
+        raise error(f"{what} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
+    return r
+
+
+def unpack_closure(apt: PrivateApt, pkg: Package, tmp: Path, keep: tuple[str, ...],
+                   error: type[ImageError]) -> tuple[Path, list[Path]]:
+    """``pkg`` and its dependency closure (from the suites in ``keep``) downloaded and unpacked
+    with ``dpkg-deb -x`` into ``tmp/root``, documentation, man pages and locales dropped: the
+    root and the .debs it was made of (already removed)."""
+    debs_dir = tmp / "debs"
+    try:
+        debs = apt.download_closure(pkg, debs_dir, keep=keep)
+    except ImageError as exc:
+        raise error(f"apt could not fetch {pkg.name}={pkg.version} from {pkg.suite} with its "
+                    f"dependencies: {exc}") from exc
+    root = tmp / "root"
+    root.mkdir()
+    with step("images", f"unpacking {len(debs)} packages into {root}", total=len(debs)) as st:
+        for i, deb in enumerate(debs, 1):
+            run_tool(["dpkg-deb", "-x", str(deb), str(root)], f"dpkg-deb -x {deb.name}", error)
+            st.update(f"unpacking {len(debs)} packages into {root}: {i} done", i, len(debs))
+        st.end(f"unpacked {len(debs)} packages in {st.elapsed:.1f}s")
+    shutil.rmtree(debs_dir)
+    for sub in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/lintian"):
+        shutil.rmtree(root / sub, ignore_errors=True)
+    return root, debs

@@ -27,11 +27,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .apt import Package, PrivateApt
+from .apt import Package, PrivateApt, run_tool, unpack_closure
 from .cache import ImageError, cached_dir, content_key
 from .kernel import KERNELS
 from .programs import runtime_files
-from ..progress import step
 
 __all__ = ["GUEST_DIR", "GUEST_PERF", "DebianPerf", "DebianPerfError", "get_debian_perf"]
 
@@ -100,22 +99,7 @@ def get_debian_perf(kernel: str = "default") -> DebianPerf:
 
 def _build(apt: PrivateApt, pkg: Package, tmp: Path) -> None:
     keep = (pkg.suite, BASE_SUITES.get(pkg.suite, pkg.suite))
-    debs_dir = tmp / "debs"
-    try:
-        debs = apt.download_closure(pkg, debs_dir, keep=keep)
-    except ImageError as exc:
-        raise DebianPerfError(f"apt could not fetch {pkg.name}={pkg.version} from {pkg.suite} with its "
-                              f"dependencies: {exc}") from exc
-    root = tmp / "root"
-    root.mkdir()
-    with step("images", f"unpacking {len(debs)} packages into {root}", total=len(debs)) as st:
-        for i, deb in enumerate(debs, 1):
-            _run(["dpkg-deb", "-x", str(deb), str(root)], f"dpkg-deb -x {deb.name}")
-            st.update(f"unpacking {len(debs)} packages: {i} done", i, len(debs))
-        st.end(f"unpacked {len(debs)} packages in {st.elapsed:.1f}s")
-    shutil.rmtree(debs_dir)
-    for sub in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/lintian"):
-        shutil.rmtree(root / sub, ignore_errors=True)
+    root, debs = unpack_closure(apt, pkg, tmp, keep, DebianPerfError)
     binary = find_perf_binary(root)
     try:
         needed = runtime_files(binary, root, GUEST_LIB)
@@ -145,12 +129,4 @@ def _build(apt: PrivateApt, pkg: Package, tmp: Path) -> None:
 
 
 def _run(cmd: list[str], what: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError as exc:
-        raise DebianPerfError(f"{what}: {cmd[0]} is not installed") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise DebianPerfError(f"{what}: timed out after {timeout}s") from exc
-    if r.returncode != 0:
-        raise DebianPerfError(f"{what} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
-    return r
+    return run_tool(cmd, what, DebianPerfError, timeout)

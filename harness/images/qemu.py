@@ -44,14 +44,12 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .apt import Package, PrivateApt
-from ..progress import step
+from .apt import Package, PrivateApt, run_tool, unpack_closure
 from .cache import ImageError, cached_dir, content_key, progress
 from .lock import write_atomic
 
@@ -199,23 +197,8 @@ def _resolve(apt: PrivateApt) -> Package:
 
 
 def _build(apt: PrivateApt, pkg: Package, tmp: Path) -> None:
-    debs_dir = tmp / "debs"
-    try:
-        debs = apt.download_closure(pkg, debs_dir, keep=(SUITE, BASE_SUITE))
-    except ImageError as exc:
-        raise QemuImageError(f"apt could not fetch {pkg.name}={pkg.version} from {SUITE} with its "
-                             f"dependencies: {exc}") from exc
-    root = tmp / "root"
-    root.mkdir()
-    with step("images", f"unpacking {len(debs)} packages into {root}", total=len(debs)) as st:
-        for i, deb in enumerate(debs, 1):
-            _run(["dpkg-deb", "-x", str(deb), str(root)], f"dpkg-deb -x {deb.name}")
-            st.update(f"unpacking {len(debs)} packages into {root}: {i} done", i, len(debs))
-        st.end(f"unpacked {len(debs)} packages in {st.elapsed:.1f}s")
+    root, debs = unpack_closure(apt, pkg, tmp, (SUITE, BASE_SUITE), QemuImageError)
     packages = [deb.name.rsplit(".", 1)[0] for deb in debs]
-    shutil.rmtree(debs_dir)
-    for sub in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/lintian"):
-        shutil.rmtree(root / sub, ignore_errors=True)
     loader = (root / LOADER).resolve()
     if not loader.is_file() or not loader.is_relative_to(root.resolve()):
         raise QemuImageError(f"{root / LOADER} does not lead to a dynamic loader inside the root ({loader})")
@@ -257,15 +240,7 @@ def _check_data_dirs(root: Path, prefix: list[str]) -> None:
 
 
 def _run(cmd: list[str], what: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError as exc:
-        raise QemuImageError(f"{what}: {cmd[0]} is not installed") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise QemuImageError(f"{what}: timed out after {timeout}s") from exc
-    if r.returncode != 0:
-        raise QemuImageError(f"{what} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
-    return r
+    return run_tool(cmd, what, QemuImageError, timeout)
 
 
 # -- selection -----------------------------------------------------------------------------------

@@ -644,14 +644,14 @@ def cmd_kernel_diff_replay(args) -> int:
 
 
 def add_cli(subparsers, guest_args, spec_for):
-    import argparse
+    from ..cli import positive_int  # the command line's own validation (cli imports this module lazily)
 
     p = subparsers.add_parser("kernel-diff", help="the guest kernel's unwind_deferred against the model, event by event",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("scenarios", nargs="*", help=f"catalog scenarios whose programs perf samples, or 'all' "
                                                 f"(default: {' '.join(DEFAULT_SCENARIOS)})")
-    p.add_argument("--requests", type=_positive, default=300, help="requests of the kernel's tracer per scenario")
-    p.add_argument("--freq", type=_positive, default=200, help="perf samples per second (guest time)")
+    p.add_argument("--requests", type=positive_int, default=300, help="requests of the kernel's tracer per scenario")
+    p.add_argument("--freq", type=positive_int, default=200, help="perf samples per second (guest time)")
     p.add_argument("--profile", choices=("mainline", "seed-v10"), default=None,
                    help="the model's profile (default mainline; seed-v10 is the control that must show "
                         "its cookie mismatches)")
@@ -671,15 +671,3 @@ def add_cli(subparsers, guest_args, spec_for):
 
     p.set_defaults(func=run)
     return p
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} is not a positive integer")
-    return v
