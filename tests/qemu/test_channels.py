@@ -42,7 +42,7 @@ def hostile(samples: int = 20) -> Scenario:
     # forwarder drains it at tens of KB/s on TCG), and the engine's bound of 10 requests per
     # sample must not run out before it spins.
     return Scenario("hostile", program="hostile", variant=Variant(shadow=True), args=(str(FLOOD), "0"),
-                    samples=samples, rate=20.0)
+                    samples=samples, rate=10.0)
 
 
 @pytest.mark.parametrize("kernel", ["default", "bookworm"])

@@ -47,14 +47,16 @@ def test_debian_perf_against_stitcher_and_unwinder(kernel, tmp_path):
         for name in SCENARIOS:
             sc = CATALOG[name]
             prog = s.program(sc.program, sc.toolchain, sc.variant)
-            files = run_debian_perf(s, prog, list(sc.args), seconds=2, freq=200)
+            files = run_debian_perf(s, prog, list(sc.args), seconds=3, freq=200)
             files.save(tmp_path / name, prog)  # harness perf --debian-perf --check DIR re-checks them
             assert "defer_callchain: 1" in files.evlist
             r = check_run(files, prog)
             assert r.unexplained == [], f"{name}:\n{r.table()}\n\n" + "\n\n".join(r.unexplained[:3])
             # a sample in the task's last kernel entry (exiting: the request is refused) carries an
             # immediate FP user chain instead of a cookie
-            assert r.samples >= 100 and r.deferred_samples >= 0.95 * r.samples, r.table()
+            # (forkexec gave 61 samples in 2 s on a quiet machine: its parent waits in wait4 while a
+            # child runs; 3 s and at least 50 leave a margin either way)
+            assert r.samples >= 50 and r.deferred_samples >= 0.95 * r.samples, r.table()
             assert r.joined >= 0.95 * r.deferred_samples and r.deferred_records >= 50, r.table()
             assert r.merged_compared == r.samples and r.merged_equal + sum(
                 n for k2, n in r.named.items() if k2 == "perf-script-sample-after-record") == r.samples, r.table()
