@@ -43,6 +43,8 @@ from ..deferred.stitch import Lost as StitchLost
 from ..deferred.stitch import Sample as StitchSample
 from ..oracles.base import OracleFrames
 from ..unwind.maps import Resolver
+from ..unwind.user import Trace
+from ..verdicts.causes import FP_STEPS
 from ..verdicts.align import judge
 from ..verdicts.causes import explain
 from ..verdicts.types import AGREE, FAILURE, REGS, Divergence, PairVerdict
@@ -323,7 +325,7 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
         if v.verdict == AGREE:
             r.ours_equal += 1
         elif v.verdict == FAILURE:
-            why = written_during_entry(ccs, tuple(stack.trace.ips), theirs)
+            why = written_during_entry(ccs, tuple(stack.trace.ips), theirs, stack.trace)
             if why:
                 r.name(STACK_WRITTEN, f"{o.show(title, stack, theirs, v, of.stop)}\n  [{STACK_WRITTEN}] {why}")
             else:
@@ -336,15 +338,18 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
 STACK_WRITTEN = "stack-written-during-entry"
 
 
-def written_during_entry(s: Sample, ours: tuple[int, ...], theirs: tuple[int, ...]) -> str | None:
+def written_during_entry(s: Sample, ours: tuple[int, ...], theirs: tuple[int, ...],
+                         trace: Trace | None = None) -> str | None:
     """Why our walk over the sample's stack bytes and the kernel's deferred walk of the same entry
     differ, when the user stack changed in between: perfcc dumps the stack when it samples, the
     kernel walks it at the return to user space, and while the task is in the kernel (a syscall)
     the kernel itself may write into it (readlink, read, ... copying into a buffer on the stack).
 
-    Proven when: the sample was taken in kernel mode; both walks agree up to frame k; the
-    kernel's entry k occurs nowhere in the dumped bytes (it was not on the stack at the sample),
-    while ours was read from them."""
+    Proven when the sample was taken in kernel mode, both walks agree up to frame k, and either
+    (with our ``trace``) our frame k was an FP step's return address read from the dump at a known
+    address, which the kernel read as its entry k: the same word, another value; or the kernel's
+    entry k occurs nowhere in the dumped bytes (it was not on the stack at the sample) while ours
+    was read from them."""
     if s.user_mode:
         return None
     k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
@@ -355,17 +360,26 @@ def written_during_entry(s: Sample, ours: tuple[int, ...], theirs: tuple[int, ..
     if val >= 1 << (8 * ws):
         return None
     raw = val.to_bytes(ws, "little")
+    text = raw.decode("ascii") if all(32 <= c < 127 for c in raw) else ""
+    what = f"the kernel's entry #{k} {val:#x}{f' (the text {text!r})' if text else ''}"
+    written = "the stack was written between the sample and the deferred walk at the return to user space"
+    if trace is not None and k < len(ours) and k < len(trace.frames) and trace.frames[k].how in FP_STEPS:
+        addr = trace.frames[k - 1].fp + ws  # where an FP step reads the return address
+        off = addr - s.regs.sp
+        if 0 <= off <= len(s.stack) - ws:
+            dumped = int.from_bytes(s.stack[off:off + ws], "little")
+            if dumped == ours[k] != val:
+                return (f"the sample was taken in kernel mode; both walks agree for {k} frame(s); our entry "
+                        f"#{k} {ours[k]:#x} is the word at {addr:#x} (fp + {ws}) in the stack dumped at the "
+                        f"sample, {what} was read from that word at the walk: {written}")
     if any(s.stack[i:i + ws] == raw for i in range(0, len(s.stack) - ws + 1, ws)):
         return None
     if k < len(ours) and not any(s.stack[i:i + ws] == ours[k].to_bytes(ws, "little", signed=False)
                                  for i in range(0, len(s.stack) - ws + 1, ws)):
         return None
-    text = raw.decode("ascii") if all(32 <= c < 127 for c in raw) else ""
-    return (f"the sample was taken in kernel mode; both walks agree for {k} frame(s); the kernel's "
-            f"entry #{k} {val:#x}{f' (the text {text!r})' if text else ''} is nowhere in the "
-            f"{len(s.stack)} stack bytes dumped at the sample, ours "
-            f"{f'{ours[k]:#x}' if k < len(ours) else '(none)'} is: the stack was written between the "
-            f"sample and the deferred walk at the return to user space")
+    return (f"the sample was taken in kernel mode; both walks agree for {k} frame(s); {what} is nowhere in "
+            f"the {len(s.stack)} stack bytes dumped at the sample, ours "
+            f"{f'{ours[k]:#x}' if k < len(ours) else '(none)'} is: {written}")
 
 
 def total(reports: list[DebianReport]) -> DebianReport:

@@ -282,6 +282,28 @@ def test_a_stack_written_in_the_kernel_between_sample_and_walk_is_named():
     assert written_during_entry(_sample(dump, kernel_mode), (0x401000,), (0x401001,)) is None
 
 
+def test_a_word_the_kernel_wrote_at_a_known_frame_address_is_named_even_if_its_text_is_elsewhere():
+    """forkexec in CI: readlink wrote "...ost/fork..." over the word _dl_get_origin's rbp + 8 points
+    at, between perfcc's dump (a zero there) and the kernel's walk; the same text stood elsewhere in
+    the dump (argv), so only the address of the word proves it."""
+    from harness.perf.debian import written_during_entry
+    from harness.unwind.user import Frame, Trace, UnwinderType
+
+    text = int.from_bytes(b"ost/fork", "little")
+    dump = bytes(0x18) + (0x402000).to_bytes(8, "little") + bytes(0x10) + b"ost/fork" + bytes(8)
+    s = _sample(dump, 1)  # kernel mode; bp = sp + 0x10, so fp + 8 is dump[0x18:0x20]
+    trace = Trace([Frame(0x401000, s.regs.sp, s.regs.bp, UnwinderType.REGS),
+                   Frame(0x402000, s.regs.bp + 16, 0, UnwinderType.FP)])
+    ours, theirs = (0x401000, 0x402000), (0x401000, text)
+    assert written_during_entry(s, ours, theirs) is None  # the text is in the dump: no proof without the address
+    why = written_during_entry(s, ours, theirs, trace)
+    assert why and f"the word at {s.regs.bp + 8:#x} (fp + 8)" in why and "'ost/fork'" in why
+    # refused: the word at that address is not what our walk reported
+    assert written_during_entry(s, (0x401000, 0x403000), theirs, trace) is None
+    # refused: in user mode
+    assert written_during_entry(_sample(dump, 2), ours, theirs, trace) is None
+
+
 # -- several events in one perf.data ----------------------------------------------------------------
 def test_records_of_several_events_are_read_with_their_own_attr():
     """Two events (perf sets PERF_SAMPLE_IDENTIFIER then): each sample is parsed with the attr its
