@@ -220,14 +220,11 @@ def cmd_boot(args) -> int:
 def _shell_spec(args):
     """The guest of ``harness shell`` / ``harness boot --gdb``: the default programs, those of the
     default scenarios and of ``--scenario``, and the user's ``--program`` binaries."""
-    from .scenarios.catalog import CATALOG, DEFAULT_SET, programs_for
+    from .scenarios.catalog import DEFAULT_SET, programs_for, select_scenarios
 
-    names = list(DEFAULT_SET) + list(args.scenario or [])
-    unknown = [n for n in names if n not in CATALOG]
-    if unknown:
-        raise UsageError(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}")
+    scenarios = select_scenarios(list(DEFAULT_SET) + list(args.scenario or []))
     progs = list(DEFAULT_PROGRAMS)
-    progs += [p for p in programs_for([CATALOG[n] for n in names]) if p not in progs]
+    progs += [p for p in programs_for(scenarios) if p not in progs]
     spec = _spec(args, progs)
     spec.user_programs = list(args.program or [])
     return spec
@@ -330,7 +327,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_run(args) -> int:
     """The main job: run scenarios on one guest and print the summary table."""
-    from .scenarios.catalog import CATALOG, DEFAULT_SET, programs_for
+    from .scenarios.catalog import programs_for, select_scenarios
 
     if args.kernel_diff:
         if args.program:
@@ -354,14 +351,7 @@ def cmd_run(args) -> int:
         spec = _spec(args, [])
         spec.user_programs = [args.program]
         return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report)
-    names = args.scenarios or list(DEFAULT_SET)
-    if names == ["all"]:
-        names = list(CATALOG)
-    unknown = [n for n in names if n not in CATALOG]
-    if unknown:
-        print(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}", file=sys.stderr)
-        return 2
-    scenarios = [CATALOG[n] for n in names]
+    scenarios = select_scenarios(args.scenarios)
     import dataclasses
 
     if args.samples:

@@ -182,7 +182,7 @@ def _print_debian(report, examples: int, header: str) -> None:
 def cmd_debian_perf(args, spec_for) -> int:
     """``--debian-perf``: Debian's perf in the guest on catalog scenarios' programs."""
     from ..errors import HarnessError
-    from ..scenarios.catalog import CATALOG
+    from ..scenarios.catalog import select_scenarios
     from .debian import total
     from .debian_run import DebianFiles, check_files, check_run, deferred_unsupported, run_debian_perf
 
@@ -193,12 +193,7 @@ def cmd_debian_perf(args, spec_for) -> int:
         report = check_files(files, table.get)
         _print_debian(report, args.examples, f"{args.check}: perf {report.perf_version} on {report.release}")
         return 0 if report.ok else 1
-    names = args.debian_perf or list(DEBIAN_DEFAULT)
-    unknown = [n for n in names if n not in CATALOG]
-    if unknown:
-        print(f"harness perf: --debian-perf: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(CATALOG)}",
-              file=sys.stderr)
-        return 2
+    scenarios = select_scenarios(args.debian_perf, DEBIAN_DEFAULT)
     if args.kernel_path:
         print("harness perf: --debian-perf takes linux-perf of a named kernel's suite, not --kernel-path",
               file=sys.stderr)
@@ -215,7 +210,6 @@ def cmd_debian_perf(args, spec_for) -> int:
               file=sys.stderr)
         return 2
     dp = get_debian_perf(args.kernel)
-    scenarios = [CATALOG[n] for n in names]
     progs = [PERFCC] + sorted({(sc.program, sc.toolchain, sc.variant) for sc in scenarios}, key=str)
     spec = spec_for(args, progs)
     spec.extra_files = dict(dp.files)

@@ -31,12 +31,13 @@ class RunDirTaken(HarnessError):
 
 
 def new_run_dir(out: str | os.PathLike | None = None, base: str | os.PathLike = "runs",
-                now: float | None = None) -> Path:
-    """Create and claim the run's directory; see the module's docstring for the rule."""
+                now: float | None = None, suffix: str = "") -> Path:
+    """Create and claim the run's directory; see the module's docstring for the rule.  ``suffix``
+    follows the timestamp of a default name (``runs/TIMESTAMP-kernel-diff``)."""
     if out is None:
         base = Path(base)
         base.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + suffix
         for n in range(1, 10_000):
             path = base / (stamp if n == 1 else f"{stamp}-{n}")
             try:

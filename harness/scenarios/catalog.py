@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import HarnessError
 from ..images.programs import Variant
 
-__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "programs_for", "user_scenario"]
+__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for", "select_scenarios", "user_scenario"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,24 @@ CATALOG: dict[str, Scenario] = {
     )
 }
 DEFAULT_SET = ("fp-spin", "fp-syscall", "sframe-v3-nofp")
+
+
+class UnknownScenario(HarnessError):
+    """A scenario name the catalog does not have (bad usage: exit 2, one line)."""
+
+    exit_code = 2
+
+
+def select_scenarios(names, default=DEFAULT_SET) -> list[Scenario]:
+    """The catalog's scenarios for the names a user gave (``default`` when none; ``all``: every
+    one), in their order; an unknown name raises :class:`UnknownScenario` naming it."""
+    names = list(names or default)
+    if names == ["all"]:
+        names = list(CATALOG)
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise UnknownScenario(f"unknown scenarios {unknown}; known: {', '.join(CATALOG)}")
+    return [CATALOG[n] for n in names]
 
 
 def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:

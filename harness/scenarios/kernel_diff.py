@@ -552,15 +552,10 @@ def cmd_kernel_diff(args, spec_for) -> int:
     from ..images.kernel import get_kernel
     from ..kernel.btf import Btf
     from ..kernel.lockstep import Summary as _Summary
-    from .catalog import CATALOG, programs_for
+    from ..report.rundir import new_run_dir
+    from .catalog import programs_for, select_scenarios
 
-    names = list(args.scenarios or DEFAULT_SCENARIOS)
-    if names == ["all"]:
-        names = list(CATALOG)
-    unknown = [n for n in names if n not in CATALOG]
-    if unknown:
-        print(f"harness kernel-diff: unknown scenarios {unknown}; known: {', '.join(CATALOG)}", file=sys.stderr)
-        return 2
+    scenarios = select_scenarios(args.scenarios, DEFAULT_SCENARIOS)
     ci = os.environ.get("CI", "").lower() == "true"
     default_kernel = args.kernel == "default" and not args.kernel_path
 
@@ -575,10 +570,8 @@ def cmd_kernel_diff(args, spec_for) -> int:
     ok, why = deferred_support(Btf.from_elf(kernel.vmlinux))
     if not ok:
         return skip(kernel.release or kernel.package, why)
-    scenarios = [CATALOG[n] for n in names]
     spec = spec_for(args, programs_for(scenarios) + [PERFCC])
-    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-kernel-diff")
-    out.mkdir(parents=True, exist_ok=True)
+    out = new_run_dir(args.out, suffix="-kernel-diff")  # unique and claimed, as harness run's
     total = _Summary(args.profile)
     results: list[KernelDiffResult] = []
     errors: list[str] = []

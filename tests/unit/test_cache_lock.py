@@ -246,6 +246,14 @@ def test_run_directories_of_one_second_are_distinct_even_from_many_processes_at_
     assert len(pids) > 1  # claimed by the processes themselves
 
 
+def test_a_suffixed_default_name_is_unique_too(tmp_path):
+    """kernel-diff's runs/TIMESTAMP-kernel-diff: the same rule, the suffix after the timestamp."""
+    a = new_run_dir(None, base=tmp_path, now=1_700_000_000, suffix="-kernel-diff")
+    b = new_run_dir(None, base=tmp_path, now=1_700_000_000, suffix="-kernel-diff")
+    assert a.name.endswith("-kernel-diff") and b.name == f"{a.name}-2"
+    assert (a / CLAIM).exists() and (b / CLAIM).exists()
+
+
 def test_out_must_be_new_or_empty(tmp_path):
     fresh = new_run_dir(tmp_path / "a" / "b")
     assert fresh.is_dir() and (fresh / CLAIM).exists()
