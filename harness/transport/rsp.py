@@ -251,6 +251,17 @@ class RspTarget(Target):
         self.round_trips = 0
         self.features: dict[str, str | bool] = {}
         self.max_read = MAX_M_PACKET
+        #: commands answered only OK (Z, z, P, Hg, Qqemu.PhyMemMode) not written yet: they go
+        #: out ahead of the next packet written (see :meth:`_ok`)
+        self._lazy: list[bytes] = []
+        #: lazy commands written whose OK has not been read yet, oldest first
+        self._awaiting: collections.deque[bytes] = collections.deque()
+        #: a packet :meth:`stop_arrived` read off the socket before anyone asked for it
+        self._stashed: collections.deque[bytes] = collections.deque()
+        #: packets received and not acked yet (ack mode): acked with our next write
+        self._acks = 0
+        #: the first lazy command the stub refused, raised once its batch's answers are read
+        self._refused: TargetError | None = None
         self._handshake()
 
     # -- packet I/O ----------------------------------------------------------------------------
@@ -269,20 +280,50 @@ class RspTarget(Target):
             raise TargetDied("the gdb stub closed the connection (QEMU gone?)")
         self.reader.feed(data)
 
-    def _read_packet(self, deadline: float) -> bytes:
+    def _take(self) -> bytes | None:
+        """The next answer already received, or None when more bytes are needed.  The OKs of
+        lazy commands (:meth:`_ok`) are checked and consumed on the way; acks owed to the stub
+        are counted, to go out with our next write (:meth:`_write_packets`)."""
         while True:
+            if self._stashed:
+                return self._stashed.popleft()
             item = self.reader.next()
             if item is None:
-                self._recv_some(deadline)
-                continue
+                return None
             kind, payload = item
-            if kind == "packet":
-                if self.ack_mode:
-                    self._write(b"+")
+            if kind == "nak":
+                # Only a corrupted write is naked; on a local socket that is a bug, and
+                # resending blind could reorder a pipelined batch: say it instead.
+                raise TargetError("the gdb stub rejected a packet we wrote (nak)")
+            if kind == "bad":
+                if self.ack_mode and not self.running:
+                    self._write(b"-")  # QEMU sends that answer again
+                continue
+            if kind != "packet":
+                continue  # the acks of what we wrote: nothing waits for them (_write_packets)
+            if self.ack_mode:
+                self._acks += 1
+            if self._awaiting:
+                sent = self._awaiting.popleft()
+                if payload != b"OK" and self._refused is None:
+                    self._refused = TargetError(
+                        f"{sent.decode(errors='replace')!r}: the gdb stub answered {payload!r}")
+                continue
+            return payload
+
+    def _raise_refused(self) -> None:
+        """Raise the refusal of a lazy command, once the answers written with it are read (the
+        connection stays in step for the next exchange)."""
+        if self._refused is not None:
+            exc, self._refused = self._refused, None
+            raise exc
+
+    def _read_packet(self, deadline: float) -> bytes:
+        while True:
+            payload = self._take()
+            if payload is not None:
                 return payload
-            if kind == "bad" and self.ack_mode:
-                self._write(b"-")
-            # acks/naks are consumed in _send; stray ones here are ignored
+            self._recv_some(deadline)
 
     def _write(self, raw: bytes) -> None:
         """Every write to the stub: a connection that went away (QEMU died, the guest panicked
@@ -292,26 +333,25 @@ class RspTarget(Target):
         except OSError as exc:
             raise TargetDied(f"gdb stub connection failed: {exc}") from exc
 
-    def _send(self, data: bytes, deadline: float) -> None:
-        pkt = encode_packet(data)
-        for _ in range(3):
-            self._write(pkt)
-            self.packets += 1
-            self.sent[packet_kind(data)] += 1
-            if not self.ack_mode:
-                return
-            while True:
-                item = self.reader.next()
-                if item is None:
-                    self._recv_some(deadline)
-                    continue
-                if item[0] == "ack":
-                    return
-                if item[0] == "nak":
-                    break
-                # a packet before the ack (the unsolicited stop reply): acknowledge and drop
-                self._write(b"+")
-        raise TargetError(f"gdb stub rejected packet {data[:40]!r} three times")
+    def _write_packets(self, cmds: list[bytes], kind: str | None = None) -> None:
+        """Write the acks we owe, the lazy commands, then ``cmds``, in one write.
+
+        Acks both ways are batched.  QEMU's system-mode stub answers each packet in order and
+        never waits for our ack (gdbstub's put_packet), so ours go out with our next write,
+        always while the guest is stopped: a stray ``+`` that reaches a *running* guest's stub
+        once its last answer is acked stops the VM like any other byte (gdb_read_byte).  And
+        nothing here waits for the stub's acks: waiting for the ack of a continue cost a
+        wake-up of QEMU's main loop before the harness could go on; a nak (a corrupted write)
+        is raised by :meth:`_take` instead of resent."""
+        lazy, self._lazy = self._lazy, []
+        for c in lazy:
+            self.sent[packet_kind(c)] += 1
+        self._awaiting.extend(lazy)
+        for c in cmds:
+            self.sent[kind or packet_kind(c)] += 1
+        self.packets += len(lazy) + len(cmds)
+        acks, self._acks = b"+" * self._acks, 0
+        self._write(acks + b"".join(encode_packet(c) for c in (*lazy, *cmds)))
 
     def command(self, data: str | bytes, timeout: float | None = None) -> bytes:
         """Send one packet and return its reply, dropping stop replies nobody asked for."""
@@ -320,17 +360,37 @@ class RspTarget(Target):
         raw = data.encode() if isinstance(data, str) else data
         deadline = time.monotonic() + (timeout or self.timeout)
         self.round_trips += 1
-        self._send(raw, deadline)
+        self._write_packets([raw])
         while True:
             reply = self._read_packet(deadline)
             if _STOP_RE.match(reply) and not raw.startswith((b"?", b"vCont", b"c", b"s")):
                 continue
+            self._raise_refused()
             return reply
 
     def _ok(self, data: str) -> None:
-        reply = self.command(data)
-        if reply != b"OK":
-            raise TargetError(f"{data!r}: the gdb stub answered {reply!r}")
+        """A command whose only answer is OK, written with the next packet (a read, a batch, a
+        continue): QEMU takes packets in order, so what follows sees its effect, and its OK
+        is checked when the answers are read (a refusal is a TargetError naming it, then).
+        At a breakpoint stop that makes the breakpoint changes and the RIP write over an
+        endbr64 cost no round trip of their own."""
+        if self.running:
+            raise TargetError("the guest is running: interrupt it before issuing commands")
+        self._lazy.append(data.encode())
+
+    def flush(self) -> None:
+        """Write the lazy commands now and read their OKs (one round trip if there are any)."""
+        if self._lazy:
+            self.round_trips += 1
+            self._write_packets([])
+        deadline = time.monotonic() + self.timeout
+        while self._awaiting:
+            payload = self._take()
+            if payload is not None:
+                self._stashed.append(payload)  # an answer past theirs: kept for its reader
+            elif self._awaiting:
+                self._recv_some(deadline)
+        self._raise_refused()
 
     # -- set-up -------------------------------------------------------------------------------
     def _handshake(self) -> None:
@@ -382,17 +442,22 @@ class RspTarget(Target):
 
     def read_registers(self) -> dict[str, int]:
         if self._regs_cache is None:
-            hexdata = self.command("g")
-            if hexdata.startswith(b"E") and len(hexdata) == 3:
-                raise TargetError(f"'g' failed: {hexdata!r}")
-            raw = bytes.fromhex(hexdata.decode())
-            regs = {}
-            for r in self.regs:
-                chunk = raw[r.offset : r.offset + r.bits // 8]
-                if len(chunk) == r.bits // 8 and r.bits <= 64:
-                    regs[r.name] = int.from_bytes(chunk, "little")
-            self._regs_cache = regs
+            self._regs_cache = self._parse_g(self.command("g"))
         return dict(self._regs_cache)
+
+    def _parse_g(self, hexdata: bytes) -> dict[str, int]:
+        if hexdata.startswith(b"E") and len(hexdata) == 3:
+            raise TargetError(f"'g' failed: {hexdata!r}")
+        try:
+            raw = bytes.fromhex(hexdata.decode())
+        except ValueError:
+            raise TargetError(f"'g' answered {hexdata[:40]!r}: not hex") from None
+        regs = {}
+        for r in self.regs:
+            chunk = raw[r.offset : r.offset + r.bits // 8]
+            if len(chunk) == r.bits // 8 and r.bits <= 64:
+                regs[r.name] = int.from_bytes(chunk, "little")
+        return regs
 
     def write_register(self, name: str, value: int) -> None:
         r = self.regmap.get(name)
@@ -425,51 +490,41 @@ class RspTarget(Target):
             size -= n
         return bytes(out)
 
-    def _pipeline(self, cmds: list[bytes], kind: str) -> list[bytes]:
+    def _pipeline(self, cmds: list[bytes], kind: str | None) -> list[bytes]:
         """Write every packet at once, then read the answers in order: QEMU's system-mode stub
         answers each packet as it completes and never waits for our ack (gdbstub's
         put_packet), so N commands cost about one round trip, not N."""
         if self.running:
             raise TargetError("the guest is running: interrupt it before issuing commands")
         deadline = time.monotonic() + self.timeout
-        self._write(b"".join(encode_packet(c) for c in cmds))
-        self.packets += len(cmds)
-        self.sent[kind] += len(cmds)
+        self._write_packets(cmds, kind)  # kind None: each packet counted by its own kind
         self.round_trips += 1
         replies: list[bytes] = []
         while len(replies) < len(cmds):
-            item = self.reader.next()
-            if item is None:
-                self._recv_some(deadline)
-                continue
-            what, payload = item
-            if what == "ack":
-                continue
-            if what == "nak":
-                raise TargetError(f"the gdb stub rejected a pipelined {kind} packet (nak)")
-            if what == "bad":
-                self._write(b"-")
-                raise TargetError(f"a pipelined {kind} packet's answer had a bad checksum")
-            self._write(b"+")
+            payload = self._read_packet(deadline)
             if _STOP_RE.match(payload):
                 continue  # an unsolicited stop reply
             replies.append(payload)
+        self._raise_refused()
         return replies
 
     def _insert_many(self, addrs: list[int]) -> None:
-        for a, reply in zip(addrs, self._pipeline([f"Z0,{a:x},1".encode() for a in addrs], "Z")):
-            if reply != b"OK":
-                raise TargetError(f"Z0,{a:x},1: the gdb stub answered {reply!r}")
+        for a in addrs:
+            self._insert(a)
 
     def _remove_many(self, addrs: list[int]) -> None:
-        for a, reply in zip(addrs, self._pipeline([f"z0,{a:x},1".encode() for a in addrs], "z")):
-            if reply != b"OK":
-                raise TargetError(f"z0,{a:x},1: the gdb stub answered {reply!r}")
+        for a in addrs:
+            self._remove(a)
 
     def read_many(self, ranges: list[tuple[int, int]]) -> list[ReadResult]:
         """Every read's ``m`` packets (each within one page and one packet's limit) in one
         pipelined batch (:meth:`_pipeline`).  Each range stops at its first unreadable page, as
         :meth:`read_partial` says it."""
+        return self._read_many(ranges)
+
+    def _read_many(self, ranges: list[tuple[int, int]], first: bytes | None = None):
+        """:meth:`read_many`; with ``first``, that packet goes ahead of the reads in the first
+        batch and its answer is returned too: ``(answer, results)``."""
         self._set_phys(False)
         pieces: list[tuple[int, int, int]] = []  # (range index, addr, size)
         for i, (addr, size) in enumerate(ranges):
@@ -478,14 +533,21 @@ class RspTarget(Target):
                 n = min(end - cur, PAGE_SIZE - cur % PAGE_SIZE, self.max_read)
                 pieces.append((i, cur, n))
                 cur += n
-        if not pieces:
-            return [ReadResult(b"") for _ in ranges]
         cmds = [f"m{a:x},{n:x}".encode() for _, a, n in pieces]
         # Batches small enough that our requests always fit in the socket's buffer while the
         # stub's answers wait in ours (neither side can then block the other).
         replies = []
+        head = None
+        if first is not None:
+            head, *replies = self._pipeline([first, *cmds[:PIPELINE_MAX - 1]], None)
+            cmds = cmds[PIPELINE_MAX - 1:]
         for k in range(0, len(cmds), PIPELINE_MAX):
             replies += self._pipeline(cmds[k:k + PIPELINE_MAX], "m")
+        results = self._assemble(ranges, pieces, replies)
+        return results if first is None else (head, results)
+
+    @staticmethod
+    def _assemble(ranges, pieces, replies) -> list[ReadResult]:
         out = [bytearray() for _ in ranges]
         fault: list[int | None] = [None] * len(ranges)
         for (i, a, n), reply in zip(pieces, replies):
@@ -517,25 +579,33 @@ class RspTarget(Target):
         # both c_cpu and g_cpu), so no Hg packet is needed here: one round trip less per stop.
         self.cpu = cpu
         self.stop_cpu = cpu
+        ranges = self.stop_reads(cpu) if self.stop_reads is not None else []
+        self.stop_prefetch = None
+        if ranges:
+            # The registers and the caller's guesses in one round trip (see Target.stop_reads).
+            answer, results = self._read_many(ranges, first=b"g")
+            self._regs_cache = self._parse_g(answer)
+            self.stop_prefetch = (self.generation, list(zip(ranges, results)))
         return Stop(cpu, self.read_registers()["rip"], sig)
 
     def _resume(self, step: bool, timeout: float) -> Stop:
         self._regs_cache = None
         thread = self._cpu_thread[self.cpu]
         self.round_trips += 1
-        self._send(f"vCont;s:{thread}".encode() if step else b"vCont;c", time.monotonic() + self.timeout)
+        self._write_packets([f"vCont;s:{thread}".encode() if step else b"vCont;c"])
         self.running = True
         return self.wait_stop(timeout)
 
     def _continue_nowait(self) -> None:
         self._regs_cache = None
         self.round_trips += 1
-        self._send(b"vCont;c", time.monotonic() + self.timeout)
+        self._write_packets([b"vCont;c"])
         self.running = True
 
     def _next_stop(self, deadline: float) -> Stop:
         reply = self._read_packet(deadline)
         self.running = False
+        self._raise_refused()
         return self._parse_stop(reply)
 
     def stop_arrived(self) -> bool:
@@ -545,7 +615,11 @@ class RspTarget(Target):
             return True
         while select.select([self.sock], [], [], 0)[0]:
             self._recv_some(time.monotonic() + 1.0)
-        return b"$" in self.reader.buf
+        payload = self._take()  # past the OKs of the lazy commands written with the continue
+        if payload is None:
+            return False
+        self._stashed.appendleft(payload)
+        return True
 
     def interrupt_raw(self, timeout: float = 5.0) -> Stop:
         self._write(b"\x03")
@@ -567,8 +641,9 @@ class RspTarget(Target):
         """Detach (the guest runs on) or, with ``detach=False``, just drop the connection and
         leave the guest stopped for the next client."""
         try:
-            if detach and not self.running:
-                self._send(b"D", time.monotonic() + 1)
+            if not self.running and (detach or self._lazy):
+                # the lazy commands too: a breakpoint removal must reach QEMU before we go
+                self._write_packets([b"D"] if detach else [])
         except Exception:
             pass
         try:

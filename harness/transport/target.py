@@ -65,6 +65,12 @@ class Target(ABC):
         self.running = False
         #: counts the times the guest was let run: memory read at one stop is valid until it changes
         self.generation = 0
+        #: reads to take with the registers at every stop, ``stop_reads(cpu) -> [(addr, size)]``
+        #: (the caller's guesses at what it will read there); an implementation that can
+        #: pipeline them with its register read puts the answers in :attr:`stop_prefetch`
+        self.stop_reads = None
+        #: ``(generation, [((addr, size), ReadResult), ...])`` of the last stop's :attr:`stop_reads`
+        self.stop_prefetch: tuple[int, list] | None = None
 
     # -- primitives each implementation provides ----------------------------------------------
     @abstractmethod
@@ -173,6 +179,9 @@ class Target(ABC):
         try:
             return pc, self._resume(step=True, timeout=timeout)
         finally:
+            # The step's stop and the next are two stops: what was read at one (the
+            # transport's stop reads, say) is not the other's.
+            self.generation += 1
             self._insert(pc)
 
     def _at_endbr(self, pc: int) -> bool:

@@ -84,8 +84,12 @@ class FakeStub:
             return b"OK"
         return b""
 
+    def _received(self, data: bytes) -> None:
+        """Every chunk read from the client, before it is parsed (a subclass may watch)."""
+
     def _serve(self) -> None:
         conn, _ = self.srv.accept()
+        self.conn = conn
         with conn:
             if self.version == "7.2":
                 self._reply(conn, b"T02thread:01;")  # the unsolicited stop reply on connect
@@ -97,6 +101,7 @@ class FakeStub:
                     return
                 if not data:
                     return
+                self._received(data)
                 reader.feed(data)
                 while (item := reader.next()) is not None:
                     kind, pkt = item

@@ -7,10 +7,14 @@ waits for our ack), so the client may write a whole batch before it reads the fi
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from test_rsp_dialects import RIP, FakeStub
 
-from harness.transport.rsp import RspTarget
+from harness.transport.errors import TargetError
+from harness.transport.rsp import RspTarget, encode_packet
 
 UNREADABLE = 0x9000  # the fake's page that answers E14
 
@@ -19,14 +23,33 @@ class PipelineStub(FakeStub):
     def __init__(self, path: str, version: str):
         super().__init__(path, version)
         self.inserted: set[int] = set()
+        self.refuse: set[int] = set()  # Z0 at these addresses is answered E01
+        self.stop_delay = 0.0  # how long a vCont;c runs before its stop reply
+        self.running = False
+        self.while_running = bytearray()  # what the client wrote to the "running" guest
+
+    def _received(self, data: bytes) -> None:
+        if self.running:
+            self.while_running += data
+
+    def _stop_later(self) -> None:
+        time.sleep(self.stop_delay)
+        self.running = False
+        self._send_raw(self.conn, encode_packet(b"T05thread:02;"))
 
     def _answer(self, pkt: bytes) -> bytes | None:
+        if pkt.startswith(b"vCont;c") and self.stop_delay:
+            self.running = True
+            threading.Thread(target=self._stop_later, daemon=True).start()
+            return None
         if pkt.startswith(b"m"):
             addr, n = (int(x, 16) for x in pkt[1:].split(b","))
             if addr <= UNREADABLE < addr + n or UNREADABLE <= addr < UNREADABLE + 0x1000:
                 return b"E14"
         if pkt.startswith((b"Z0,", b"z0,")):
             addr = int(pkt[3:].split(b",")[0], 16)
+            if pkt[:1] == b"Z" and addr in self.refuse:
+                return b"E01"
             (self.inserted.add if pkt[:1] == b"Z" else self.inserted.discard)(addr)
             return b"OK"
         if pkt.startswith(b"P"):
@@ -62,17 +85,50 @@ def test_read_many_is_one_round_trip_with_every_answer(target):
     assert t.sent["m"] >= pieces
 
 
-def test_breakpoint_batches(target):
+def test_breakpoint_changes_go_out_with_the_next_packet(target):
     stub, t = target
     before = t.round_trips
     t.set_breakpoints([0x1000, 0x2000, 0x3000, 0x2000])
+    assert t.round_trips == before and stub.inserted == set()  # nothing written yet
+    assert t.breakpoints == {0x1000, 0x2000, 0x3000}
+    t.read_many([(0x4000, 8)])  # the Z packets ahead of the read, in its one write
     assert t.round_trips - before == 1
-    assert stub.inserted == {0x1000, 0x2000, 0x3000} and t.breakpoints == stub.inserted
-    t.set_breakpoints([0x1000])  # already in: nothing sent
-    assert t.round_trips - before == 1
+    assert stub.inserted == {0x1000, 0x2000, 0x3000}
+    t.set_breakpoints([0x1000])  # already in: nothing queued
     t.remove_breakpoints([0x1000, 0x3000, 0x4000])
+    t.flush()
     assert t.round_trips - before == 2
     assert stub.inserted == {0x2000} and t.breakpoints == {0x2000}
+    assert [p[:1] for p in stub.asked[-3:]] == [b"m", b"z", b"z"]
+
+
+def test_a_refused_lazy_command_is_a_typed_error_naming_it(target):
+    stub, t = target
+    stub.refuse.add(0x5000)
+    t.set_breakpoint(0x5000)
+    with pytest.raises(TargetError, match=r"Z0,5000,1.*E01"):
+        t.read_registers()
+    assert t.read_many([(0x4000, 4)])[0].data == bytes((0, 1, 2, 3))  # the connection goes on
+
+
+def test_the_continue_carries_the_changes_and_stop_arrived_looks_past_their_oks(target):
+    stub, t = target
+    stub.stop_delay = 0.4
+    t.read_registers()  # an answer to ack: the ack must go out before the continue
+    t.set_breakpoints([0x1000, 0x2000])
+    t0 = time.monotonic()
+    assert t.cont_start(2.0) is None and t.running
+    time.sleep(0.1)  # the two OKs are in by now, the stop is not
+    assert t.stop_arrived() is False
+    while not t.stop_arrived():
+        assert time.monotonic() - t0 < 2.0
+        time.sleep(0.01)
+    stop = t.wait_stop(2.0)
+    assert stop.cpu == 1 and not t.running
+    assert stub.inserted == {0x1000, 0x2000}
+    # Nothing reached the stub while the guest ran: QEMU stops a running VM on any byte,
+    # a stray ack included (gdb_read_byte).
+    assert bytes(stub.while_running) == b""
 
 
 def test_cont_start_then_wait(target):
@@ -90,6 +146,23 @@ def test_a_breakpoint_on_a_nop4_is_passed_by_moving_rip(target):
     t.set_breakpoint(RIP)
     before = list(stub.asked)
     t.cont_start(2.0)
+    t.wait_stop(2.0)
     sent = stub.asked[len(before):]
     assert any(p.startswith(b"P") for p in sent) and not any(p.startswith(b"vCont;s") for p in sent)
-    t.wait_stop(2.0)
+
+
+def test_the_stop_reads_come_with_the_registers_in_one_round_trip(target):
+    stub, t = target
+    asked = []
+    t.stop_reads = lambda cpu: asked.append(cpu) or [(0x4000, 16), (UNREADABLE, 8)]
+    t.cont_start(2.0)
+    before = t.round_trips
+    stop = t.wait_stop(2.0)
+    n = len(stub.asked)
+    assert t.round_trips - before == 1  # g and both reads in one batch
+    assert asked == [1] and stop.pc == RIP
+    gen, got = t.stop_prefetch
+    assert gen == t.generation
+    assert got[0] == ((0x4000, 16), t.read_partial(0x4000, 16))
+    assert got[1][1].fault == UNREADABLE
+    assert [p[:1] for p in stub.asked[n - 3:n]] == [b"g", b"m", b"m"]
