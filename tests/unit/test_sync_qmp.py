@@ -66,3 +66,31 @@ def test_an_error_answer_and_a_closed_connection(tmp_path):
     q.close()
     with pytest.raises(GuestDied, match="cannot connect"):
         SyncQmp(str(tmp_path / "absent.sock"), timeout=1)
+
+
+def test_commands_sent_without_waiting_are_answered_in_order(tmp_path):
+    n = {"inject-nmi": 0}
+
+    def script(cmd):
+        if cmd["execute"] == "inject-nmi":
+            n["inject-nmi"] += 1
+            yield {"event": "STOP", "timestamp": {}}
+            if n["inject-nmi"] == 3:
+                yield {"error": {"class": "GenericError", "desc": "third NMI refused"}}
+                return
+        yield {"return": {}}
+
+    path = str(tmp_path / "qmp.sock")
+    asked = _server(path, script)
+    q = SyncQmp(path, timeout=2)
+    q.send("inject-nmi")
+    q.send("inject-nmi")
+    assert list(q.unanswered) == ["inject-nmi", "inject-nmi"]
+    q.drain(block=True)
+    assert not q.unanswered
+    q.send("inject-nmi")  # refused: said by the next read of its answer, naming it
+    with pytest.raises(GuestError, match="inject-nmi: third NMI refused"):
+        q.execute("query-status")
+    assert q.execute("query-status") == {}  # the connection stays in step
+    q.close()
+    assert [c["execute"] for c in asked] == ["qmp_capabilities", *["inject-nmi"] * 3, "query-status"]
