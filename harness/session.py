@@ -30,7 +30,12 @@ from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.errors import TargetError
-from .transport.target import Target
+from .transport.target import ReadResult, Target
+
+#: bytes of :attr:`Session.expected_reads` read with the registers at one stop, at most (a few
+#: pages of hex on the socket cost less than the round trip they save; a run with many tasks
+#: pending would otherwise read all their stacks at every stop)
+EXPECTED_READS_MAX = 16 * 1024
 
 
 @dataclass
@@ -109,7 +114,13 @@ class Session:
         # reads they answer.  Kernel memory does not change while the guest is stopped.
         self._kcache: list[tuple[int, bytes]] = []
         self._kgen = -1
-        self._last_task: dict[int, tuple[int, int]] = {}  # per-CPU base -> (task, top of its stack)
+        #: per vCPU, what its last stop read: its per-CPU base, the current task and the top of
+        #: its stack, and the pt_regs each kind of stop point's register pointed at
+        self._last_stop: dict[int, tuple[int, int | None, int | None, dict[str, int]]] = {}
+        #: user memory a coming stop will most likely read, by key (the engine's guess at the
+        #: snapshot of a task with pending work): read with the registers at every stop until
+        #: its key is dropped (:meth:`read_many` takes it from there)
+        self.expected_reads: dict[object, list[tuple[int, int]]] = {}
 
     def start(self) -> "Session":
         spec = self.spec
@@ -136,6 +147,7 @@ class Session:
             btf = self.btf = Btf.from_elf(self.kernel.vmlinux)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
             self.target = make_target(spec.transport, self.machine.gdb_socket)
+            self.target.stop_reads = self._stop_guesses
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)
         except BaseException:
             self.close()
@@ -197,25 +209,86 @@ class Session:
     # -- reading the stopped guest -------------------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:
         """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3)."""
-        if self._kgen == self.target.generation:
-            for base, data in self._kcache:
-                if base <= addr and addr + size <= base + len(data):
-                    return data[addr - base:addr - base + size]
+        self._adopt_stop_reads()
+        for base, data in self._kcache:
+            if base <= addr and addr + size <= base + len(data):
+                return data[addr - base:addr - base + size]
         return self.target.read_kernel(addr, size)
 
     def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        if self._kgen != self.target.generation:
-            self._kcache = []
-            self._kgen = self.target.generation
-        for (addr, _), r in zip(ranges, self.target.read_many(ranges)):
+        self._adopt_stop_reads()
+        ranges = [r for r in ranges if not self._cached(*r)]
+        if ranges:
+            self._keep(zip(ranges, self.target.read_many(ranges)))
+
+    def _keep(self, results) -> None:
+        for (addr, _), r in results:
             if r.fault is None:
                 self._kcache.append((addr, r.data))
 
+    def _adopt_stop_reads(self) -> None:
+        """Start this stop's cache (a new generation) with what the transport read with the
+        registers (:meth:`_stop_guesses`)."""
+        if self._kgen == self.target.generation:
+            return
+        self._kcache = []
+        self._kgen = self.target.generation
+        got = self.target.stop_prefetch
+        if got is not None and got[0] == self._kgen:
+            self._keep(got[1])
+
+    def _cached(self, addr: int, size: int) -> bool:
+        return self._kgen == self.target.generation and any(
+            base <= addr and addr + size <= base + len(data) for base, data in self._kcache)
+
+    def _layout(self) -> tuple[int, int]:
+        """The span of ``struct task_struct`` that :func:`current_task` reads."""
+        o = self.info.task_offsets
+        lo = min(o.values())
+        return lo, max(o["comm"] + self.info.comm_len, *(v + 8 for v in o.values()))
+
+    def _stop_guesses(self, cpu: int) -> list[tuple[int, int]]:
+        """What :meth:`prefetch_stop` will most likely read at a stop of ``cpu``: what it read
+        at that vCPU's last stop.  The transport reads it with the registers (one round trip);
+        :meth:`prefetch_stop` checks each guess against the registers and reads what missed."""
+        out = []
+        last = self._last_stop.get(cpu)
+        if last is not None and self.info is not None:
+            gs, task, top, pointers = last
+            out.append(((gs + self.info.current_task_sym) & MASK64, 8))
+            if self.info.top_of_stack_sym is not None:
+                out.append(((gs + self.info.top_of_stack_sym) & MASK64, 8))
+            if task is not None:
+                lo, hi = self._layout()
+                out.append((task + lo, hi - lo))
+            if top is not None:
+                out.append((top - PT_REGS_SIZE, PT_REGS_SIZE))
+            out += [(a, PT_REGS_SIZE) for a in pointers.values()]
+        budget = EXPECTED_READS_MAX
+        for ranges in self.expected_reads.values():
+            budget -= sum(n for _, n in ranges)
+            if budget < 0:
+                break
+            out += ranges
+        return out
+
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[ReadResult]:
+        """``target.read_many(ranges)`` at this stop, each range the transport already read
+        with the stop's registers (:attr:`expected_reads`) taken from there."""
+        got = self.target.stop_prefetch
+        have = dict(got[1]) if got is not None and got[0] == self.target.generation else {}
+        missing = [r for r in dict.fromkeys(ranges) if r not in have]
+        if missing:
+            have.update(zip(missing, self.target.read_many(missing)))
+        return [have[r] for r in ranges]
+
     def prefetch_stop(self, point: StopPoint | None = None) -> None:
         """Read what :meth:`current`, :meth:`regs_at` and :meth:`task_user_regs` will read at
-        this stop in two pipelined batches (the per-CPU current task and top of stack, and the
-        pt_regs a register points at; then the task and its user pt_regs), not one round trip
-        each.  Reads that fault here are left to those calls (PTI's page walk)."""
+        this stop (the per-CPU current task and top of stack, the pt_regs a register points at;
+        then the task and its user pt_regs) in pipelined batches, not a round trip each.  The
+        transport has read the last stop's addresses with the registers already: a batch is
+        only needed for what changed.  Reads that fault here are left to those calls (PTI's
+        page walk)."""
         info = self.info
         regs = self.target.read_registers()
         gs = regs["gs_base"]
@@ -225,30 +298,24 @@ class Session:
         if info.top_of_stack_sym is not None:
             tos = (gs + info.top_of_stack_sym) & MASK64
             first.append((tos, 8))
+        cpu = self.target.cpu
+        pointers = dict(self._last_stop.get(cpu, (0, None, None, {}))[3])
         if point is not None and point.regs in ("rdi", "rsp"):
             first.append((regs[point.regs], PT_REGS_SIZE))
-        o = info.task_offsets
-        lo = min(o.values())
-        hi = max(o["comm"] + info.comm_len, *(v + 8 for v in o.values()))
-        # The task and the top of its stack were most likely those of the last stop: read them
-        # in the first batch, and the second is only needed when the guess was wrong.
-        guess = self._last_task.get(gs)
-        if guess is not None:
-            first += [(guess[0] + lo, hi - lo), (guess[1] - PT_REGS_SIZE, PT_REGS_SIZE)]
+            pointers[point.regs] = regs[point.regs]
         self._prefetch(first)
+        task = top = None
         try:
             task = int.from_bytes(self.read(cur, 8), "little")
+            lo, hi = self._layout()
             second = [(task + lo, hi - lo)]
-            top = None
             if tos is not None:
                 top = int.from_bytes(self.read(tos, 8), "little")
                 second.append((top - PT_REGS_SIZE, PT_REGS_SIZE))
         except (MemoryFault, TargetError):  # a prefetch only saves round trips; the reads say what failed
             return
-        if top is not None:
-            self._last_task[gs] = (task, top)
-        if guess == (task, top):
-            return
+        finally:
+            self._last_stop[cpu] = (gs, task, top, pointers)
         self._prefetch(second)
 
     def current(self) -> TaskInfo:

@@ -315,6 +315,7 @@ class Engine:
                 tail = "\n".join(console.tail(30))
                 self.result.errors.append(f"guest kernel failed: {console.panic}\n{tail}")
         finally:
+            s.expected_reads.clear()  # this run's guesses: not the next user's
             if not interrupted:
                 self._process_queue_safely()
             if not self.result.loop_seconds:
@@ -469,7 +470,13 @@ class Engine:
             # The syscall the task is in (a request at its entry, or one that interrupted its
             # kernel code): orig_ax of its pt_regs.
             syscall = want.orig_ax if want is not None and (point.kind == "syscall" or not iregs.user_mode) else None
-            self.pending[task.pid] = Request(want, window, where, syscall, self._own_kind(task))
+            own = self._own_kind(task)
+            self.pending[task.pid] = Request(want, window, where, syscall, own)
+            if own is not None and want is not None and want.user_mode:
+                # Most likely what the delivery stop will capture: the transport reads it with
+                # that stop's registers, and the capture costs no round trip of its own.
+                fs_base = s.target.read_registers()["fs_base"]
+                s.expected_reads[task.pid] = self._capture_ranges(want, want, own, fs_base)
 
     def _in_entry_text(self, addr: int) -> bool:
         """``addr`` is in the kernel's .entry.text (the entry and exit assembly: past the last
@@ -570,27 +577,13 @@ class Engine:
         from sp's page to the end of its mapping (or the first unreadable page), and each
         oracle's own data (the shadow stack).  The memory is sealed before the guest runs on."""
         own = self._own_kind(task)
-        target = self.s.target
-        fs_base = target.read_registers()["fs_base"]
-        sp = regs.sp & 0xFFFFFFFF if regs.compat else regs.sp
-        base = sp - sp % PAGE
-        m = self.space.mapping_at(sp) if own is not None else None
-        end = m.end if m is not None else base + UNKNOWN_STACK_PAGES * PAGE
-        # The requested registers' stack too, where it lies below sp on the same stack: the
-        # signal frame rt_sigreturn restored from (the sigreturn-restored cause reads it there).
-        want = req.want
-        if want is not None and want.user_mode:
-            wsp = want.sp & 0xFFFFFFFF if want.compat else want.sp
-            if (m is not None and m.start <= wsp < sp) or (m is None and sp - UNKNOWN_STACK_PAGES * PAGE <= wsp < sp):
-                base = wsp - wsp % PAGE
-        ranges = [(base, min(end, base + MAX_STACK_PAGES * PAGE) - base)]
+        fs_base = self.s.target.read_registers()["fs_base"]
+        self.s.expected_reads.pop(task.pid, None)
+        ranges = self._capture_ranges(regs, req.want, own, fs_base)
         # The oracles that will judge this stack (another task's: only the request's registers).
         oracles = self.oracles if own is not None else [o for o in self.oracles if o.registers]
-        if own is not None:
-            for o in oracles:
-                ranges += o.captures(regs, fs_base)
         mem = CapturedMemory(backing=self._own_backing if own is not None else self._vdso, live=self.memory)
-        for (addr, _), got in zip(ranges, target.read_many(ranges)):
+        for (addr, _), got in zip(ranges, self.s.read_many(ranges)):
             mem.add(addr, got.data)
             if got.fault is not None:
                 mem.add_fault(got.fault)
@@ -601,6 +594,26 @@ class Engine:
             snap = replace(snap, expected=self._live_check(snap))
         mem.seal()
         return snap
+
+    def _capture_ranges(self, regs: UserRegs, want: UserRegs | None, own: str | None,
+                        fs_base: int) -> list[tuple[int, int]]:
+        """What a delivery stop reads for the snapshot: the stack from sp's page to the end of
+        its mapping (at most MAX_STACK_PAGES), and the oracles' own ranges (the shadow stack)."""
+        sp = regs.sp & 0xFFFFFFFF if regs.compat else regs.sp
+        base = sp - sp % PAGE
+        m = self.space.mapping_at(sp) if own is not None else None
+        end = m.end if m is not None else base + UNKNOWN_STACK_PAGES * PAGE
+        # The requested registers' stack too, where it lies below sp on the same stack: the
+        # signal frame rt_sigreturn restored from (the sigreturn-restored cause reads it there).
+        if want is not None and want.user_mode:
+            wsp = want.sp & 0xFFFFFFFF if want.compat else want.sp
+            if (m is not None and m.start <= wsp < sp) or (m is None and sp - UNKNOWN_STACK_PAGES * PAGE <= wsp < sp):
+                base = wsp - wsp % PAGE
+        ranges = [(base, min(end, base + MAX_STACK_PAGES * PAGE) - base)]
+        if own is not None:
+            for o in self.oracles:
+                ranges += o.captures(regs, fs_base)
+        return ranges
 
     def _live_check(self, snap: StopSnapshot) -> dict:
         """Verify mode: the walk and the checks on the live guest, as before snapshots."""
@@ -654,8 +667,10 @@ class Engine:
             got = _comparable(trace, ev, self.sc.unwinder)
             if got != snap.expected:
                 diff = sorted(k for k in got if got[k] != snap.expected.get(k))
+                first = diff[0]
                 problems.append(f"pid {task.pid}: the snapshot's walk and checks differ from the live guest's "
-                                f"in {', '.join(diff)}")
+                                f"in {', '.join(diff)} (the first: snapshot {_short(got[first])}, "
+                                f"live {_short(snap.expected.get(first))})")
                 r.problems.append(problems[-1])
         frames, stops, verdicts = ev.frames, ev.stops, ev.verdicts
         for v in verdicts:
@@ -702,6 +717,11 @@ class Engine:
         return base, data
 
 
+def _short(value, limit: int = 600) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _comparable(trace: Trace, ev, unwinder: str) -> dict:
     """A check's outcome as plain data (as the log would hold it), for verify mode."""
     import json
@@ -744,6 +764,8 @@ def raw_stop_rate(session: Session, program: Program, n: int = 200) -> float:
     proc = session.run_program([program.guest_path, "100000000", "raw"])
     point = session.stops["return_syscall64"]
     session.target.set_breakpoint(point.addr)
+    # Nothing but the registers: not the reads the session takes with them at each stop.
+    reads, session.target.stop_reads = session.target.stop_reads, None
     try:
         session.target.cont(timeout=30)
         start = time.monotonic()
@@ -751,6 +773,7 @@ def raw_stop_rate(session: Session, program: Program, n: int = 200) -> float:
             session.target.cont(timeout=30)
         return n / (time.monotonic() - start)
     finally:
+        session.target.stop_reads = reads
         session.target.remove_breakpoint(point.addr)
         session.target.resume()
         session.machine.shell(f"kill {proc.pid}")

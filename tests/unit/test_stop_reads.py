@@ -1,0 +1,61 @@
+"""What the session reads with the registers at a stop (harness/session.py: _stop_guesses,
+read_many, prefetch_stop's cache), against a recording target, without QEMU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from harness.regs import PT_REGS_SIZE
+from harness.session import EXPECTED_READS_MAX, GuestSpec, Session
+from harness.transport.target import ReadResult
+
+
+class RecordingTarget:
+    """What Session uses of a Target at a stop: its generation, the stop's reads, read_many."""
+
+    def __init__(self):
+        self.generation = 7
+        self.stop_prefetch = None
+        self.asked: list[list[tuple[int, int]]] = []
+        self.cpu = 0
+
+    def read_many(self, ranges):
+        self.asked.append(list(ranges))
+        return [ReadResult(bytes((a + i) & 0xFF for i in range(n))) for a, n in ranges]
+
+
+def _session():
+    s = Session(GuestSpec())
+    s.target = RecordingTarget()
+    s.info = SimpleNamespace(current_task_sym=0x1000, top_of_stack_sym=0x2000,
+                             task_offsets={"pid": 0x10, "comm": 0x40}, comm_len=16)
+    return s
+
+
+def test_read_many_takes_what_the_stop_read_and_reads_the_rest_in_one_batch():
+    s = _session()
+    t = s.target
+    pre = ReadResult(b"\xaa" * 16)
+    t.stop_prefetch = (7, [((0x7000, 16), pre)])
+    got = s.read_many([(0x7000, 16), (0x9000, 4), (0x7000, 8)])
+    assert got[0] is pre  # exactly the range the stop read
+    assert got[1].data == bytes((0, 1, 2, 3))
+    assert t.asked == [[(0x9000, 4), (0x7000, 8)]]  # a sub-range is not guessed at: read
+    t.generation = 8  # the guest ran: the stop's reads are another stop's
+    s.read_many([(0x7000, 16)])
+    assert t.asked[-1] == [(0x7000, 16)]
+
+
+def test_guesses_are_the_last_stop_of_the_vcpu_and_the_expected_reads_within_a_budget():
+    s = _session()
+    assert s._stop_guesses(0) == []  # nothing known yet: nothing guessed
+    gs, task, top = 0xffff888000000000, 0xffff888001000000, 0xffffc90000004000
+    s._last_stop[0] = (gs, task, top, {"rsp": top - PT_REGS_SIZE, "rdi": 0xfffffe0000001000})
+    s.expected_reads[101] = [(0x7ffc0000, 0x2000), (0x7f0000001000, 0x90)]
+    s.expected_reads[102] = [(0x7ffd0000, EXPECTED_READS_MAX)]  # past the budget: left out
+    got = s._stop_guesses(0)
+    assert got[:4] == [(gs + 0x1000, 8), (gs + 0x2000, 8), (task + 0x10, 0x40), (top - PT_REGS_SIZE, PT_REGS_SIZE)]
+    assert (0xfffffe0000001000, PT_REGS_SIZE) in got
+    assert (0x7ffc0000, 0x2000) in got and (0x7f0000001000, 0x90) in got
+    assert all(a != 0x7ffd0000 for a, _ in got)
+    assert s._stop_guesses(1) == [r for ranges in list(s.expected_reads.values())[:1] for r in ranges]
