@@ -428,7 +428,9 @@ class KernelDiff:
         # perfcc samples for a while (guest seconds; more than the requests asked for should take:
         # about a quarter of a spinning program's samples became requests here, the guest clock
         # runs on while it is stopped), and is ended by the kill below once they are reached.
-        seconds = max(1.0, 15 * self.want / self.freq)
+        # So the window costs nothing when it is long: at 15 samples a request one 11.1 run
+        # ended at 76 of 80 requests (a program that sleeps between its requests).
+        seconds = max(1.0, 40 * self.want / self.freq)
         spec = PerfSpec(seconds=seconds, freq=self.freq, stack_bytes=8, defer=True, data_pages=16,
                         inherit=not self.single)
         # perfcc starts a second (guest time) after the breakpoints are in: no request goes unseen.

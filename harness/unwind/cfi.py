@@ -232,6 +232,10 @@ def eval_register_expression(ops, pc: int, arch: CFIArch = X86_64, *, val: bool 
     return ValueRule(top.base, top.const, True if not val else deref)
 
 
+#: rule_for_link answers kept per table before the memo starts again
+RULE_CACHE_MAX = 1 << 16
+
+
 class CFITable:
     """The FDEs of one ELF image, indexed by link-time address.
 
@@ -243,6 +247,9 @@ class CFITable:
         self.error: str | None = None
         self._indices: list[tuple[list[int], list[tuple[int, int, FDE]]]] = []
         self._parser: DWARFExprParser | None = None
+        #: rule_for_link's answers (a rule, None, or the UnsupportedCFI it raised) by its
+        #: arguments: a run walks the same few call sites thousands of times
+        self._rules: dict[tuple, FrameRule | None | UnsupportedCFI] = {}
         try:
             self.arch = arch_of(image)
             elf = image.elf
@@ -371,6 +378,22 @@ class CFITable:
                       signal_ok: bool = False) -> FrameRule | None:
         """The row at ``link_pc`` as a FrameRule.  ``signal_ok``: a signal frame's row is
         returned (marked ``signal_frame``) instead of raising, for a static comparison of rules."""
+        key = (link_pc, runtime_pc, signal_ok)
+        try:
+            got = self._rules[key]
+        except KeyError:
+            if len(self._rules) >= RULE_CACHE_MAX:
+                self._rules.clear()
+            try:
+                got = self._rule_for_link(link_pc, runtime_pc, signal_ok)
+            except UnsupportedCFI as exc:
+                got = exc
+            self._rules[key] = got
+        if isinstance(got, UnsupportedCFI):
+            raise got.with_traceback(None)
+        return got
+
+    def _rule_for_link(self, link_pc: int, runtime_pc: int | None, signal_ok: bool) -> FrameRule | None:
         found = self.row_for(link_pc)
         if found is None:
             return None
