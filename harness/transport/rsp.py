@@ -13,7 +13,8 @@ client adds the socket and QEMU's quirks:
   (``PacketSize=1000``), a whole page on 11.x (``PacketSize=20020``);
 * 11.x answers ``?`` with ``T05core:NN;`` (no ``thread:``), NN being the vCPU's thread id; stop
   replies to ``vCont`` still carry ``thread:NN``;
-* neither 7.2 nor 11.x accepts ``QStartNoAckMode`` (both answer it empty): acks stay on;
+* neither 7.2 nor 11.x accepts ``QStartNoAckMode`` (both answer it empty): acks stay on, and
+  are batched both ways (:meth:`RspTarget._write_packets` says why that is safe);
 * ``Qqemu.PhyMemMode:1`` switches ``m`` to physical addresses (page walks under PTI).
 
 Protocol reference: GDB manual, appendix "GDB Remote Serial Protocol".
@@ -507,14 +508,6 @@ class RspTarget(Target):
             replies.append(payload)
         self._raise_refused()
         return replies
-
-    def _insert_many(self, addrs: list[int]) -> None:
-        for a in addrs:
-            self._insert(a)
-
-    def _remove_many(self, addrs: list[int]) -> None:
-        for a in addrs:
-            self._remove(a)
 
     def read_many(self, ranges: list[tuple[int, int]]) -> list[ReadResult]:
         """Every read's ``m`` packets (each within one page and one packet's limit) in one
