@@ -29,13 +29,16 @@ ENDBR64 = b"\xf3\x0f\x1e\xfa"
 NOP4 = b"\x0f\x1f\x40"  # nopl disp8(%rax): what the kernel seals an unused endbr64 into (0f 1f 40 d6)
 
 
+SIGTRAP = 5  # a breakpoint's or a step's stop (an interrupt's is SIGINT, 2)
+
+
 @dataclass(frozen=True)
 class Stop:
     """Why and where the guest stopped: the vCPU (0-based) and its program counter."""
 
     cpu: int
     pc: int
-    signal: int = 5
+    signal: int = SIGTRAP
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,11 @@ class Target(ABC):
         try:
             return self._next_stop(time.monotonic() + timeout)
         except TargetTimeout:
-            self.interrupt()
+            stop = self.interrupt()
+            if stop.signal == SIGTRAP and stop.pc in self.breakpoints:
+                # The stop came between the timeout and the interrupt (which QEMU ignores on a
+                # stopped guest): it is the stop waited for, not a timeout.
+                return stop
             raise TargetTimeout(f"no stop within {timeout:.1f}s (the guest was interrupted)") from None
 
     @abstractmethod

@@ -13,7 +13,7 @@ import time
 import pytest
 from test_rsp_dialects import RIP, FakeStub
 
-from harness.transport.errors import TargetError
+from harness.transport.errors import TargetError, TargetTimeout
 from harness.transport.rsp import RspTarget, encode_packet
 
 UNREADABLE = 0x9000  # the fake's page that answers E14
@@ -27,15 +27,21 @@ class PipelineStub(FakeStub):
         self.stop_delay = 0.0  # how long a vCont;c runs before its stop reply
         self.running = False
         self.while_running = bytearray()  # what the client wrote to the "running" guest
+        self.interrupt_ignored = False  # the breakpoint's stop wins the race with a ^C
 
     def _received(self, data: bytes) -> None:
         if self.running:
             self.while_running += data
+            if b"\x03" in data and not self.interrupt_ignored:
+                # QEMU stops the VM and says SIGINT; the breakpoint's stop never comes
+                self.running = False
+                self._send_raw(self.conn, encode_packet(b"T02thread:02;"))
 
     def _stop_later(self) -> None:
         time.sleep(self.stop_delay)
-        self.running = False
-        self._send_raw(self.conn, encode_packet(b"T05thread:02;"))
+        if self.running:
+            self.running = False
+            self._send_raw(self.conn, encode_packet(b"T05thread:02;"))
 
     def _answer(self, pkt: bytes) -> bytes | None:
         if pkt.startswith(b"vCont;c") and self.stop_delay:
@@ -166,3 +172,20 @@ def test_the_stop_reads_come_with_the_registers_in_one_round_trip(target):
     assert got[0] == ((0x4000, 16), t.read_partial(0x4000, 16))
     assert got[1][1].fault == UNREADABLE
     assert [p[:1] for p in stub.asked[n - 3:n]] == [b"g", b"m", b"m"]
+
+
+def test_a_stop_that_races_the_timeout_is_the_stop_not_a_timeout(target):
+    stub, t = target
+    stub.stop_delay = 0.3
+    t.set_breakpoint(RIP)
+    t.__dict__.setdefault("_endbr", {})[RIP] = True  # passed by a RIP write, no step (the fake has none)
+    stub.interrupt_ignored = True  # the stop is on its way when the ^C arrives
+    t.cont_start(2.0)
+    stop = t.wait_stop(0.1)
+    assert (stop.pc, stop.signal) == (RIP, 5) and not t.running
+    stub.interrupt_ignored = False  # no stop on its way: the ^C's SIGINT, a timeout
+    t.remove_breakpoint(RIP)
+    t.cont_start(2.0)
+    with pytest.raises(TargetTimeout, match="no stop within 0.1s"):
+        t.wait_stop(0.1)
+    assert not t.running
