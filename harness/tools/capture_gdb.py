@@ -145,6 +145,7 @@ gdb.execute("run")
 BIAS = program_bias(maps_text(gdb.selected_inferior().pid))
 gdb.execute("delete")
 pending = {}
+bps = {}  # pc -> its gdb breakpoint, deleted once its stop is taken
 for stop in CFG["stops"]:
     k = stop["kind"]
     if k == "syscall":
@@ -159,7 +160,7 @@ for stop in CFG["stops"]:
         a = addr_of(stop["func"]) + stop["offset"]
     else:
         raise gdb.GdbError(f"unknown stop kind {k}")
-    gdb.Breakpoint(f"*{a:#x}", internal=False)
+    bps[a] = gdb.Breakpoint(f"*{a:#x}", internal=False)
     pending[("pc", a)] = stop
 while pending:
     gdb.execute("continue", to_string=True)
@@ -167,15 +168,16 @@ while pending:
         raise gdb.GdbError(f"program exited with stops not reached: {[s['name'] for s in pending.values()]}")
     pc = reg("pc")
     stop = pending.pop(("pc", pc), None)
-    if stop is None:
+    if stop is not None:
+        # Taken: a loop that passes it again must not look like the syscall catchpoint below.
+        bps.pop(pc).delete()
+    else:
         sc = [key for key in pending if key[0] == "syscall"]
         if not sc:
             continue
         stop = pending.pop(sc[0])
         gdb.execute("delete")  # drop the catchpoint (and any breakpoint already used)
-        for key, s in pending.items():
-            if key[0] == "pc":
-                gdb.Breakpoint(f"*{key[1]:#x}")
+        bps = {key[1]: gdb.Breakpoint(f"*{key[1]:#x}") for key in pending if key[0] == "pc"}
     dump(stop)
     print("HARNESS-CAPTURED", stop["name"], hex(pc))
 gdb.execute("kill")
