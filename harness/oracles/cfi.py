@@ -54,9 +54,12 @@ class CFIOracle(Oracle):
         for _ in range(MAX_SIGNAL_FRAMES):
             t = unwind_cfi(stack.memory, cur, self.tables, max_entries=CFI_MAX_ENTRIES - len(ips))
             ips += t.ips
-            if t.stop.reason is not StopReason.UNSUPPORTED_RULE or len(t.frames) < 2:
+            if t.stop.reason is not StopReason.UNSUPPORTED_RULE:
                 break
-            nxt = signal_frame_regs(self.space, stack.memory, t.frames[-1].ip, t.frames[-1].sp)
+            # One frame: the walk's first IP is the trampoline itself (the handler has returned
+            # into __restore_rt and the sigreturn is still to come), looked up at itself.
+            nxt = signal_frame_regs(self.space, stack.memory, t.frames[-1].ip, t.frames[-1].sp,
+                                    at_ip=len(t.frames) == 1)
             if nxt is None:
                 break
             marks.add(len(ips))
@@ -64,22 +67,25 @@ class CFIOracle(Oracle):
         return OracleFrames(tuple(ips), frozenset(marks), str(t.stop), t.stop.reason is StopReason.END_OF_CHAIN)
 
 
-def _trampoline(space: AddressSpace, ra: int):
-    """(table, link address, row) of the signal trampoline ``ra`` returns into, or None."""
-    e = space.elf_at(ra - 1)
+def _trampoline(space: AddressSpace, ra: int, at_ip: bool = False):
+    """(table, link address) of the signal trampoline ``ra`` returns into (or, ``at_ip``, that
+    the interrupted IP ``ra`` is in), or None."""
+    pc = ra if at_ip else ra - 1
+    e = space.elf_at(pc)
     if e is None:
         return None
     table = cfi_table(e.image)
-    link = e.link_address(ra - 1)
+    link = e.link_address(pc)
     fde = table.fde_for(link)
     if fde is None or b"S" not in bytes(fde.cie["augmentation"] or b""):
         return None
     return table, link
 
 
-def is_signal_trampoline(space: AddressSpace, ra: int) -> bool:
-    """``ra`` returns into a signal trampoline: its FDE's CIE augmentation has 'S'."""
-    return _trampoline(space, ra) is not None
+def is_signal_trampoline(space: AddressSpace, ra: int, at_ip: bool = False) -> bool:
+    """``ra`` returns into a signal trampoline (``at_ip``: the IP ``ra`` is in one): its FDE's
+    CIE augmentation has 'S'."""
+    return _trampoline(space, ra, at_ip) is not None
 
 
 # x86-64 ``mov $__NR_rt_sigreturn (15),%rax; syscall``: the restorer glibc, musl and busybox
@@ -107,10 +113,12 @@ def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
     return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw))))
 
 
-def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int) -> UserRegs | None:
-    """The interrupted registers of the signal frame whose trampoline ``ra`` returns to, with the
-    frame at ``sp``; None for a 32-bit trampoline or where the rules cannot be read."""
-    found = _trampoline(space, ra)
+def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int,
+                      at_ip: bool = False) -> UserRegs | None:
+    """The interrupted registers of the signal frame whose trampoline ``ra`` returns to (or,
+    ``at_ip``, that the IP ``ra`` is in), with the frame at ``sp``; None for a 32-bit trampoline
+    or where the rules cannot be read."""
+    found = _trampoline(space, ra, at_ip)
     if found is None:
         return None
     table, link = found

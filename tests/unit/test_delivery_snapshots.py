@@ -142,3 +142,44 @@ def test_a_foreign_file_is_refused(tmp_path):
     bad.write_text(json.dumps(doc))
     with pytest.raises(DeliveryFileError, match="malformed"):
         load(bad)
+
+
+def test_a_sample_at_the_trampolines_first_instruction_is_walked_through_it():
+    """The handler has returned into __restore_rt and not yet run its syscall: the topmost frame
+    is the trampoline itself.  Made from a recorded sample inside the handler: the
+    registers after on_alarm's ret are those the CFI walk gives its trampoline frame (sp past the
+    return address, the interrupted rbp).  CFI walks through the signal frame to the interrupted
+    IP, and FP's missing frame is the signal-frame cause's, as deeper in the handler."""
+    import dataclasses
+
+    from harness.oracles.cfi import CFIOracle
+    from harness.unwind.cfi import unwind_cfi
+    from harness.unwind.maps import AddressSpace
+
+    for name in (n for n in DELIVERIES if n.startswith("signal")):
+        snap, record, maps, prog = load(DATA / name / "delivery.json")
+        names = [f[2] for f in record["frames"]["cfi"]]
+        if any(n.startswith("on_alarm+") for n in names):
+            break  # a sample in the handler
+    else:
+        raise AssertionError("no recorded sample in the signal handler: re-record signal")
+    path = _program(prog)
+    resolve = {prog["guest_path"]: path}.get
+    space = AddressSpace.from_maps(maps, resolve, snap.memory)
+    vdso = snap.memory.backing
+    snap.memory.backing = None
+    oracle = CFIOracle(space, snap.memory)
+    inside = unwind_cfi(snap.memory, snap.regs, oracle.tables)
+    at = next(i for i, n in enumerate(names) if n.startswith("on_alarm+")) + 1  # the trampoline's frame
+    tramp = inside.frames[at]
+    regs = dataclasses.replace(snap.regs, ip=tramp.ip, sp=tramp.sp, bp=tramp.fp)
+    snap.memory.backing = vdso
+    top = dataclasses.replace(snap, regs=regs, memory=snap.memory)
+    want = dict(record)
+    _, got = replay(top, want, maps, resolve, path, Variant(**prog["variant"]).shadow, prog["max_entries"])
+    cfi = [f[0] for f in got["frames"]["cfi"]]
+    assert cfi == [f[0] for f in record["frames"]["cfi"][at:]], got["frames"]["cfi"]  # through the signal frame
+    fp = next(v for v in got["verdicts"] if v["oracle"] == "cfi")
+    assert not fp.get("failed"), fp
+    causes = {d.get("cause") for d in fp["divergences"]}
+    assert "signal-frame" in causes and None not in causes, fp["divergences"]
