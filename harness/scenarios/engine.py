@@ -82,6 +82,7 @@ FAILURES_KEPT = 1000  # failing stack records kept in memory per run (all are in
 # program's maps were read): up to the first unreadable page.
 UNKNOWN_STACK_PAGES = 16
 MAX_STACK_PAGES = 1024  # 4 MiB: a cap on one snapshot's stack
+REPORT_EVERY = 0.05  # seconds between two progress reports of a sampling run (the last always)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class Engine:
         self.s = session
         self.sc = scenario
         self.progress = progress
+        self._reported = float("-inf")
         self._started = time.monotonic()
         self.result = Result(scenario)
         self.log = EventLog(log, keep=True)
@@ -189,6 +191,10 @@ class Engine:
 
     def _report(self, finished: bool = False, interrupted: bool = False) -> None:
         if self.progress is not None:
+            now = time.monotonic()
+            if not finished and now - self._reported < REPORT_EVERY:
+                return  # at most 20 states a second: more than any status line shows
+            self._reported = now
             r = self.result
             self.progress(Sampling(self.sc.name, r.sampled, self.sc.samples, self.n_requests, r.stacks,
                                    r.failed_stacks, time.monotonic() - self._started, finished, interrupted))
