@@ -580,9 +580,21 @@ class Machine:
             if time.monotonic() > deadline:
                 raise QemuStartError("QEMU's control and output sockets never appeared", self.console.tail())
             time.sleep(0.01)
+
+        def connect(make):
+            # QEMU's socket file appears at its bind(), before its listen(): a connect between the
+            # two is refused (seen with three guests booting at once on 2 cores).  Retried.
+            while True:
+                try:
+                    return make()
+                except ConnectionRefusedError:
+                    if time.monotonic() > deadline or not self.child.isalive():
+                        raise
+                    time.sleep(0.01)
+
         try:
-            self.control = ControlChannel(ctl, cond, self.console)
-            self.output = ProgramOutput(out, cond, self.output_dir, OUTPUT_LIMIT)
+            self.control = connect(lambda: ControlChannel(ctl, cond, self.console))
+            self.output = connect(lambda: ProgramOutput(out, cond, self.output_dir, OUTPUT_LIMIT))
         except OSError as exc:
             raise QemuStartError(f"cannot connect to QEMU's serial sockets: {exc}", self.console.tail()) from exc
 
