@@ -380,6 +380,16 @@ class ControlChannel(_SocketReader):
                     raise GuestPanic(f"guest kernel failed while waiting for {what}: {console.panic}",
                                      list(console.lines)[-60:])
                 if console.eof or self.eof:
+                    if not console.eof:
+                        # QEMU exits at a panic (panic=-1, -no-reboot): this socket's EOF can come
+                        # before the console's thread has read the panic (seen with two workers
+                        # on 2 cores: GuestDied for test_machine_failures' sysrq crash).  The
+                        # console's own EOF, bounded, then the panic is checked once more.
+                        end = time.monotonic() + 2
+                        while not console.eof and time.monotonic() < end:
+                            self._cond.wait(0.1)
+                        if console.panic is not None:
+                            continue
                     raise GuestDied(f"QEMU exited while waiting for {what}", list(console.lines)[-60:])
                 left = deadline - time.monotonic()
                 if left <= 0:
