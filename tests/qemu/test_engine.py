@@ -42,10 +42,11 @@ QEMU72 = ["fp-spin", "fp-syscall", "fp-timer", "sframe-v3-nofp", "forkexec-sysca
 if choice_from_env() != "host":
     GUESTS[("default", 1, "host")] = QEMU72
 SAMPLES = 30
-# Under pytest-xdist these run with no other test beside them (tests/conftest.py): their samples
-# must land in a signal handler that runs a third of each 20 ms, and beside another worker's guest
-# signal-syscall's 30 syscall requests all fell outside it once (causes {'fp-frameless-function': 30}).
-ALONE = {"signal", "signal-syscall"}
+# Run under pytest-xdist with no other test beside them (tests/conftest.py), when a case's counts
+# are of wall time sized on a quiet machine and it failed beside another guest.  None now: the
+# signal cases' samples must land in a handler that runs a third of each 20 ms, and signal-syscall
+# missed it (causes {'fp-frameless-function': 30}) beside another guest once and alone once.
+ALONE: set[str] = set()
 # Syscall-entry requests are cheap (about two stops each) and a fork/exec/exit round takes ~15
 # of them: enough to see children and deliveries in do_exit.
 SAMPLES_FOR = {"forkexec-syscall": 60}
