@@ -7,11 +7,8 @@ where a missing piece is a failure: a green CI must never hide a missing install
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -88,43 +85,3 @@ def pytest_collection_modifyitems(config, items):
         if names and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
 
-
-# --- tests that run alone ----------------------------------------------------------------------
-# ``@pytest.mark.alone``: no other QEMU test runs on the other worker meanwhile (a guest booted by
-# a module fixture may stay up there, idle).  For tests whose thresholds count what happens in a
-# span of wall time, sized on a quiet machine; each says what failed beside another guest.  Every
-# QEMU test holds a shared lock for its whole protocol (set-up, call, teardown), an ``alone`` one
-# the exclusive lock; a gate taken before either keeps new shared holders out while an exclusive
-# one waits.  Without xdist there is nothing to wait for.
-
-
-def _lock_paths(config) -> tuple[Path, Path] | None:
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return None
-    base = Path(tempfile.gettempdir()) / f"unwind-harness-xdist-{workerinput['testrunuid']}"
-    return base.with_suffix(".gate"), base.with_suffix(".lock")
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    paths = _lock_paths(item.config)
-    if paths is None or not item.get_closest_marker("qemu"):
-        return (yield)
-    alone = item.get_closest_marker("alone") is not None
-    with open(paths[0], "a") as gate, open(paths[1], "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        return (yield)  # the lock goes with the file's close
-
-
-def pytest_sessionfinish(session):
-    paths = _lock_paths(session.config)
-    for p in paths or ():
-        try:
-            p.unlink()  # the other worker, if still running, makes a new one: it then runs alone
-        except OSError:
-            pass

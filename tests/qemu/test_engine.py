@@ -42,11 +42,6 @@ QEMU72 = ["fp-spin", "fp-syscall", "fp-timer", "sframe-v3-nofp", "forkexec-sysca
 if choice_from_env() != "host":
     GUESTS[("default", 1, "host")] = QEMU72
 SAMPLES = 30
-# Run under pytest-xdist with no other test beside them (tests/conftest.py), when a case's counts
-# are of wall time sized on a quiet machine and it failed beside another guest.  None now: the
-# signal cases' samples must land in a handler that runs a third of each 20 ms, and signal-syscall
-# missed it (causes {'fp-frameless-function': 30}) beside another guest once and alone once.
-ALONE: set[str] = set()
 # Syscall-entry requests are cheap (about two stops each) and a fork/exec/exit round takes ~15
 # of them: enough to see children and deliveries in do_exit.
 SAMPLES_FOR = {"forkexec-syscall": 60}
@@ -202,8 +197,7 @@ def _scenario_test(guest):
     function-scoped parameter: a (guest, name) pair as one indirect parameter would boot per test."""
 
     @pytest.mark.parametrize("session", [guest], ids=[_guest_id(guest)], indirect=True)
-    @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.alone) if n in ALONE else n
-                                      for n in GUESTS[guest]])
+    @pytest.mark.parametrize("name", GUESTS[guest])
     def test(session, name, tmp_path):
         _check_scenario(session, name, tmp_path)
 
