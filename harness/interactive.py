@@ -82,6 +82,16 @@ class Text(str):
         return str(self)
 
 
+def percpu_base(regs: dict[str, int]) -> int:
+    """The kernel's per-CPU base on a stopped vCPU.  In user mode gs_base is the user's and the
+    kernel's waits in KERNEL_GS_BASE; so it does in kernel mode from an entry to its swapgs (and
+    from the exit's swapgs to its sysret/iret), where an interrupt of ``harness shell`` can stop
+    the vCPU.  The kernel's base is a kernel address (bit 63 set); a user's never is."""
+    if regs["cs"] & 3 == 3 or not regs["gs_base"] >> 63:
+        return regs["k_gs_base"]
+    return regs["gs_base"]
+
+
 def user_regs_from_cpu(regs: dict[str, int]) -> UserRegs:
     """The user registers of a vCPU stopped in user mode (gdb's register names)."""
     names = {"r15": "r15", "r14": "r14", "r13": "r13", "r12": "r12", "bp": "rbp", "bx": "rbx",
@@ -222,9 +232,7 @@ class Guest:
         for c in self.target.cpus():
             self.target.select_cpu(c)
             regs = self.target.read_registers()
-            # In user mode gs_base is the user's: the kernel's per-CPU base waits in KERNEL_GS_BASE.
-            gs = regs["k_gs_base"] if regs["cs"] & 3 == 3 else regs["gs_base"]
-            out.append((c, regs, current_task(self.session.info, self._read, gs)))
+            out.append((c, regs, current_task(self.session.info, self._read, percpu_base(regs))))
         self.target.select_cpu(keep)
         return out
 
@@ -432,14 +440,13 @@ class Guest:
             uregs = user_regs_from_cpu(regs)
         else:
             uregs = user_regs(self.session.info, self._read, t,
-                              regs["gs_base"] if row.current_on is not None else None)
+                              percpu_base(regs) if row.current_on is not None else None)
         return row, uregs, regs
 
     def _thread_pointer(self, t: TaskInfo) -> int:
         """fs_base of ``t``: the vCPU's while it runs there, else the one its task_struct saved."""
         regs = self.target.read_registers()
-        gs = regs["k_gs_base"] if regs["cs"] & 3 == 3 else regs["gs_base"]
-        if current_task(self.session.info, self._read, gs).addr == t.addr:
+        if current_task(self.session.info, self._read, percpu_base(regs)).addr == t.addr:
             return regs["fs_base"]
         return int.from_bytes(self._read(t.addr + self.tl.fsbase, 8), "little")
 

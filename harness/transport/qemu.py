@@ -380,6 +380,16 @@ class ControlChannel(_SocketReader):
                     raise GuestPanic(f"guest kernel failed while waiting for {what}: {console.panic}",
                                      list(console.lines)[-60:])
                 if console.eof or self.eof:
+                    if not console.eof:
+                        # QEMU exits at a panic (panic=-1, -no-reboot): this socket's EOF can come
+                        # before the console's thread has read the panic (seen with two workers
+                        # on 2 cores: GuestDied for test_machine_failures' sysrq crash).  The
+                        # console's own EOF, bounded, then the panic is checked once more.
+                        end = time.monotonic() + 2
+                        while not console.eof and time.monotonic() < end:
+                            self._cond.wait(0.1)
+                        if console.panic is not None:
+                            continue
                     raise GuestDied(f"QEMU exited while waiting for {what}", list(console.lines)[-60:])
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -580,9 +590,21 @@ class Machine:
             if time.monotonic() > deadline:
                 raise QemuStartError("QEMU's control and output sockets never appeared", self.console.tail())
             time.sleep(0.01)
+
+        def connect(make):
+            # QEMU's socket file appears at its bind(), before its listen(): a connect between the
+            # two is refused (seen with three guests booting at once on 2 cores).  Retried.
+            while True:
+                try:
+                    return make()
+                except ConnectionRefusedError:
+                    if time.monotonic() > deadline or not self.child.isalive():
+                        raise
+                    time.sleep(0.01)
+
         try:
-            self.control = ControlChannel(ctl, cond, self.console)
-            self.output = ProgramOutput(out, cond, self.output_dir, OUTPUT_LIMIT)
+            self.control = connect(lambda: ControlChannel(ctl, cond, self.console))
+            self.output = connect(lambda: ProgramOutput(out, cond, self.output_dir, OUTPUT_LIMIT))
         except OSError as exc:
             raise QemuStartError(f"cannot connect to QEMU's serial sockets: {exc}", self.console.tail()) from exc
 

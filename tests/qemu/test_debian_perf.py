@@ -47,7 +47,9 @@ def test_debian_perf_against_stitcher_and_unwinder(kernel, tmp_path):
         for name in SCENARIOS:
             sc = CATALOG[name]
             prog = s.program(sc.program, sc.toolchain, sc.variant)
-            files = run_debian_perf(s, prog, list(sc.args), seconds=3, freq=200)
+            # 4 s: beside another pytest-xdist worker's guest, 3 s of forkexec gave 48 of our
+            # unwinder's comparisons for the 50 asked below (68 samples)
+            files = run_debian_perf(s, prog, list(sc.args), seconds=4, freq=200)
             files.save(tmp_path / name, prog)  # harness perf --debian-perf --check DIR re-checks them
             assert "defer_callchain: 1" in files.evlist
             r = check_run(files, prog)
@@ -55,7 +57,7 @@ def test_debian_perf_against_stitcher_and_unwinder(kernel, tmp_path):
             # a sample in the task's last kernel entry (exiting: the request is refused) carries an
             # immediate FP user chain instead of a cookie
             # (forkexec gave 61 samples in 2 s on a quiet machine: its parent waits in wait4 while a
-            # child runs; 3 s and at least 50 leave a margin either way)
+            # child runs; 4 s and at least 50 leave a margin, also beside another guest)
             assert r.samples >= 50 and r.deferred_samples >= 0.95 * r.samples, r.table()
             assert r.joined >= 0.95 * r.deferred_samples and r.deferred_records >= 50, r.table()
             assert r.merged_compared == r.samples and r.merged_equal + sum(

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from harness.deferred.check import check_lines
+from harness.images.qemu import choice_from_env
 from harness.report.text import stack_failures
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.engine import Engine
@@ -16,17 +17,30 @@ from harness.session import GuestSpec, Session
 pytestmark = pytest.mark.qemu
 
 BASE = ["fp-spin", "fp-syscall", "sframe-v3-nofp", "fp-seed-v10", "fp-timer", "sframe-v2-timer"]
-# Which scenarios each guest runs: everything on the default 7.x guest with one vCPU; on two
-# vCPUs (timer-interrupt or syscall-entry requests on both) the ones where a second CPU matters;
-# on 6.1 the ones whose kernel entry and exit paths differ there.
+# Which scenarios each guest (kernel, vCPUs, QEMU) runs: everything on the default 7.x guest with
+# one vCPU; on two vCPUs (timer-interrupt or syscall-entry requests on both) the ones where a
+# second CPU matters; on 6.1 the ones whose kernel entry and exit paths differ there.  QEMU None
+# is $HARNESS_QEMU or the default (harness/images/qemu.py).
 GUESTS = {
-    ("default", 1): BASE + ["fp-syscall-entry", "threads", "forkexec", "forkexec-syscall", "signal",
-                            "signal-syscall", "vdso", "recurse", "prologues", "prologues-sframe", "compat-fp",
-                            "sframe-tailcall"],
-    ("default", 2): BASE + ["threads", "forkexec-syscall", "signal", "fp-syscall-entry"],
-    ("bookworm", 1): BASE + ["fp-syscall-entry", "threads", "forkexec-syscall", "signal", "vdso", "recurse",
-                             "prologues", "compat-fp"],
+    ("default", 1, None): BASE + ["fp-syscall-entry", "threads", "forkexec", "forkexec-syscall", "signal",
+                                  "signal-syscall", "vdso", "recurse", "prologues", "prologues-sframe",
+                                  "compat-fp", "sframe-tailcall"],
+    ("default", 2, None): BASE + ["threads", "forkexec-syscall", "signal", "fp-syscall-entry"],
+    ("bookworm", 1, None): BASE + ["fp-syscall-entry", "threads", "forkexec-syscall", "signal", "vdso", "recurse",
+                                   "prologues", "compat-fp"],
 }
+# The engine on Debian 12's QEMU 7.2 in every run, whichever QEMU the others use (issue #13, item
+# 3: 7.2 stays available): its gdb stub differs from 11.x's (every stop flushes the translated
+# code), so the scenarios that lean on the stub: an NMI (QMP), a timer interrupt and a syscall
+# breakpoint request each, SFrame, fork/exec/exit under syscall breakpoints (the exec replaces the
+# text under them) and threads.  A subset: the whole list costs about 30 s on 7.2.  Not "signal"
+# yet: on 7.2 one of its ~30 samples now and then lands on __restore_rt+0 at return_irq, where fp
+# walks on and cfi stops at the 'S' frame with no cause proving it (2 runs of 3 here, one of them
+# before this guest existed): a gap in the causes, not in the stub.  When the others run on 7.2
+# already (HARNESS_QEMU=host or the default) this guest would repeat them: left out.
+QEMU72 = ["fp-spin", "fp-syscall", "fp-timer", "sframe-v3-nofp", "forkexec-syscall", "threads"]
+if choice_from_env() != "host":
+    GUESTS[("default", 1, "host")] = QEMU72
 SAMPLES = 30
 # Syscall-entry requests are cheap (about two stops each) and a fork/exec/exit round takes ~15
 # of them: enough to see children and deliveries in do_exit.
@@ -34,14 +48,15 @@ SAMPLES_FOR = {"forkexec-syscall": 60}
 
 
 def _guest_id(guest) -> str:
-    return f"{guest[0]}-smp{guest[1]}"
+    kernel, smp, qemu = guest
+    return f"{kernel}-smp{smp}" + (f"-qemu-{qemu}" if qemu else "")
 
 
 @pytest.fixture(scope="module")
 def session(request):
-    kernel, smp = request.param
+    kernel, smp, qemu = request.param
     scenarios = [CATALOG[n] for n in GUESTS[request.param]]
-    with Session(GuestSpec(kernel=kernel, smp=smp, programs=programs_for(scenarios))) as s:
+    with Session(GuestSpec(kernel=kernel, smp=smp, qemu=qemu, programs=programs_for(scenarios))) as s:
         yield s
 
 
