@@ -78,6 +78,8 @@ def _guest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accel", default="auto", choices=("auto", "tcg", "kvm"))
     p.add_argument("--pti", action="store_true", help="boot with pti=on")
     p.add_argument("--transport", default="rsp", choices=("rsp", "mi"))
+    p.add_argument("--pin", action="store_true",
+                   help="the harness on one CPU and QEMU on the others (faster stops; one harness at a time)")
     p.add_argument("--qemu", choices=("auto", "host", "backports"),
                    help="host: Debian 12's QEMU 7.2; backports: 11.x from trixie-backports (no flush of "
                         "translated code on every gdb stop); auto: backports if it can be built, else host "
@@ -96,7 +98,7 @@ def _spec(args, programs=None):
     return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
                      pti=args.pti, transport=getattr(args, "transport", "rsp"),
                      programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
-                     qemu=getattr(args, "qemu", None))
+                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False))
 
 
 def _print_qemu(q) -> None:
@@ -518,6 +520,7 @@ def cmd_bench(args) -> int:
         sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)
         with Session(_spec(args, [*programs_for([sc]), PERFCC])) as sess:
             _print_qemu(sess.qemu)
+            print(f"cpus: {sess.pinned or 'not pinned (--pin puts the harness and QEMU on different CPUs)'}")
             prog = sess.program(sc.program, sc.toolchain, sc.variant)
             floor = raw_stop_rate(sess, prog)
             target = sess.target

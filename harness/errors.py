@@ -29,6 +29,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `GuestPanic`
  |         |    +-- `GuestTimeout`
  |         |    +-- `GuestDied`
+ |         |    +-- `PinError`
  |         +-- `OutputFrameError` [ValueError] transport: harness/transport/errors.py
  |         +-- `TargetError`                   transport: harness/transport/errors.py
  |         |    +-- `TargetTimeout`

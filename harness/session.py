@@ -28,6 +28,7 @@ from .memory import MemoryFault
 from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
+from .transport.affinity import pin_apart
 from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.errors import TargetError
 from .transport.target import ReadResult, Target
@@ -54,6 +55,8 @@ class GuestSpec:
     memory_mb: int = 512
     #: more files for the initramfs, guest path -> host path (Debian's perf: harness/images/debperf.py)
     extra_files: dict[str, Path] = field(default_factory=dict)
+    #: the harness's thread on one CPU, QEMU's threads on the others (harness/transport/affinity.py)
+    pin: bool = False
 
 
 def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> tuple[str, str]:
@@ -121,6 +124,9 @@ class Session:
         #: snapshot of a task with pending work): read with the registers at every stop until
         #: its key is dropped (:meth:`read_many` takes it from there)
         self.expected_reads: dict[object, list[tuple[int, int]]] = {}
+        #: what --pin did, in words ("" unpinned), and its undo
+        self.pinned = ""
+        self._unpin = None
 
     def start(self) -> "Session":
         spec = self.spec
@@ -146,6 +152,9 @@ class Session:
             self.symbols = kernel_symbols(self.machine, self.kernel)
             btf = self.btf = Btf.from_elf(self.kernel.vmlinux)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
+            if spec.pin:
+                self.pinned, self._unpin = pin_apart(self.machine.pid)
+                note("guest", self.pinned)
             self.target = make_target(spec.transport, self.machine.gdb_socket)
             self.target.stop_reads = self._stop_guesses
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)
@@ -161,6 +170,9 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        if self._unpin is not None:
+            self._unpin()
+            self._unpin = None
         if self.target is not None:
             try:
                 self.target.close()
@@ -179,6 +191,7 @@ class Session:
             "qemu_image": self.qemu.describe() if self.qemu else None,
             "accel": self.accel,
             "accel_why": self.accel_why,
+            "pinned": self.pinned,
             "smp": self.spec.smp,
             "pti": self.spec.pti,
             "transport": self.spec.transport,

@@ -39,6 +39,10 @@ class GuestDied(GuestError):
     """QEMU exited (or its QMP socket broke) while the harness was using it."""
 
 
+class PinError(GuestError):
+    """The CPUs could not be split between the harness and QEMU (``--pin``: affinity.py)."""
+
+
 class OutputFrameError(HarnessError, ValueError):
     """A line of the program-output channel that is not an output frame (harness/transport/channels.py)."""
 
