@@ -55,7 +55,7 @@ from .lock import write_atomic
 
 QEMU_CHOICES = ("auto", "host", "backports")
 #: the choice when neither the caller nor $HARNESS_QEMU names one
-DEFAULT_CHOICE = "host"
+DEFAULT_CHOICE = "backports"
 ENV_VAR = "HARNESS_QEMU"
 
 HOST_PREFIX = ("qemu-system-x86_64",)
