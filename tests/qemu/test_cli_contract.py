@@ -40,7 +40,8 @@ def test_sigint_ends_the_run_with_its_partial_table_and_exit_3(tmp_path):
     p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 300
+        started = time.monotonic()
+        deadline = started + 300
         while time.monotonic() < deadline and p.poll() is None:
             if log.exists() and '"ev":"stack"' in log.read_text():
                 break
@@ -49,7 +50,16 @@ def test_sigint_ends_the_run_with_its_partial_table_and_exit_3(tmp_path):
         assert log.exists() and '"ev":"stack"' in log.read_text(), "no stack delivered within 300 s"
         sent = time.monotonic()
         os.kill(p.pid, signal.SIGINT)
-        stdout, stderr = p.communicate(timeout=60)
+        try:
+            stdout, stderr = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Where it is stuck (harness.cli registers faulthandler on SIGUSR1), for the report.
+            os.kill(p.pid, signal.SIGUSR1)
+            time.sleep(2)
+            p.kill()
+            stdout, stderr = p.communicate()
+            pytest.fail(f"no exit within 60 s of SIGINT, sent {sent - started:.1f} s after the start "
+                        f"({log.read_text().count(chr(10))} log lines then); stderr:\n{stderr[-6000:]}")
         took = time.monotonic() - sent
     finally:
         if p.poll() is None:
