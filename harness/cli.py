@@ -596,8 +596,12 @@ def main(argv: list[str] | None = None) -> int:
     import faulthandler
     import signal
 
-    # `kill -USR1 PID` prints where every thread of a harness that seems stuck is (stderr).
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # `kill -USR1 PID` prints where every thread of a harness that seems stuck is (stderr;
+    # not where stderr is no file, as under pytest's capture).
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        pass
     ap = Parser(prog="harness", description=__doc__.split("\n\n")[0])
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = ap.add_subparsers(dest="cmd", required=True)
