@@ -37,8 +37,13 @@ def test_a_clean_run_exits_0_with_junit_and_summary(tmp_path):
 def test_sigint_ends_the_run_with_its_partial_table_and_exit_3(tmp_path):
     out = tmp_path / "run"
     log = out / "fp-spin.jsonl"
+    # Ctrl-C reaches a run in the foreground; one started in the background of a non-interactive
+    # shell (`cmd &`: a CI script, nohup) inherits SIGINT ignored, and so would this test's
+    # harness: the clean-clone CI started that way ran on for 60 s after SIGINT.  The run gets
+    # the foreground's default, whatever launched the tests.
     p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         started = time.monotonic()
         deadline = started + 300
