@@ -222,15 +222,19 @@ class Session:
     # -- reading the stopped guest -------------------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:
         """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3)."""
+        found = self._from_cache(addr, size)
+        return found if found is not None else self.target.read_kernel(addr, size)
+
+    def _from_cache(self, addr: int, size: int) -> bytes | None:
+        """``size`` bytes at ``addr`` from what this stop has read already, or None."""
         self._adopt_stop_reads()
         for base, data in self._kcache:
             if base <= addr and addr + size <= base + len(data):
                 return data[addr - base:addr - base + size]
-        return self.target.read_kernel(addr, size)
+        return None
 
     def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        self._adopt_stop_reads()
-        ranges = [r for r in ranges if not self._cached(*r)]
+        ranges = [r for r in ranges if self._from_cache(*r) is None]
         if ranges:
             self._keep(zip(ranges, self.target.read_many(ranges)))
 
@@ -246,13 +250,12 @@ class Session:
             return
         self._kcache = []
         self._kgen = self.target.generation
-        got = self.target.stop_prefetch
-        if got is not None and got[0] == self._kgen:
-            self._keep(got[1])
+        self._keep(self._stop_results())
 
-    def _cached(self, addr: int, size: int) -> bool:
-        return self._kgen == self.target.generation and any(
-            base <= addr and addr + size <= base + len(data) for base, data in self._kcache)
+    def _stop_results(self) -> list:
+        """``[((addr, size), ReadResult), ...]`` the transport read with this stop's registers."""
+        got = self.target.stop_prefetch
+        return got[1] if got is not None and got[0] == self.target.generation else []
 
     def _layout(self) -> tuple[int, int]:
         """The span of ``struct task_struct`` that :func:`current_task` reads."""
@@ -288,8 +291,7 @@ class Session:
     def read_many(self, ranges: list[tuple[int, int]]) -> list[ReadResult]:
         """``target.read_many(ranges)`` at this stop, each range the transport already read
         with the stop's registers (:attr:`expected_reads`) taken from there."""
-        got = self.target.stop_prefetch
-        have = dict(got[1]) if got is not None and got[0] == self.target.generation else {}
+        have = dict(self._stop_results())
         missing = [r for r in dict.fromkeys(ranges) if r not in have]
         if missing:
             have.update(zip(missing, self.target.read_many(missing)))
