@@ -34,6 +34,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `TargetError`                   transport: harness/transport/errors.py
  |         |    +-- `TargetTimeout`
  |         |    +-- `TargetDied`
+ |         |    +-- `StopLeft`
  |         +-- `MemoryFault`                   memory: harness/memory.py
  |         |    +-- `SnapshotMiss`
  |         +-- `RuleError`                     frame rules: harness/rule.py

@@ -30,13 +30,15 @@ from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.affinity import pin_apart
 from .transport.qemu import Machine, MachineConfig, kvm_usable
-from .transport.errors import TargetError
+from .transport.errors import StopLeft, TargetError
 from .transport.target import ReadResult, Target
 
 #: bytes of :attr:`Session.expected_reads` read with the registers at one stop, at most (a few
 #: pages of hex on the socket cost less than the round trip they save; a run with many tasks
 #: pending would otherwise read all their stacks at every stop)
 EXPECTED_READS_MAX = 16 * 1024
+#: how many recent values of a pt_regs-pointing register a vCPU's stop guesses keep
+POINTERS_KEPT = 3
 
 
 @dataclass
@@ -119,7 +121,7 @@ class Session:
         self._kgen = -1
         #: per vCPU, what its last stop read: its per-CPU base, the current task and the top of
         #: its stack, and the pt_regs each kind of stop point's register pointed at
-        self._last_stop: dict[int, tuple[int, int | None, int | None, dict[str, int]]] = {}
+        self._last_stop: dict[int, tuple[int, int | None, int | None, dict[str, tuple[int, ...]]]] = {}
         #: user memory a coming stop will most likely read, by key (the engine's guess at the
         #: snapshot of a task with pending work): read with the registers at every stop until
         #: its key is dropped (:meth:`read_many` takes it from there)
@@ -221,9 +223,16 @@ class Session:
 
     # -- reading the stopped guest -------------------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:
-        """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3)."""
+        """Kernel or user memory of the stopped vCPU (kernel reads survive PTI's user CR3).  At
+        a stop the guest has left already (Target.plan_continue) only what the transport read
+        with its registers is there: anything else is StopLeft."""
         found = self._from_cache(addr, size)
-        return found if found is not None else self.target.read_kernel(addr, size)
+        if found is not None:
+            return found
+        if self.target.running:
+            raise StopLeft(f"{size} bytes at {addr:#x} were not read with the stop's registers, "
+                           f"and the guest runs on from that stop")
+        return self.target.read_kernel(addr, size)
 
     def _from_cache(self, addr: int, size: int) -> bytes | None:
         """``size`` bytes at ``addr`` from what this stop has read already, or None."""
@@ -235,7 +244,7 @@ class Session:
 
     def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
         ranges = [r for r in ranges if self._from_cache(*r) is None]
-        if ranges:
+        if ranges and not self.target.running:  # running: the reads that need them say so
             self._keep(zip(ranges, self.target.read_many(ranges)))
 
     def _keep(self, results) -> None:
@@ -279,7 +288,7 @@ class Session:
                 out.append((task + lo, hi - lo))
             if top is not None:
                 out.append((top - PT_REGS_SIZE, PT_REGS_SIZE))
-            out += [(a, PT_REGS_SIZE) for a in pointers.values()]
+            out += [(a, PT_REGS_SIZE) for seen in pointers.values() for a in seen]
         budget = EXPECTED_READS_MAX
         for ranges in self.expected_reads.values():
             budget -= sum(n for _, n in ranges)
@@ -316,8 +325,12 @@ class Session:
         cpu = self.target.cpu
         pointers = dict(self._last_stop.get(cpu, (0, None, None, {}))[3])
         if point is not None and point.regs in ("rdi", "rsp"):
-            first.append((regs[point.regs], PT_REGS_SIZE))
-            pointers[point.regs] = regs[point.regs]
+            addr = regs[point.regs]
+            first.append((addr, PT_REGS_SIZE))
+            # The last few places a register pointed at: an NMI's pt_regs lie on the NMI stack
+            # when it hit the kernel and at the task's stack top when it hit user mode.
+            seen = pointers.get(point.regs, ())
+            pointers[point.regs] = (addr, *(a for a in seen if a != addr))[:POINTERS_KEPT]
         self._prefetch(first)
         task = top = None
         try:

@@ -57,3 +57,8 @@ class TargetTimeout(TargetError):
 
 class TargetDied(TargetError):
     """The debugger (GDB) or the stub's connection died under the harness."""
+
+
+class StopLeft(TargetError):
+    """A read at a stop the guest has already left (:meth:`Target.plan_continue`): only what
+    the transport read with that stop's registers is there, and this was not among it."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TargetDied, TargetError, TargetTimeout
-from .target import ReadResult, Stop, Target
+from .target import SIGTRAP, ReadResult, Stop, Target
 
 #: bytes per ``m`` packet when the stub names no PacketSize (QEMU 7.2's limit)
 MAX_M_PACKET = 2048
@@ -268,6 +268,8 @@ class RspTarget(Target):
         self._acks = 0
         #: the first lazy command the stub refused, raised once its batch's answers are read
         self._refused: TargetError | None = None
+        #: (pc, breakpoints to arm) for the next stop: :meth:`plan_continue`
+        self._plan: tuple[int, list[int]] | None = None
         self._handshake()
 
     # -- packet I/O ----------------------------------------------------------------------------
@@ -496,14 +498,17 @@ class RspTarget(Target):
             size -= n
         return bytes(out)
 
-    def _pipeline(self, cmds: list[bytes], kind: str | None) -> list[bytes]:
+    def _pipeline(self, cmds: list[bytes], kind: str | None, tail: list[bytes] = ()) -> list[bytes]:
         """Write every packet at once, then read the answers in order: QEMU's system-mode stub
         answers each packet as it completes and never waits for our ack (gdbstub's
-        put_packet), so N commands cost about one round trip, not N."""
+        put_packet), so N commands cost about one round trip, not N.  ``tail``: commands
+        answered only OK, written after ``cmds`` in the same write (their OKs are read later,
+        as a lazy command's), the last of them maybe a continue (no answer until a stop)."""
         if self.running:
             raise TargetError("the guest is running: interrupt it before issuing commands")
         deadline = time.monotonic() + self.timeout
-        self._write_packets(cmds, kind)  # kind None: each packet counted by its own kind
+        # kind None: each packet counted by its own kind (a tail's always)
+        self._write_packets([*cmds, *tail], None if tail else kind)
         self.round_trips += 1
         replies: list[bytes] = []
         while len(replies) < len(cmds):
@@ -511,6 +516,8 @@ class RspTarget(Target):
             if _STOP_RE.match(payload):
                 continue  # an unsolicited stop reply
             replies.append(payload)
+        # QEMU answers in order: the tail's OKs come after the replies just read.
+        self._awaiting.extend(c for c in tail if not c.startswith(b"vCont"))
         self._raise_refused()
         return replies
 
@@ -520,9 +527,10 @@ class RspTarget(Target):
         :meth:`read_partial` says it."""
         return self._read_many(ranges)
 
-    def _read_many(self, ranges: list[tuple[int, int]], first: bytes | None = None):
+    def _read_many(self, ranges: list[tuple[int, int]], first: bytes | None = None, tail: list[bytes] = ()):
         """:meth:`read_many`; with ``first``, that packet goes ahead of the reads in the first
-        batch and its answer is returned too: ``(answer, results)``."""
+        batch and its answer is returned too: ``(answer, results)``.  ``tail`` goes after the
+        reads in the last batch (:meth:`_pipeline`)."""
         self._set_phys(False)
         pieces: list[tuple[int, int, int]] = []  # (range index, addr, size)
         for i, (addr, size) in enumerate(ranges):
@@ -534,13 +542,17 @@ class RspTarget(Target):
         cmds = [f"m{a:x},{n:x}".encode() for _, a, n in pieces]
         # Batches small enough that our requests always fit in the socket's buffer while the
         # stub's answers wait in ours (neither side can then block the other).
+        batches = [[first] if first is not None else []]
+        for c in cmds:
+            if len(batches[-1]) == PIPELINE_MAX:
+                batches.append([])
+            batches[-1].append(c)
         replies = []
-        head = None
-        if first is not None:
-            head, *replies = self._pipeline([first, *cmds[:PIPELINE_MAX - 1]], None)
-            cmds = cmds[PIPELINE_MAX - 1:]
-        for k in range(0, len(cmds), PIPELINE_MAX):
-            replies += self._pipeline(cmds[k:k + PIPELINE_MAX], "m")
+        for k, batch in enumerate(batches):
+            if batch or (k == len(batches) - 1 and tail):
+                replies += self._pipeline(batch, None if first is not None and k == 0 else "m",
+                                          tail if k == len(batches) - 1 else [])
+        head = replies.pop(0) if first is not None else None
         results = self._assemble(ranges, pieces, replies)
         return results if first is None else (head, results)
 
@@ -573,18 +585,51 @@ class RspTarget(Target):
                 self._refresh_threads()
             cpu = self._thread_ids.index(thread) if thread in self._thread_ids else self.cpu
         self._regs_cache = None
+        self.generation += 1  # a new stop: nothing read at the last one is this one's
         # QEMU's stub makes the stopping vCPU its current one for g/m/P (gdb_set_stop_cpu sets
         # both c_cpu and g_cpu), so no Hg packet is needed here: one round trip less per stop.
         self.cpu = cpu
         self.stop_cpu = cpu
+        plan, self._plan = self._plan, None
         ranges = self.stop_reads(cpu) if self.stop_reads is not None else []
         self.stop_prefetch = None
+        if plan is not None and sig == SIGTRAP:
+            return self._leave_as_planned(cpu, sig, ranges, *plan)
         if ranges:
             # The registers and the caller's guesses in one round trip (see Target.stop_reads).
             answer, results = self._read_many(ranges, first=b"g")
             self._regs_cache = self._parse_g(answer)
             self.stop_prefetch = (self.generation, list(zip(ranges, results)))
         return Stop(cpu, self.read_registers()["rip"], sig)
+
+    def plan_continue(self, pc: int, arm: list[int]) -> bool:
+        if self.running:
+            raise TargetError("plan_continue: the guest is running")
+        if self.breakpoints != {pc} or not self._at_endbr(pc):
+            return False
+        self._plan = (pc, list(arm))
+        return True
+
+    def _leave_as_planned(self, cpu: int, sig: int, ranges, pc: int, arm: list[int]) -> Stop:
+        """:meth:`plan_continue`'s stop: the registers, the stop reads, RIP past the endbr64,
+        the breakpoints to arm and the continue, in one write; the guest runs on before the
+        caller sees the stop.  Only the registers and the reads' answers are waited for."""
+        rip = self.regmap["rip"]
+        arm = [a for a in dict.fromkeys(arm) if a not in self.breakpoints]
+        tail = [f"P{rip.regnum:x}=".encode() + (pc + 4).to_bytes(rip.bits // 8, "little").hex().encode(),
+                *(f"Z0,{a:x},1".encode() for a in arm), b"vCont;c"]
+        answer, results = self._read_many(ranges, first=b"g", tail=tail)
+        self.running = True
+        self.breakpoints.update(arm)
+        self._regs_cache = self._parse_g(answer)
+        self.stop_prefetch = (self.generation, list(zip(ranges, results)))
+        got = self._regs_cache["rip"]
+        if got != pc:
+            # Only the breakpoint at pc was in (plan_continue): a SIGTRAP elsewhere is a step or
+            # a breakpoint nobody here inserted.  The guest runs on from it all the same.
+            raise TargetError(f"planned to leave the stop at {pc:#x} at once, but the guest stopped at "
+                              f"{got:#x} (it runs on from there)")
+        return Stop(cpu, pc, sig, continued=True)
 
     def _resume(self, step: bool, timeout: float) -> Stop:
         self._regs_cache = None

@@ -39,6 +39,9 @@ class Stop:
     cpu: int
     pc: int
     signal: int = SIGTRAP
+    #: the guest already runs on from this stop (:meth:`Target.plan_continue`): what was read
+    #: with its registers is all there is of it
+    continued: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class Target(ABC):
         self.stop_reads = None
         #: ``(generation, [((addr, size), ReadResult), ...])`` of the last stop's :attr:`stop_reads`
         self.stop_prefetch: tuple[int, list] | None = None
+        #: pc -> whether it holds endbr64 or the NOP it is sealed into (:meth:`_at_endbr`)
+        self._endbr: dict[int, bool] = {}
 
     # -- primitives each implementation provides ----------------------------------------------
     @abstractmethod
@@ -196,7 +201,7 @@ class Target(ABC):
         do not show in memory)."""
         from ..memory import MemoryFault
 
-        cache = self.__dict__.setdefault("_endbr", {})
+        cache = self._endbr
         if pc not in cache:
             try:
                 code = self.read_memory(pc, 4)
@@ -211,6 +216,16 @@ class Target(ABC):
         if stepped is not None and stepped.pc in self.breakpoints and stepped.pc != pc:
             return stepped  # the single step landed on another breakpoint
         return self._resume(step=False, timeout=timeout)
+
+    def plan_continue(self, pc: int, arm: list[int]) -> bool:
+        """Ask that the next stop, if it is a breakpoint stop at ``pc``, be left at once: its
+        registers and :attr:`stop_reads` read, the breakpoints ``arm`` inserted and the guest
+        continued, all in one write, before the caller has seen the stop (whose
+        ``continued`` is then True).  Only where the stop cannot be anything else (``pc`` is
+        the one breakpoint in) and leaving it needs no step (``pc`` holds endbr64: the
+        continue moves RIP past it).  Returns whether the plan is taken; an implementation
+        that cannot pipeline declines (the base)."""
+        return False
 
     def stop_arrived(self) -> bool | None:
         """Whether a guest left running has stopped already; None where the transport cannot

@@ -178,7 +178,7 @@ def test_a_stop_that_races_the_timeout_is_the_stop_not_a_timeout(target):
     stub, t = target
     stub.stop_delay = 0.3
     t.set_breakpoint(RIP)
-    t.__dict__.setdefault("_endbr", {})[RIP] = True  # passed by a RIP write, no step (the fake has none)
+    t._endbr[RIP] = True  # passed by a RIP write, no step (the fake has none)
     stub.interrupt_ignored = True  # the stop is on its way when the ^C arrives
     t.cont_start(2.0)
     stop = t.wait_stop(0.1)
@@ -189,3 +189,57 @@ def test_a_stop_that_races_the_timeout_is_the_stop_not_a_timeout(target):
     with pytest.raises(TargetTimeout, match="no stop within 0.1s"):
         t.wait_stop(0.1)
     assert not t.running
+
+
+def test_a_planned_stop_is_read_armed_and_left_in_one_write(target):
+    # Target.plan_continue: at the NMI point (endbr64) the registers, the stop's guesses, RIP
+    # past the endbr64, the return points and the continue go out together; the caller sees
+    # a stop the guest has already left.
+    stub, t = target
+    t.stop_reads = lambda cpu: [(0x4000, 16), (UNREADABLE, 8)]
+    t.set_breakpoint(RIP)
+    t._endbr[RIP] = True
+    t.flush()
+    assert t.plan_continue(RIP, [0x1000, 0x2000, RIP])
+    stub.stop_delay = 0.2
+    t.cont_start(2.0)
+    before = t.round_trips
+    stop = t.wait_stop(2.0)
+    assert stop.continued and stop.pc == RIP and t.running
+    assert t.round_trips - before == 1  # only the registers and the reads were waited for
+    assert t.breakpoints == {RIP, 0x1000, 0x2000}
+    assert t.read_registers()["rip"] == RIP  # the stop's registers serve it while the guest runs
+    gen, got = t.stop_prefetch
+    assert gen == t.generation and got[0][1].data == _expected(0x4000, 16) and got[1][1].fault == UNREADABLE
+    nxt = t.wait_stop(2.0)  # the plan was for one stop: the next is taken the usual way
+    assert not nxt.continued and not t.running and t.generation > gen
+    n = stub.asked.index(b"Z0,1000,1") - 4  # past the continue into the stop (g, P, vCont;c)
+    assert [p[:2] for p in stub.asked[n:n + 7]] == [b"g", b"m4", b"m9", b"P1", b"Z0", b"Z0", b"vC"]
+    assert stub.asked[n + 3].endswith((RIP + 4).to_bytes(8, "little").hex().encode())
+    assert stub.inserted == {RIP, 0x1000, 0x2000}
+    assert bytes(stub.while_running) == b""  # the Z OKs were read, nothing reached a running guest
+
+
+def test_a_plan_is_declined_where_the_stop_could_be_another_or_needs_a_step(target):
+    stub, t = target
+    t.set_breakpoints([RIP, 0x5000])
+    t._endbr[RIP] = True
+    assert not t.plan_continue(RIP, [0x1000])  # another breakpoint is in
+    t.remove_breakpoint(0x5000)
+    assert t.plan_continue(RIP, [0x1000])
+    t._plan = None
+    t._endbr[RIP] = False
+    assert not t.plan_continue(RIP, [0x1000])  # leaving it needs a step
+
+
+def test_a_planned_stop_elsewhere_is_a_typed_error_and_the_guest_runs_on(target):
+    stub, t = target
+    t.set_breakpoint(0x5000)  # the fake's g says the vCPU is at RIP
+    t._endbr[0x5000] = True
+    assert t.plan_continue(0x5000, [0x1000])
+    stub.stop_delay = 0.2
+    t.cont_start(2.0)
+    with pytest.raises(TargetError, match="leave the stop at 0x5000.*stopped at 0xffffffff81000000"):
+        t.wait_stop(2.0)
+    assert t.running
+    t.wait_stop(2.0)

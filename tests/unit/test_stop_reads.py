@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from harness.regs import PT_REGS_SIZE
 from harness.session import EXPECTED_READS_MAX, GuestSpec, Session
+from harness.transport.errors import StopLeft
 from harness.transport.target import ReadResult
 
 
@@ -18,6 +21,7 @@ class RecordingTarget:
         self.stop_prefetch = None
         self.asked: list[list[tuple[int, int]]] = []
         self.cpu = 0
+        self.running = False
 
     def read_many(self, ranges):
         self.asked.append(list(ranges))
@@ -50,12 +54,26 @@ def test_guesses_are_the_last_stop_of_the_vcpu_and_the_expected_reads_within_a_b
     s = _session()
     assert s._stop_guesses(0) == []  # nothing known yet: nothing guessed
     gs, task, top = 0xffff888000000000, 0xffff888001000000, 0xffffc90000004000
-    s._last_stop[0] = (gs, task, top, {"rsp": top - PT_REGS_SIZE, "rdi": 0xfffffe0000001000})
+    s._last_stop[0] = (gs, task, top, {"rsp": (top - PT_REGS_SIZE,), "rdi": (0xfffffe0000001000, 0xfffffe0000002000)})
     s.expected_reads[101] = [(0x7ffc0000, 0x2000), (0x7f0000001000, 0x90)]
     s.expected_reads[102] = [(0x7ffd0000, EXPECTED_READS_MAX)]  # past the budget: left out
     got = s._stop_guesses(0)
     assert got[:4] == [(gs + 0x1000, 8), (gs + 0x2000, 8), (task + 0x10, 0x40), (top - PT_REGS_SIZE, PT_REGS_SIZE)]
-    assert (0xfffffe0000001000, PT_REGS_SIZE) in got
+    assert (0xfffffe0000001000, PT_REGS_SIZE) in got and (0xfffffe0000002000, PT_REGS_SIZE) in got
     assert (0x7ffc0000, 0x2000) in got and (0x7f0000001000, 0x90) in got
     assert all(a != 0x7ffd0000 for a, _ in got)
     assert s._stop_guesses(1) == [r for ranges in list(s.expected_reads.values())[:1] for r in ranges]
+
+
+def test_at_a_stop_the_guest_left_only_the_stops_reads_are_there():
+    # Target.plan_continue: the guest runs on; what was read with the registers still serves
+    # the stop, and anything else is StopLeft (never a read of the running guest's memory).
+    s = _session()
+    t = s.target
+    t.stop_prefetch = (7, [((0x7000, 16), ReadResult(b"\xaa" * 16))])
+    t.running = True
+    assert s.read(0x7004, 4) == b"\xaa" * 4
+    with pytest.raises(StopLeft, match="8 bytes at 0x9000"):
+        s.read(0x9000, 8)
+    s._prefetch([(0x9000, 8)])  # a prefetch reads nothing then: the read that needs it says so
+    assert t.asked == []
