@@ -60,7 +60,7 @@ from ..memory import BufferMemory, CapturedMemory, MemoryFault, Overlay
 from ..oracles.base import Oracle, Request, Setup, build_oracles
 from ..regs import UserRegs
 from ..session import Session
-from ..transport.errors import GuestError, TargetError, TargetTimeout
+from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace
@@ -91,6 +91,17 @@ class Delivered:
     cookie: int
     trace: tuple[int, ...]
     tracer: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A delivery whose task work is done, waiting for its checks: the snapshot, the trace the
+    model's walk gave (or its cache), the callbacks made, and the (entry, epoch) they were in."""
+
+    snap: StopSnapshot
+    trace: Trace
+    delivered: list[Delivered]
+    entry: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,9 @@ class Engine:
         # Delivery snapshots taken at their stops, walked and judged once the guest runs on
         # (before the next stop is looked at, so the model and the log keep their order).
         self._queue: list[StopSnapshot] = []
+        # ... and the deliveries whose task work is done, waiting for their checks (which may
+        # wait past the next request: they only read the snapshot and write the log).
+        self._checks: list[Delivery] = []
         self._snap: StopSnapshot | None = None
         self.verify = verify  # also check each delivery on the live guest at its stop and compare
         self.keep_snapshots = keep_snapshots  # keep (snapshot, record) pairs in self.snapshots
@@ -235,6 +249,8 @@ class Engine:
             self.return_points[s.info.symbols["get_signal"]] = StopPoint(
                 "get_signal", s.info.symbols["get_signal"], "return", "task", "symbol get_signal")
         self._returns_armed = False
+        self._plan_ok = True  # whether the next NMI stop may be left at once (_plan_request_stop)
+        self._woken: frozenset = frozenset()  # the pending tasks /init was last woken for
         self._seen: collections.Counter = collections.Counter()
         for a in self.request_points:
             s.target.set_breakpoint(a)
@@ -263,7 +279,9 @@ class Engine:
                         f"the program exited with status {status} after {self.result.sampled} of "
                         f"{self.sc.samples} requests on its tasks")
                     break
-                s.target.resume()
+                planned = self._plan_request_stop()
+                if not s.target.running:
+                    s.target.resume()
                 due = time.monotonic()
                 if "nmi" in self.sc.requests:
                     if self.sc.rate:
@@ -286,11 +304,17 @@ class Engine:
                     if self._guest_running():
                         s.machine.inject_nmi()
                 if nmi_first:
-                    self._process_queue()
+                    # With the NMI stop left at once, the checks wait for the guest's run from
+                    # it to the return point (the request's bookkeeping leaves room there); the
+                    # task work may not wait: the next request must see its effect.
+                    self._process_queue(checks=not planned)
                 stop = s.target.wait_stop(timeout=15)
                 self.result.stops += 1
-                if stop.pc in self.request_points:
+                if stop.pc in self.request_points and stop.continued:
+                    self._on_continued_request(self.request_points[stop.pc])
+                elif stop.pc in self.request_points:
                     self._on_request(self.request_points[stop.pc])
+                    self._plan_ok = True
                 elif stop.pc in self.return_points:
                     self._on_return(self.return_points[stop.pc])
                 else:
@@ -298,9 +322,12 @@ class Engine:
                     continue
                 # The pending work of the program's tasks is delivered before the next request;
                 # other tasks' (init asleep on the console, say) whenever they return.
+                self._wake_foreign()
                 self._drive(self._own_pending)
                 self._report()
             self.result.loop_seconds = time.monotonic() - loop_start
+            if s.target.running:  # left running from a continued request stop (another task's work pending)
+                s.target.interrupt()
             self._flush_pending()
         except KeyboardInterrupt:
             # The log still ends with a record a reader can tell from a cut log, after the
@@ -329,6 +356,8 @@ class Engine:
             # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
             try:
                 if s.machine.alive() and not interrupted:
+                    if s.target.running:
+                        s.target.interrupt()
                     for a in self.request_points:
                         s.target.remove_breakpoint(a)
                     self._arm_returns(False)
@@ -377,6 +406,17 @@ class Engine:
                       errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations),
                       program_output=r.program_output)
 
+    def _wake_foreign(self) -> None:
+        """Only other tasks' work is pending: /init's, say, caught by an NMI while it started
+        the program and now asleep on the console.  Until it returns to user space the return
+        points stay in, and every one of the program's syscalls stops at one (seen: 15 stops a
+        trace for a whole run, a tenth of the usual rate).  An empty control line (which /init
+        ignores) wakes it, once per such set of pending tasks, so its work is delivered now."""
+        key = frozenset(self.pending)
+        if key and key != self._woken and not self._own_pending():
+            self._woken = key
+            self.s.machine.wake()
+
     def _own_pending(self) -> bool:
         return any(p.own for p in self.pending.values())
 
@@ -408,19 +448,24 @@ class Engine:
 
     def _cont(self, timeout: float) -> Stop:
         """Continue to the next stop, walking and checking the captured deliveries meanwhile."""
+        if self.s.target.running:  # a request stop the guest left at once
+            self._process_queue()
+            return self.s.target.wait_stop(timeout)
         stop = self.s.target.cont_start(timeout)
         self._process_queue()
         return stop if stop is not None else self.s.target.wait_stop(timeout)
 
-    def _process_queue(self, waiting: bool = True) -> None:
-        """The captured deliveries' task work and checks.  ``waiting``: the guest is on its way
-        to the next stop meanwhile (a stop point or an injected NMI ahead), so whether that stop
-        came before the checks were done says whether they set the pace."""
-        if not self._queue:
+    def _process_queue(self, waiting: bool = True, checks: bool = True) -> None:
+        """The captured deliveries' task work and (``checks``) their checks.  ``waiting``: the
+        guest is on its way to the next stop meanwhile (a stop point or an injected NMI ahead),
+        so whether that stop came before the work was done says whether it set the pace."""
+        if not self._queue and not (checks and self._checks):
             return
         t0 = time.perf_counter()
         while self._queue:
             self._deliver(self._queue.pop(0))
+        while checks and self._checks:
+            self._check(self._checks.pop(0))
         if not waiting:
             return
         ov = self.overlap
@@ -437,16 +482,47 @@ class Engine:
         except ModelError as exc:
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
 
+    def _plan_request_stop(self) -> bool:
+        """Leave the next NMI stop at once (Target.plan_continue): its registers and the
+        session's guesses are read, the return points armed and the guest continued in one
+        write, and the request is made while the guest runs on to its return.  Only where
+        that stop cannot be another (the NMI point is the one breakpoint in: nothing pending,
+        no return point armed), and not right after a stop whose guesses missed."""
+        if self._plan_ok and not self.pending and not self._returns_armed and list(self.sc.requests) == ["nmi"]:
+            (addr,) = self.request_points
+            return self.s.target.plan_continue(addr, list(self.return_points))
+        return False
+
+    def _on_continued_request(self, point) -> None:
+        """An NMI stop the guest has left already (:meth:`_plan_request_stop`): the request is
+        made from what was read with its registers.  Where those guesses missed what the
+        request needs (the NMI hit a task other than the vCPU's last one), the NMI is passed
+        over, as a tracer may decline one, and the next NMI stop is taken the usual way."""
+        self.result.continued += 1
+        self._returns_armed = True
+        try:
+            self._on_request(point)
+        except StopLeft:
+            self.result.passed_over += 1
+            self._plan_ok = False
+        if not self.pending:
+            # Nothing to deliver, and the guest runs with the return points in: stop it to take
+            # them out (a rare stop: the NMI hit a kernel thread, or a task on its way out).
+            self.s.target.interrupt()
+
     def _on_request(self, point) -> None:
         s = self.s
-        self.n_requests += 1
+        # Everything read from the guest first: at a stop it has left already, a read that
+        # was not guessed raises StopLeft before the model has seen anything of this request.
         s.prefetch_stop(point)
         task = s.current()
         iregs = s.regs_at(point)
+        uregs = None if task.kthread else s.task_user_regs(task)
+        fs_base = s.target.read_registers()["fs_base"]
+        self.n_requests += 1
         mt = self._model_task(task)
         if task.exiting:
             mt.flags |= PF_EXITING
-        uregs = None if task.kthread else s.task_user_regs(task)
         user = uregs is not None and uregs.user_mode
         if not mt.in_kernel and not mt.dead:
             self.model.enter_kernel(mt, point.kind if iregs.user_mode else "kernel", cpu=s.target.cpu)
@@ -481,7 +557,6 @@ class Engine:
             if own is not None and want is not None and want.user_mode:
                 # Most likely what the delivery stop will capture: the transport reads it with
                 # that stop's registers, and the capture costs no round trip of its own.
-                fs_base = s.target.read_registers()["fs_base"]
                 s.expected_reads[task.pid] = self._capture_ranges(want, want, own, fs_base)
 
     def _in_entry_text(self, addr: int) -> bool:
@@ -499,8 +574,8 @@ class Engine:
     def _arm_returns(self, on: bool) -> None:
         """Return-to-user breakpoints sit in the kernel only while some task has pending work,
         so a trace costs about two stops, not one per kernel exit."""
-        if on == self._returns_armed:
-            return
+        if on == self._returns_armed or self.s.target.running:
+            return  # running: from a continued request stop, armed; the next stop sets them right
         (self.s.target.set_breakpoints if on else self.s.target.remove_breakpoints)(list(self.return_points))
         self._returns_armed = on
 
@@ -634,12 +709,14 @@ class Engine:
         return _comparable(trace, ev, self.sc.unwinder)
 
     def _deliver(self, snap: StopSnapshot) -> None:
-        """The model's task work at the delivery (its walk reads the snapshot), then the checks."""
+        """The model's task work at the delivery (its walk reads the snapshot); its checks are
+        queued when a tracer got a trace."""
         self._snap = snap
         self._walk_regs, self._walk_task = snap.regs, snap.task
         self._delivered_now = []
         self._task_work(self.model.tasks[snap.task.pid], snap.point)
-        self._check(snap)
+        if self._delivered_now:
+            self._checks.append(Delivery(snap, self._last_trace, self._delivered_now, self._delivered_entry))
 
     def _task_work(self, mt, point) -> None:
         """The model's task work at this delivery: in ``do_exit()`` or at the return to user space."""
@@ -649,14 +726,13 @@ class Engine:
             self.model.return_to_user(mt)
 
     # -- the oracles and their verdicts, on the delivery's snapshot -----------------------------
-    def _check(self, snap: StopSnapshot) -> None:
+    def _check(self, d: Delivery) -> None:
         r = self.result
-        if not self._delivered_now:
-            return
+        snap = d.snap
         task, regs, req, point = snap.task, snap.regs, snap.request, snap.point
-        trace = self._last_trace
+        trace = d.trace
         problems = []
-        if len({d.trace for d in self._delivered_now}) != 1:
+        if len({x.trace for x in d.delivered}) != 1:
             problems.append(f"pid {task.pid}: tracers got different traces in one entry")
         own = snap.own
         if own is None:
@@ -687,14 +763,14 @@ class Engine:
             r.pairs[(v.oracle, v.verdict)] += 1
             if v.verdict == NOT_CHECKED:
                 r.not_checked[(v.oracle, v.reason)] += 1
-            for d in v.divergences:
-                if d.cause:
-                    r.causes[d.cause] += 1
-        entry, epoch = self._delivered_entry
+            for dv in v.divergences:
+                if dv.cause:
+                    r.causes[dv.cause] += 1
+        entry, epoch = d.entry
         ev.problems = problems
         records = ev.records(self.sc.unwinder)
         rec = self.log.emit(
-            "stack", task=task.pid, entry=entry, epoch=epoch, cookie=self._delivered_now[0].cookie,
+            "stack", task=task.pid, entry=entry, epoch=epoch, cookie=d.delivered[0].cookie,
             point=point.name, comm=task.comm, own=own, scenario=self.sc.name,
             regs={"ip": regs.ip, "sp": regs.sp, "bp": regs.bp}, request=self._request_record(req),
             unwinder=self.sc.unwinder,
@@ -707,9 +783,9 @@ class Engine:
             if len(r.failures) < FAILURES_KEPT:
                 r.failures.append(rec)
         for v in verdicts:
-            for d in v.divergences:
-                if d.cause and d.cause not in r.examples:
-                    r.examples[d.cause] = rec
+            for dv in v.divergences:
+                if dv.cause and dv.cause not in r.examples:
+                    r.examples[dv.cause] = rec
 
     @staticmethod
     def _request_record(req: Request) -> dict:

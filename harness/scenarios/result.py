@@ -44,6 +44,8 @@ class Result:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # why sampling ended early, and the like
     sampled: int = 0  # requests that landed on the program's tasks
+    continued: int = 0  # request stops the guest left at once (Target.plan_continue)
+    passed_over: int = 0  # of those, NMIs not made requests: the stop's guessed reads missed the task
     program_exit: int | None = None  # the status /init reported, if the program ended during the run
     log: str | None = None  # the JSONL log's file name in the run directory
     program_output: str | None = None  # the file with the program's stdout and stderr (beside the log)

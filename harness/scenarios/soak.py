@@ -308,8 +308,8 @@ class SoakEngine(Engine):
         self._timer_armed = True
 
     # -- bounded memory --------------------------------------------------------------------------
-    def _check(self, snap) -> None:
-        super()._check(snap)
+    def _check(self, d) -> None:
+        super()._check(d)
         # The ledger checks the cookies and tasks_seen counts the tasks: these sets would only grow.
         self.result.cookies.clear()
         self.result.tasks.clear()
