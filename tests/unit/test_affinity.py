@@ -12,8 +12,17 @@ from conftest import require
 from harness.transport.affinity import pin_apart
 from harness.transport.errors import PinError
 
-CHILD = "import threading, time\n[threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(3)]\n" \
-        "print('up', flush=True)\ntime.sleep(30)\n"
+# Three threads, the first named as QEMU names a TCG vCPU thread (prctl PR_SET_NAME).
+CHILD = """import ctypes, threading, time
+def vcpu():
+    ctypes.CDLL(None).prctl(15, b"CPU 0/TCG", 0, 0, 0)
+    time.sleep(30)
+threading.Thread(target=vcpu, daemon=True).start()
+[threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(2)]
+time.sleep(0.2)
+print('up', flush=True)
+time.sleep(30)
+"""
 
 
 def test_the_harness_and_qemus_threads_end_up_on_different_cpus():
@@ -28,7 +37,13 @@ def test_the_harness_and_qemus_threads_end_up_on_different_cpus():
             assert os.sched_getaffinity(0) == {cpus[-1]}
             tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
             assert len(tids) == 4 and all(os.sched_getaffinity(t) == set(cpus[:-1]) for t in tids)
+            names = {t: open(f"/proc/{child.pid}/task/{t}/comm").read().strip() for t in tids}
+            assert sorted(names.values()).count("CPU 0/TCG") == 1
+            # the vCPU thread yields to every other thread at once; the others are as they were
+            assert {names[t]: os.sched_getscheduler(t) for t in tids}["CPU 0/TCG"] == os.SCHED_IDLE
+            assert [os.sched_getscheduler(t) for t in tids if names[t] != "CPU 0/TCG"] == [os.SCHED_OTHER] * 3
             assert words.startswith(f"pinned: the harness on CPU {cpus[-1]}")
+            assert words.endswith("its 1 vCPU thread SCHED_IDLE")
         finally:
             undo()
         assert os.sched_getaffinity(0) == before
