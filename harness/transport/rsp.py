@@ -26,6 +26,7 @@ import collections
 import re
 import select
 import socket
+import struct
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -270,6 +271,8 @@ class RspTarget(Target):
         self._refused: TargetError | None = None
         #: (pc, breakpoints to arm) for the next stop: :meth:`plan_continue`
         self._plan: tuple[int, list[int]] | None = None
+        #: length of a 'g' answer -> (struct, register names) (:meth:`_parse_g`)
+        self._g_layout: dict[int, tuple[struct.Struct, list[str]]] = {}
         self._handshake()
 
     # -- packet I/O ----------------------------------------------------------------------------
@@ -460,12 +463,22 @@ class RspTarget(Target):
             raw = bytes.fromhex(hexdata.decode())
         except ValueError:
             raise TargetError(f"'g' answered {hexdata[:40]!r}: not hex") from None
-        regs = {}
-        for r in self.regs:
-            chunk = raw[r.offset : r.offset + r.bits // 8]
-            if len(chunk) == r.bits // 8 and r.bits <= 64:
-                regs[r.name] = int.from_bytes(chunk, "little")
-        return regs
+        layout = self._g_layout.get(len(raw))
+        if layout is None:
+            # The registers of at most 64 bits that this answer's length holds, as one struct
+            # (twice a stop: a loop over the ~70 registers of x86-64 was 20-30 us of each).
+            fmt, names, at = ["<"], [], 0
+            for r in sorted(self.regs, key=lambda r: r.offset):
+                size = r.bits // 8
+                if r.bits > 64 or r.bits % 8 or size not in (1, 2, 4, 8) or r.offset < at or r.offset + size > len(raw):
+                    continue
+                fmt.append(f"{r.offset - at}x" if r.offset > at else "")
+                fmt.append({1: "B", 2: "H", 4: "I", 8: "Q"}[size])
+                names.append(r.name)
+                at = r.offset + size
+            layout = self._g_layout[len(raw)] = (struct.Struct("".join(fmt)), names)
+        st, names = layout
+        return dict(zip(names, st.unpack_from(raw)))
 
     def write_register(self, name: str, value: int) -> None:
         r = self.regmap.get(name)
