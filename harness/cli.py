@@ -79,7 +79,8 @@ def _guest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pti", action="store_true", help="boot with pti=on")
     p.add_argument("--transport", default="rsp", choices=("rsp", "mi"))
     p.add_argument("--pin", action="store_true",
-                   help="the harness on one CPU and QEMU on the others (faster stops; one harness at a time)")
+                   help="QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last "
+                        "(faster stops; one harness at a time)")
     p.add_argument("--qemu", choices=("auto", "host", "backports"),
                    help="host: Debian 12's QEMU 7.2; backports: 11.x from trixie-backports (no flush of "
                         "translated code on every gdb stop); auto: backports if it can be built, else host "
@@ -520,7 +521,7 @@ def cmd_bench(args) -> int:
         sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)
         with Session(_spec(args, [*programs_for([sc]), PERFCC])) as sess:
             _print_qemu(sess.qemu)
-            print(f"cpus: {sess.pinned or 'not pinned (--pin puts the harness and QEMU on different CPUs)'}")
+            print(f"cpus: {sess.pinned or 'not pinned (--pin puts QEMU's vCPU threads and the harness on different CPUs)'}")
             prog = sess.program(sc.program, sc.toolchain, sc.variant)
             floor = raw_stop_rate(sess, prog)
             target = sess.target

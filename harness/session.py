@@ -57,7 +57,8 @@ class GuestSpec:
     memory_mb: int = 512
     #: more files for the initramfs, guest path -> host path (Debian's perf: harness/images/debperf.py)
     extra_files: dict[str, Path] = field(default_factory=dict)
-    #: the harness's thread on one CPU, QEMU's threads on the others (harness/transport/affinity.py)
+    #: QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last
+    #: one (harness/transport/affinity.py)
     pin: bool = False
 
 

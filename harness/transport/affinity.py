@@ -6,19 +6,22 @@ the stub can wake a QEMU thread on the core the harness runs on and preempt it. 
 bench deferred's scenario on QEMU 11.1 (2 cores, quiet, alternating): 512 and 540 traces/s
 unpinned, 639 and 639 with the harness on one CPU and QEMU's threads on the other.
 
-Pinned, QEMU's vCPU threads also run as ``SCHED_IDLE``: on QEMU's CPU a TCG vCPU thread
-never sleeps while the guest runs, and under the EEVDF scheduler (Linux 6.6 on) a woken
-thread of the same class may wait for the running one's slice, up to a scheduler tick: QEMU's
-main loop, which answers the gdb stub and runs the NMI monitor's command, waited 4 ms (HZ=250)
-behind the vCPU thread for most NMIs.  A waking normal thread always preempts an idle-policy
-one at once.  Measured on QEMU 11.1 (2 cores, quiet): from the NMI command to its stop 3.9 ms
-median pinned, 0.25 ms with the vCPU threads idle-policy; bench deferred's traces/s 617-664
-pinned, 766-808 with it.  The cost: on a machine with other work, a vCPU thread gets only the
-CPU time nothing else wants, which is why this belongs to ``--pin`` (a quiet machine, one
-harness) and not to every run.
+QEMU's vCPU threads get their own CPUs; its main loop and other threads share the harness's.
+A TCG vCPU thread never sleeps while the guest runs, and under the EEVDF scheduler (Linux 6.6
+on) a thread woken on its CPU may wait for the running one's slice, up to a scheduler tick:
+with every QEMU thread on one CPU, the main loop (which answers the gdb stub and runs the NMI
+monitor's command) waited 4 ms (HZ=250) behind the vCPU thread for most NMIs, and bench
+deferred fell to 250 traces/s.  The main loop and the harness take turns (one waits for the
+other's answer), so they share a CPU well.  Measured on QEMU 11.1 (2 cores, quiet), bench
+deferred's scenario, ten and six runs: 526-657 traces/s.
+
+Tried and not used: the vCPU threads at ``SCHED_IDLE`` on QEMU's CPU (a waking normal thread
+preempts an idle-policy one at once) gave 766-910 traces/s, but in 4 of 14 runs most NMIs
+caught /init or an exiting task instead of the program (the guest behaves otherwise when its
+vCPU thread yields to every other thread of QEMU), so a run took up to 2100 requests.
 
 Only for one harness at a time: two harnesses pinned alike share one CPU (the test suite's
-xdist workers run unpinned).  Linux only (``os.sched_setaffinity``, ``os.sched_setscheduler``).
+xdist workers run unpinned).  Linux only (``os.sched_setaffinity``).
 """
 
 from __future__ import annotations
@@ -50,27 +53,26 @@ def _comm(pid: int, tid: int) -> str:
 
 
 def pin_apart(qemu_pid: int) -> tuple[str, Callable[[], None]]:
-    """Put the calling thread on the last CPU it may use and every thread of ``qemu_pid`` on the
-    others, its vCPU threads at ``SCHED_IDLE`` (the module's docstring says why).  Returns (what
-    was done, in words; an undo for the calling thread).  With one CPU there is nothing to
-    split: nothing is done, and the words say so."""
+    """Put QEMU's vCPU threads on all CPUs but the last one this process may use, and the
+    calling thread with QEMU's other threads on that last one (the module's docstring says
+    why).  Returns (what was done, in words; an undo for the calling thread).  With one CPU
+    there is nothing to split: nothing is done, and the words say so."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return f"not pinned: only CPU {cpus[0]} is usable", lambda: None
     mine, theirs = {cpus[-1]}, set(cpus[:-1])
     before = os.sched_getaffinity(0)
-    idle = 0
+    vcpus = 0
     for tid in _threads(qemu_pid):
+        vcpu = bool(VCPU_THREAD.fullmatch(_comm(qemu_pid, tid)))
         try:
-            os.sched_setaffinity(tid, theirs)
-            if VCPU_THREAD.fullmatch(_comm(qemu_pid, tid)):
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-                idle += 1
+            os.sched_setaffinity(tid, theirs if vcpu else mine)
         except ProcessLookupError:
             continue  # a thread that just ended
         except OSError as exc:
-            raise PinError(f"cannot pin QEMU's thread {tid} to CPUs {sorted(theirs)}: {exc}") from exc
+            raise PinError(f"cannot pin QEMU's thread {tid}: {exc}") from exc
+        vcpus += vcpu
     os.sched_setaffinity(0, mine)
-    words = f"pinned: the harness on CPU {cpus[-1]}, QEMU on CPU{'s' if len(theirs) > 1 else ''} " + \
-        ",".join(map(str, sorted(theirs))) + f", its {idle} vCPU thread{'s' if idle != 1 else ''} SCHED_IDLE"
+    words = (f"pinned: QEMU's {vcpus} vCPU thread{'s' if vcpus != 1 else ''} on CPU{'s' if len(theirs) > 1 else ''} "
+             + ",".join(map(str, sorted(theirs))) + f", the harness and QEMU's other threads on CPU {cpus[-1]}")
     return words, lambda: os.sched_setaffinity(0, before)
