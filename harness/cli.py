@@ -551,6 +551,7 @@ def cmd_bench(args) -> int:
             print(f"guest kernel's deferred rate:      n/a ({why})")
         print(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
         print(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
+        print(f"NMI stops left at once:       {r.continued:8d} (passed over, their guesses missed: {r.passed_over})")
         if trips is not None:
             print(f"stub round trips per trace:   {trips / max(r.stacks, 1):8.2f}")
         if ov["deliveries"]:
