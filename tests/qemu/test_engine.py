@@ -12,7 +12,7 @@ from harness.images.qemu import choice_from_env
 from harness.report.text import stack_failures
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.engine import Engine
-from harness.session import GuestSpec, Session
+from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
 
@@ -51,11 +51,18 @@ def _guest_id(guest) -> str:
     return f"{kernel}-smp{smp}" + (f"-qemu-{qemu}" if qemu else "")
 
 
+def _spec(guest) -> GuestSpec:
+    kernel, smp, qemu = guest
+    return GuestSpec(kernel=kernel, smp=smp, qemu=qemu, programs=programs_for([CATALOG[n] for n in GUESTS[guest]]))
+
+
+# Taken from the worker's pool of guests (tests/conftest.py): other modules' tests run on them too.
+POOL_GUESTS = [_spec(g) for g in GUESTS]
+
+
 @pytest.fixture(scope="module")
-def session(request):
-    kernel, smp, qemu = request.param
-    scenarios = [CATALOG[n] for n in GUESTS[request.param]]
-    with Session(GuestSpec(kernel=kernel, smp=smp, qemu=qemu, programs=programs_for(scenarios))) as s:
+def session(request, guest_pool):
+    with guest_pool.take(_spec(request.param)) as s:
         yield s
 
 

@@ -3,6 +3,7 @@ and sampling at a fixed NMI rate.  The run records what happened and the log kee
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -25,9 +26,14 @@ def crash_scenario(mode: str, samples: int) -> Scenario:
                     samples=samples, rate=10.0)
 
 
-def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path):
+# The default guest, from the worker's pool (tests/conftest.py), for the crash and the rate.
+POOL_GUESTS = [GuestSpec(programs=programs_for([crash_scenario("segv", 40), CATALOG["fp-spin"]]))]
+
+
+def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path, guest_pool):
     sc = crash_scenario("segv", 40)
-    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+    # A program's crash is no guest's: the pool's guest, checked when it is given back.
+    with guest_pool.take(GuestSpec(programs=programs_for([sc]))) as sess:
         with open(tmp_path / "log.jsonl", "w") as log:
             r = Engine(sess, sc, log).run()
         assert sess.machine.alive()
@@ -44,6 +50,7 @@ def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path):
 def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     sc = crash_scenario("panic", 400)
     log_path = tmp_path / "log.jsonl"
+    # A guest of its own: it panics.
     with Session(GuestSpec(programs=programs_for([sc]))) as sess:
         with open(log_path, "w") as log:
             r = Engine(sess, sc, log).run()
@@ -60,11 +67,9 @@ def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     assert check_lines(lines).events == len(lines)  # still a readable log
 
 
-def test_sampling_at_a_fixed_rate():
-    import dataclasses
-
+def test_sampling_at_a_fixed_rate(guest_pool):
     sc = dataclasses.replace(CATALOG["fp-spin"], samples=20, rate=20.0)
-    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+    with guest_pool.take(GuestSpec(programs=programs_for([sc]))) as sess:
         r = Engine(sess, sc).run()
     assert not r.errors and not r.failures
     assert r.loop_seconds >= 19 / 20.0  # 20 NMIs at 20 per second take about a second
