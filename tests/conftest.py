@@ -168,6 +168,10 @@ class GuestPool:
                 self.discarded.append(why or "a second guest of its kind")
                 sess.close()
 
+    def idle(self, spec):
+        """The guest of ``spec``'s kind that the next :meth:`take` would hand out, or None (it boots)."""
+        return self._idle.get(pool_key(spec))
+
     @staticmethod
     def unhealthy(sess) -> str | None:
         """Why ``sess`` may not go to the next user, or None: QEMU alive and its kernel too, its
