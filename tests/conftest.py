@@ -43,6 +43,9 @@ def pytest_runtest_setup(item):
 
 
 # --- pytest-xdist (tox -e qemu runs `-n 2 --dist loadgroup`) ---------------------------------
+# A test marked ``pool_guest(spec)`` takes its guest from the worker's pool (below): all the tests
+# of one kind of guest get one group, so it boots once per session on one worker; the kinds (the
+# default guest, 2 vCPUs, 6.1, ...) balance across the workers.
 # A QEMU module whose guest is a module-scoped fixture must run on one worker, or each worker
 # would boot that guest again: every such test gets the xdist_group of its module and of the
 # values of its module's module-scoped parameters (test_engine.py's guests, test_platform.py's
@@ -64,9 +67,22 @@ def _guest_group(item) -> str | None:
     return "|".join([module.nodeid, *values])
 
 
+def pool_group(spec) -> str:
+    """The xdist group of the tests that take a guest of ``spec``'s kind from the pool."""
+    import hashlib
+
+    from harness.images.qemu import resolve_qemu
+
+    digest = hashlib.sha256(repr(pool_key(spec)).encode()).hexdigest()[:8]
+    return f"pool:{spec.kernel}-smp{spec.smp}-{resolve_qemu(spec.qemu).name}-{digest}"
+
+
 def pytest_itemcollected(item):
     if item.get_closest_marker("qemu") and not item.get_closest_marker("xdist_group"):
-        group = _guest_group(item)
+        # A test that takes a guest from the pool (tests/qemu: ``pool_guest(GuestSpec)``) runs
+        # where the other tests of that kind of guest run: one boot of it for the session.
+        pooled = item.get_closest_marker("pool_guest")
+        group = pool_group(pooled.args[0]) if pooled else _guest_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 

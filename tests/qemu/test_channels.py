@@ -54,7 +54,8 @@ KERNELS = ["default", "bookworm"]
 POOL_GUESTS = [GuestSpec(kernel=k, programs=programs_for([hostile()])) for k in KERNELS]
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", [pytest.param(s.kernel, marks=pytest.mark.pool_guest(s), id=s.kernel)
+                                    for s in POOL_GUESTS])
 def test_a_hostile_program_cannot_break_the_run(tmp_path, kernel, guest_pool):
     sc = hostile()
     log_path = tmp_path / "hostile.jsonl"
@@ -88,3 +89,4 @@ def test_a_hostile_program_cannot_break_the_run(tmp_path, kernel, guest_pool):
         assert (tmp_path / "second.out").read_bytes() == expected_output(10)
         assert m.shell_output("echo alive; printf no-newline") == (0, b"alive\nno-newline")
         assert m.console.panic is None
+        sess.target.interrupt()  # stopped, as it was taken (tests/conftest.py's pool)

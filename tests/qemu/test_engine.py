@@ -202,6 +202,7 @@ def _scenario_test(guest):
     keeps the session parameter module-scoped (one boot per guest) while the scenario name stays a
     function-scoped parameter: a (guest, name) pair as one indirect parameter would boot per test."""
 
+    @pytest.mark.pool_guest(_spec(guest))
     @pytest.mark.parametrize("session", [guest], ids=[_guest_id(guest)], indirect=True)
     @pytest.mark.parametrize("name", GUESTS[guest])
     def test(session, name, tmp_path):
@@ -217,7 +218,8 @@ for _guest in GUESTS:
 del _guest, _t
 
 
-@pytest.mark.parametrize("session", list(GUESTS), ids=[_guest_id(g) for g in GUESTS], indirect=True)
+@pytest.mark.parametrize("session", [pytest.param(g, marks=pytest.mark.pool_guest(_spec(g)), id=_guest_id(g))
+                                     for g in GUESTS], indirect=True)
 def test_a_broken_unwinder_is_caught(session):
     sc = dataclasses.replace(CATALOG["fp-spin"], name="broken-ra", samples=30, break_ra=True)
     if session.spec.smp > 1:

@@ -30,6 +30,7 @@ def crash_scenario(mode: str, samples: int) -> Scenario:
 POOL_GUESTS = [GuestSpec(programs=programs_for([crash_scenario("segv", 40), CATALOG["fp-spin"]]))]
 
 
+@pytest.mark.pool_guest(POOL_GUESTS[0])
 def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path, guest_pool):
     sc = crash_scenario("segv", 40)
     # A program's crash is no guest's: the pool's guest, checked when it is given back.
@@ -67,6 +68,7 @@ def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     assert check_lines(lines).events == len(lines)  # still a readable log
 
 
+@pytest.mark.pool_guest(POOL_GUESTS[0])
 def test_sampling_at_a_fixed_rate(guest_pool):
     sc = dataclasses.replace(CATALOG["fp-spin"], samples=20, rate=20.0)
     with guest_pool.take(GuestSpec(programs=programs_for([sc]))) as sess:

@@ -17,10 +17,9 @@ from harness.images.programs import Variant
 from harness.session import GuestSpec
 from procs import gone
 
-pytestmark = pytest.mark.qemu
-
 GUEST = GuestSpec(programs=[("callchain", "host", Variant())])
 POOL_GUESTS = [GUEST]
+pytestmark = [pytest.mark.qemu, pytest.mark.pool_guest(GUEST)]
 
 
 def test_the_check_finds_what_a_user_left_behind(guest_pool):

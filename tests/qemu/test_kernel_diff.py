@@ -51,6 +51,7 @@ def _assert_equal(r):
     assert not s.differences, detail
 
 
+@pytest.mark.pool_guest(_spec(1))
 @pytest.mark.parametrize("name", ["threads", "forkexec"])
 def test_one_vcpu_the_model_does_what_the_kernel_does(one_cpu, name):
     r = _diff(one_cpu, CATALOG[name])
@@ -59,6 +60,7 @@ def test_one_vcpu_the_model_does_what_the_kernel_does(one_cpu, name):
         assert r.summary.kernel["fork"] >= 2 and r.summary.kernel["exiting"] >= 2
 
 
+@pytest.mark.pool_guest(_spec(2))
 def test_two_vcpus_the_model_does_what_the_kernel_does(guest_pool):
     with guest_pool.take(_spec(2)) as sess:
         r = _diff(sess, CATALOG["threads"], requests=80)
@@ -66,6 +68,7 @@ def test_two_vcpus_the_model_does_what_the_kernel_does(guest_pool):
     assert sess.spec.smp == 2 and r.summary.kernel["request"] >= 80
 
 
+@pytest.mark.pool_guest(_spec(1))
 def test_the_seed_v10_control_shows_its_cookie_mismatches(one_cpu):
     r = _diff(one_cpu, CATALOG["threads"], profile="seed-v10")
     s = r.summary

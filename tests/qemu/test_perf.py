@@ -15,8 +15,6 @@ from harness.perf.oracle import check_capture
 from harness.perf.records import parse_capture
 from harness.session import GuestSpec
 
-pytestmark = pytest.mark.qemu
-
 TARGET = ("callchain", "host", Variant(shadow=True))
 ARGS = ["100000000", "raw"]  # syscalls from c(): samples in user and in kernel mode
 SPEC = PerfSpec(seconds=3, freq=200)
@@ -24,6 +22,7 @@ SPEC = PerfSpec(seconds=3, freq=200)
 
 GUEST = GuestSpec(programs=[PERFCC, TARGET])
 POOL_GUESTS = [GUEST]  # the default guest, from the worker's pool (tests/conftest.py)
+pytestmark = [pytest.mark.qemu, pytest.mark.pool_guest(GUEST)]
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,12 @@ from harness.images.qemu import QemuImageError, resolve_qemu
 from harness.scenarios.soak import PROGRAM, SoakSpec, format_soak, run_soak
 from harness.session import GuestSpec
 
-pytestmark = pytest.mark.qemu
-
 REQUESTS = 300
 GUEST = GuestSpec(smp=2, programs=[PROGRAM], qemu="backports")
 # From the worker's pool (tests/conftest.py): where 11.x is the default QEMU, the guest of
 # test_engine's and test_kernel_diff's two-vCPU tests.
 POOL_GUESTS = [GUEST]
+pytestmark = [pytest.mark.qemu, pytest.mark.pool_guest(GUEST)]
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ def test_user_program_variant_is_read_from_the_file():
     assert "/lib64/ld-linux-x86-64.so.2" in guest and any(g.endswith("/libc.so.6") for g in guest)
 
 
+@pytest.mark.pool_guest(GUEST)
 def test_user_program_stacks_are_checked_by_cfi(guest_pool):
     sc = user_scenario(BINARY, ["/dev/zero"], samples=30)
     assert sc.unwinder == "fp" and not sc.variant.shadow
