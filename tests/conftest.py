@@ -117,11 +117,13 @@ def pytest_collection_modifyitems(config, items):
 
 #: Run in the guest by the check: every user process that is not busybox (/init, its shells and
 #: forwarders) is a program the last user left running, and so is a `later` subshell still
-#: waiting to start one.  Zombies (no exe link, or state Z) are gone already.
+#: sleeping before it starts one (images/init.sh; once its program ran, the subshell only waits
+#: for the output forwarder).  Zombies have no exe link: gone already.
 STRAY_PROGRAMS = ("for p in /proc/[0-9]*; do e=$(readlink $p/exe) || continue; "
                   "[ \"$e\" = /bin/busybox ] || echo \"${p#/proc/} $e\"; done; "
                   "for f in /tmp/.later.*; do [ -f \"$f\" ] || continue; p=$(cat $f); "
-                  "[ -d /proc/$p ] && ! grep -q '^State:.Z' /proc/$p/status && echo \"later $p\"; done; true")
+                  "for c in $(cat /proc/$p/task/$p/children 2>/dev/null); do "
+                  "[ \"$(cat /proc/$c/comm 2>/dev/null)\" = sleep ] && echo \"later $p\"; done; done; true")
 
 
 def pool_key(spec) -> tuple:

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
+from conftest import GuestPool
 from harness.deferred.check import check_lines
 from harness.scenarios.catalog import CATALOG, Scenario, programs_for
 from harness.scenarios.engine import Engine
 from harness.images.programs import Variant
-from harness.session import GuestSpec, Session
+from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
 
@@ -51,8 +52,11 @@ def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path, guest_pool
 def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     sc = crash_scenario("panic", 400)
     log_path = tmp_path / "log.jsonl"
-    # A guest of its own: it panics.
-    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+    # A guest of its own (it panics), from a pool of its own: the panicked guest must never be
+    # kept for a next user (tests/conftest.py's pool, which the other tests here share).
+    spec = GuestSpec(programs=programs_for([sc]))
+    pool = GuestPool([spec])
+    with pool.take(spec) as sess:
         with open(log_path, "w") as log:
             r = Engine(sess, sc, log).run()
         # The panic closes QEMU's sockets (the run's error) a moment before the process is gone.
@@ -60,6 +64,7 @@ def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
         while sess.machine.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not sess.machine.alive()
+    assert pool.discarded == ["QEMU is gone"] and pool.idle(spec) is None and pool.boots == 1
     text = "\n".join(r.errors)
     assert "TargetDied" in text or "GuestDied" in text
     assert "sysrq" in text.lower() or "panic" in text.lower()
