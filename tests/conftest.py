@@ -71,10 +71,9 @@ def pool_group(spec) -> str:
     """The xdist group of the tests that take a guest of ``spec``'s kind from the pool."""
     import hashlib
 
-    from harness.images.qemu import resolve_qemu
-
+    qemu = _qemu_choice(spec)
     digest = hashlib.sha256(repr(pool_key(spec)).encode()).hexdigest()[:8]
-    return f"pool:{spec.kernel}-smp{spec.smp}-{resolve_qemu(spec.qemu).name}-{digest}"
+    return f"pool:{spec.kernel}-smp{spec.smp}-{qemu if isinstance(qemu, str) else 'custom'}-{digest}"
 
 
 def pytest_itemcollected(item):
@@ -126,13 +125,19 @@ STRAY_PROGRAMS = ("for p in /proc/[0-9]*; do e=$(readlink $p/exe) || continue; "
                   "[ \"$(cat /proc/$c/comm 2>/dev/null)\" = sleep ] && echo \"later $p\"; done; done; true")
 
 
-def pool_key(spec) -> tuple:
-    """A guest's kind: its spec without the programs in its initramfs (QEMU resolved: None and
-    the default's own name are one QEMU)."""
-    from harness.images.qemu import resolve_qemu
+def _qemu_choice(spec) -> str | tuple[str, ...]:
+    """The QEMU a spec asks for, by name (None is $HARNESS_QEMU or the default's name)."""
+    from harness.images.qemu import choice_from_env
 
-    return (spec.kernel, spec.kernel_path, spec.smp, spec.accel, spec.pti, spec.transport,
-            resolve_qemu(spec.qemu).prefix, spec.memory_mb, tuple(sorted(spec.extra_files.items())), spec.pin)
+    choice = choice_from_env() if spec.qemu is None else spec.qemu
+    return choice if isinstance(choice, str) else tuple(choice)
+
+
+def pool_key(spec) -> tuple:
+    """A guest's kind: its spec without the programs in its initramfs (QEMU None and the
+    default's name are one QEMU)."""
+    return (spec.kernel, spec.kernel_path, spec.smp, spec.accel, spec.pti, spec.transport, _qemu_choice(spec),
+            spec.memory_mb, tuple(sorted(spec.extra_files.items())), spec.pin)
 
 
 class GuestPool:
