@@ -12,7 +12,7 @@ from harness.images.qemu import choice_from_env
 from harness.report.text import stack_failures
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.engine import Engine
-from harness.session import GuestSpec, Session
+from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
 
@@ -51,11 +51,18 @@ def _guest_id(guest) -> str:
     return f"{kernel}-smp{smp}" + (f"-qemu-{qemu}" if qemu else "")
 
 
+def _spec(guest) -> GuestSpec:
+    kernel, smp, qemu = guest
+    return GuestSpec(kernel=kernel, smp=smp, qemu=qemu, programs=programs_for([CATALOG[n] for n in GUESTS[guest]]))
+
+
+# Taken from the worker's pool of guests (tests/conftest.py): other modules' tests run on them too.
+POOL_GUESTS = [_spec(g) for g in GUESTS]
+
+
 @pytest.fixture(scope="module")
-def session(request):
-    kernel, smp, qemu = request.param
-    scenarios = [CATALOG[n] for n in GUESTS[request.param]]
-    with Session(GuestSpec(kernel=kernel, smp=smp, qemu=qemu, programs=programs_for(scenarios))) as s:
+def session(request, guest_pool):
+    with guest_pool.take(_spec(request.param)) as s:
         yield s
 
 
@@ -158,11 +165,34 @@ def _prologues_sframe(r, sc, records):
     assert not lost, lost[:2]
 
 
+# compat-fp samples callchain (spin) built -m32 -finstrument-functions: main calls a -> b -> c over and
+# over, c loops 64 times a call, and each call and return runs an instrumentation hook.  The shadow
+# stack is exact wherever the IP is outside the instrumentation, so there the compat FP walk (4-byte
+# words) must agree with it frame for frame; it is not exact only with the IP in a hook, in an
+# instrumented function before its enter hook's call returns or after its exit hook's call, or in
+# the i386 PC thunk such a prologue calls before the enter hook.  Those three, and nothing else,
+# may explain a difference from the shadow.  How many samples land in them is TCG's choice
+# (interrupts come at translation-block starts): 16-26 of 30 stacks agreed in 19 runs here,
+# quiet and beside two busy CPUs, 14 once in a suite run, so a share ("half agree") is no bound.
+SHADOW_INSTRUMENTATION = {"shadow-in-hooks", "shadow-hook-window"}
+
+
+def _instrumentation(d) -> bool:
+    return d["cause"] in SHADOW_INSTRUMENTATION or (
+        d["cause"] == "shadow-uninstrumented" and d["evidence"].get("function", "").startswith("__x86.get_pc_thunk."))
+
+
 def _compat(r, sc, records):
     # every stack of the 32-bit task is judged by the i386 CFI oracle too
     assert r.judged("cfi") == r.own_stacks, dict(r.pairs)
     assert r.agreed("cfi") + r.explained("cfi") >= 1, dict(r.pairs)
-    assert r.agreed("shadow") >= r.own_stacks // 2
+    other = [d for d in _divergences(records, oracle="shadow") if not _instrumentation(d)]
+    assert not other, other[:3]
+    # and the whole chain, c <- b <- a <- main, agreed in 4-byte words (5-18 stacks of 30 in the 19 runs)
+    whole = [e for e in records if e["ev"] == "stack" and e["own"]
+             and any(v["oracle"] == "shadow" and v["verdict"] == "agree" for v in e["verdicts"])
+             and [(f[2] or "").split("+")[0] for f in e["frames"][e["unwinder"]][:4]] == ["c", "b", "a", "main"]]
+    assert whole, dict(r.pairs)
 
 
 def _tailcall(r, sc, records):
@@ -195,6 +225,7 @@ def _scenario_test(guest):
     keeps the session parameter module-scoped (one boot per guest) while the scenario name stays a
     function-scoped parameter: a (guest, name) pair as one indirect parameter would boot per test."""
 
+    @pytest.mark.pool_guest(_spec(guest))
     @pytest.mark.parametrize("session", [guest], ids=[_guest_id(guest)], indirect=True)
     @pytest.mark.parametrize("name", GUESTS[guest])
     def test(session, name, tmp_path):
@@ -210,7 +241,8 @@ for _guest in GUESTS:
 del _guest, _t
 
 
-@pytest.mark.parametrize("session", list(GUESTS), ids=[_guest_id(g) for g in GUESTS], indirect=True)
+@pytest.mark.parametrize("session", [pytest.param(g, marks=pytest.mark.pool_guest(_spec(g)), id=_guest_id(g))
+                                     for g in GUESTS], indirect=True)
 def test_a_broken_unwinder_is_caught(session):
     sc = dataclasses.replace(CATALOG["fp-spin"], name="broken-ra", samples=30, break_ra=True)
     if session.spec.smp > 1:

@@ -3,16 +3,18 @@ and sampling at a fixed NMI rate.  The run records what happened and the log kee
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import pytest
 
+from conftest import GuestPool
 from harness.deferred.check import check_lines
 from harness.scenarios.catalog import CATALOG, Scenario, programs_for
 from harness.scenarios.engine import Engine
 from harness.images.programs import Variant
-from harness.session import GuestSpec, Session
+from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
 
@@ -25,9 +27,15 @@ def crash_scenario(mode: str, samples: int) -> Scenario:
                     samples=samples, rate=10.0)
 
 
-def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path):
+# The default guest, from the worker's pool (tests/conftest.py), for the crash and the rate.
+POOL_GUESTS = [GuestSpec(programs=programs_for([crash_scenario("segv", 40), CATALOG["fp-spin"]]))]
+
+
+@pytest.mark.pool_guest(POOL_GUESTS[0])
+def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path, guest_pool):
     sc = crash_scenario("segv", 40)
-    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+    # A program's crash is no guest's: the pool's guest, checked when it is given back.
+    with guest_pool.take(GuestSpec(programs=programs_for([sc]))) as sess:
         with open(tmp_path / "log.jsonl", "w") as log:
             r = Engine(sess, sc, log).run()
         assert sess.machine.alive()
@@ -44,7 +52,11 @@ def test_a_program_that_crashes_ends_its_stacks_not_the_run(tmp_path):
 def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     sc = crash_scenario("panic", 400)
     log_path = tmp_path / "log.jsonl"
-    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+    # A guest of its own (it panics), from a pool of its own: the panicked guest must never be
+    # kept for a next user (tests/conftest.py's pool, which the other tests here share).
+    spec = GuestSpec(programs=programs_for([sc]))
+    pool = GuestPool([spec])
+    with pool.take(spec) as sess:
         with open(log_path, "w") as log:
             r = Engine(sess, sc, log).run()
         # The panic closes QEMU's sockets (the run's error) a moment before the process is gone.
@@ -52,6 +64,7 @@ def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
         while sess.machine.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not sess.machine.alive()
+    assert pool.discarded == ["QEMU is gone"] and pool.idle(spec) is None and pool.boots == 1
     text = "\n".join(r.errors)
     assert "TargetDied" in text or "GuestDied" in text
     assert "sysrq" in text.lower() or "panic" in text.lower()
@@ -60,11 +73,10 @@ def test_a_guest_panic_mid_run_is_recorded_and_the_log_kept(tmp_path):
     assert check_lines(lines).events == len(lines)  # still a readable log
 
 
-def test_sampling_at_a_fixed_rate():
-    import dataclasses
-
+@pytest.mark.pool_guest(POOL_GUESTS[0])
+def test_sampling_at_a_fixed_rate(guest_pool):
     sc = dataclasses.replace(CATALOG["fp-spin"], samples=20, rate=20.0)
-    with Session(GuestSpec(programs=programs_for([sc]))) as sess:
+    with guest_pool.take(GuestSpec(programs=programs_for([sc]))) as sess:
         r = Engine(sess, sc).run()
     assert not r.errors and not r.failures
     assert r.loop_seconds >= 19 / 20.0  # 20 NMIs at 20 per second take about a second

@@ -14,20 +14,23 @@ from harness.kernel.lockstep import EXPECTED
 from harness.perf.capture import PERFCC
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.kernel_diff import KernelDiff, check_support, resolve_points
-from harness.session import GuestSpec, Session
+from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
 
 SCENARIOS = [CATALOG["threads"], CATALOG["forkexec"]]
 
 
-def _session(smp: int) -> Session:
-    return Session(GuestSpec(smp=smp, programs=programs_for(SCENARIOS) + [PERFCC]))
+def _spec(smp: int) -> GuestSpec:
+    return GuestSpec(smp=smp, programs=programs_for(SCENARIOS) + [PERFCC])
+
+
+POOL_GUESTS = [_spec(1), _spec(2)]  # from the worker's pool of guests (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def one_cpu():
-    with _session(1) as s:
+def one_cpu(guest_pool):
+    with guest_pool.take(_spec(1)) as s:
         yield s
 
 
@@ -48,6 +51,7 @@ def _assert_equal(r):
     assert not s.differences, detail
 
 
+@pytest.mark.pool_guest(_spec(1))
 @pytest.mark.parametrize("name", ["threads", "forkexec"])
 def test_one_vcpu_the_model_does_what_the_kernel_does(one_cpu, name):
     r = _diff(one_cpu, CATALOG[name])
@@ -56,13 +60,15 @@ def test_one_vcpu_the_model_does_what_the_kernel_does(one_cpu, name):
         assert r.summary.kernel["fork"] >= 2 and r.summary.kernel["exiting"] >= 2
 
 
-def test_two_vcpus_the_model_does_what_the_kernel_does():
-    with _session(2) as sess:
+@pytest.mark.pool_guest(_spec(2))
+def test_two_vcpus_the_model_does_what_the_kernel_does(guest_pool):
+    with guest_pool.take(_spec(2)) as sess:
         r = _diff(sess, CATALOG["threads"], requests=80)
     _assert_equal(r)
     assert sess.spec.smp == 2 and r.summary.kernel["request"] >= 80
 
 
+@pytest.mark.pool_guest(_spec(1))
 def test_the_seed_v10_control_shows_its_cookie_mismatches(one_cpu):
     r = _diff(one_cpu, CATALOG["threads"], profile="seed-v10")
     s = r.summary

@@ -1,6 +1,6 @@
 """The third oracle on the default guest: the kernel's own perf callchains against our unwinder.
 
-One boot of the default (7.x) guest; guest_programs/callchain (frame pointers) sampled by
+The default (7.x) guest, from the pool; guest_programs/callchain (frame pointers) sampled by
 guest_programs/perfcc.c for a few seconds, once with frame-pointer callchains and once with
 defer_callchain.  About 15 s on TCG.
 """
@@ -13,18 +13,21 @@ from harness.images.programs import Variant
 from harness.perf.capture import PERFCC, PerfSpec, capture, resolver
 from harness.perf.oracle import check_capture
 from harness.perf.records import parse_capture
-from harness.session import GuestSpec, Session
-
-pytestmark = pytest.mark.qemu
+from harness.session import GuestSpec
 
 TARGET = ("callchain", "host", Variant(shadow=True))
 ARGS = ["100000000", "raw"]  # syscalls from c(): samples in user and in kernel mode
 SPEC = PerfSpec(seconds=3, freq=200)
 
 
+GUEST = GuestSpec(programs=[PERFCC, TARGET])
+POOL_GUESTS = [GUEST]  # the default guest, from the worker's pool (tests/conftest.py)
+pytestmark = [pytest.mark.qemu, pytest.mark.pool_guest(GUEST)]
+
+
 @pytest.fixture(scope="module")
-def session():
-    with Session(GuestSpec(programs=[PERFCC, TARGET])) as s:
+def session(guest_pool):
+    with guest_pool.take(GUEST) as s:
         yield s
 
 

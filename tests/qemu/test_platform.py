@@ -15,9 +15,14 @@ pytestmark = pytest.mark.qemu
 PROGRAMS = [("callchain", "host", Variant()), ("callchain", "host", Variant(bits=32))]
 
 
-@pytest.fixture(scope="module", params=["default", "trixie", "bookworm"])
-def session(request):
-    with Session(GuestSpec(kernel=request.param, programs=PROGRAMS)) as s:
+KERNELS = ["default", "trixie", "bookworm"]
+POOL_GUESTS = [GuestSpec(kernel=k, programs=PROGRAMS) for k in KERNELS]  # tests/conftest.py's pool
+
+
+@pytest.fixture(scope="module", params=[pytest.param(s.kernel, marks=pytest.mark.pool_guest(s), id=s.kernel)
+                                        for s in POOL_GUESTS])
+def session(request, guest_pool):
+    with guest_pool.take(GuestSpec(kernel=request.param, programs=PROGRAMS)) as s:
         yield s
 
 

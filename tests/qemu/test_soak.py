@@ -18,22 +18,25 @@ import pytest
 from conftest import require
 from harness.images.qemu import QemuImageError, resolve_qemu
 from harness.scenarios.soak import PROGRAM, SoakSpec, format_soak, run_soak
-from harness.session import GuestSpec, Session
-
-pytestmark = pytest.mark.qemu
+from harness.session import GuestSpec
 
 REQUESTS = 300
+GUEST = GuestSpec(smp=2, programs=[PROGRAM], qemu="backports")
+# From the worker's pool (tests/conftest.py): where 11.x is the default QEMU, the guest of
+# test_engine's and test_kernel_diff's two-vCPU tests.
+POOL_GUESTS = [GUEST]
+pytestmark = [pytest.mark.qemu, pytest.mark.pool_guest(GUEST)]
 
 
 @pytest.fixture(scope="module")
-def soak(tmp_path_factory):
+def soak(tmp_path_factory, guest_pool):
     try:
         resolve_qemu("backports")
     except QemuImageError as exc:
         require(False, f"the backports QEMU cannot be had: {exc}")
     spec = SoakSpec(requests=REQUESTS, cancel_every=20, rss_every=100, seed=3)
     log = tmp_path_factory.mktemp("soak") / "soak.jsonl"
-    with Session(GuestSpec(smp=2, programs=[PROGRAM], qemu="backports")) as s:
+    with guest_pool.take(GUEST) as s:
         rep = run_soak(s, spec, log)
         # QEMU's stop and resume events are not kept (qemu.qmp's default listener would keep each)
         rep.notes.append(f"qmp events kept: {len(s.machine.qmp._qmp.events.history)}")

@@ -8,11 +8,13 @@ import pytest
 from harness.scenarios.catalog import user_scenario
 from harness.scenarios.engine import Engine
 from harness.images.programs import USER, user_program
-from harness.session import GuestSpec, Session
+from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
 
 BINARY = "/usr/bin/sha256sum"
+GUEST = GuestSpec(user_programs=[BINARY])
+POOL_GUESTS = [GUEST]  # the default guest, from the worker's pool (tests/conftest.py)
 
 
 def test_user_program_variant_is_read_from_the_file():
@@ -23,10 +25,11 @@ def test_user_program_variant_is_read_from_the_file():
     assert "/lib64/ld-linux-x86-64.so.2" in guest and any(g.endswith("/libc.so.6") for g in guest)
 
 
-def test_user_program_stacks_are_checked_by_cfi():
+@pytest.mark.pool_guest(GUEST)
+def test_user_program_stacks_are_checked_by_cfi(guest_pool):
     sc = user_scenario(BINARY, ["/dev/zero"], samples=30)
     assert sc.unwinder == "fp" and not sc.variant.shadow
-    with Session(GuestSpec(user_programs=[BINARY])) as sess:
+    with guest_pool.take(GUEST) as sess:
         r = Engine(sess, sc).run()
     assert not r.errors and not r.failures and not r.invariant_violations, (r.errors, r.failures[:2])
     own = r.own_stacks
