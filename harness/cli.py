@@ -521,7 +521,7 @@ def cmd_bench(args) -> int:
         sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or 200, jitter=0.0)
         with Session(_spec(args, [*programs_for([sc]), PERFCC])) as sess:
             _print_qemu(sess.qemu)
-            print(f"cpus: {sess.pinned or 'not pinned (--pin puts QEMU's vCPU threads and the harness on different CPUs)'}")
+            print(f"cpus: {sess.pinned or 'not pinned (--pin puts the vCPU threads and the harness on different CPUs)'}")
             prog = sess.program(sc.program, sc.toolchain, sc.variant)
             floor = raw_stop_rate(sess, prog)
             target = sess.target
