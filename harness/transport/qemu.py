@@ -123,6 +123,9 @@ class MachineConfig:
             *self.qemu,
             "-accel", accel, "-cpu", cpu, "-smp", str(self.smp), "-m", str(self.memory_mb),
             "-nodefaults", "-display", "none", "-no-reboot",
+            # Threads named ("CPU 0/TCG"): --pin tells the vCPU threads by name, and 7.2 names
+            # none without it (11.x does by default).
+            "-name", "debug-threads=on",
             "-kernel", str(self.vmlinux), "-initrd", str(self.initrd), "-append", append,
             # signal=off: a stray ^C on the console must not kill QEMU.
             "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",

@@ -59,3 +59,19 @@ def test_a_qemu_that_is_gone_is_a_typed_error():
     with pytest.raises(PinError, match=f"pid {child.pid}"):
         pin_apart(child.pid)
     assert os.sched_getaffinity(0) == before  # nothing changed for the harness
+
+
+def test_a_qemu_without_named_vcpu_threads_is_a_typed_error():
+    # QEMU 7.2 names its threads only with -name debug-threads=on: nothing to tell the vCPUs by
+    require(len(os.sched_getaffinity(0)) >= 2, "one CPU: pin_apart does nothing there")
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        before = os.sched_getaffinity(0)
+        with pytest.raises(PinError, match="named as a vCPU thread"):
+            pin_apart(child.pid)
+        assert os.sched_getaffinity(0) == before
+    finally:
+        child.kill()
+        child.wait(timeout=10)
