@@ -156,7 +156,7 @@ def _in_prologue(stack: Stack, addr: int) -> dict | None:
     return {**_fn(f), "ip": addr, "setup_done": setup.done,
             "code": [str(i) for i in code.disassemble(f.start, setup.done)],
             "why_fp": f"the IP is in {f.name}'s prologue, before mov %rsp,%rbp completes at {setup.done:#x}: "
-                      f"rbp is still the caller's frame pointer"}
+                      f"rbp still holds the caller's value (its frame pointer, where it keeps one)"}
 
 
 def _at_epilogue(stack: Stack, addr: int) -> dict | None:
@@ -201,8 +201,9 @@ def _truncated(stack: Stack, d: Divergence) -> dict | None:
                     f"{len(d.want)}", nr=len(t), max_entries=stack.max_entries, oracle_frames=len(d.want))
 
 
-@cause("fp-prologue-ip", (LOST,), "an IP in a prologue: the FP step skips the caller (entry rule off)",
-       unwinders={"fp"})
+@cause("fp-prologue-ip", (LOST, ENDS, DIFFERS),
+       "an IP in a prologue: the FP step takes the caller's rbp (entry rule off) and skips the caller, or "
+       "ends or goes astray where the caller keeps no frame pointer in rbp", unwinders={"fp"})
 def _fp_prologue(stack: Stack, d: Divergence) -> dict | None:
     addr, is_ip = _from(d)
     if not is_ip or _step(stack, d) not in FP_STEPS:

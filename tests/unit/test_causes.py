@@ -585,6 +585,24 @@ def accept_prologue(request, name: str):
     }, (LOST,))
 
 
+def accept_prologue_frameless_caller(request):
+    """callchain fp static (host) at c's push %rbp with rbp set to what a caller that keeps no
+    frame pointer leaves there (a data address, as __libc_start_call_main's 0x4a16f0 was at a
+    sample at main+0 of a freshly exec'd task): the FP step from the prologue IP ends the walk."""
+    cap = _fixture(request, "fp_stops")
+    snap = cap.snaps["c-push-rbp"]
+    regs = dataclasses.replace(snap.regs, bp=0x4A16F0)
+    st = stack_of(snap, "fp", regs=regs)
+    oracle, frames = cfi_of(st)
+    # FP ends after the IP (fp < sp); CFI steps from c's entry row to b (and no further: b's own
+    # rule is rbp-based, and this rbp is no frame)
+    assert len(st.trace) == 1 and st.trace.stop.reason is StopReason.FP_BELOW_SP and len(frames.ips) >= 2
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "c", "ip": st.regs.ip,
+        "why_fp": lambda w: "rbp still holds the caller's value" in w,
+    }, (ENDS,))
+
+
 def accept_epilogue(request):
     """callchain fp static (host) at c's ret, after pop %rbp: FP loses b."""
     _cap, st, oracle, frames = fp_stop(request, "c-ret")
@@ -1078,6 +1096,7 @@ ACCEPT = [
     Case("fp-frameless-function", "callchain-fp-static-host:c-libc:lost", accept_frameless_syscall),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp", accept_prologue, ("c-push-rbp",)),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-after-push", accept_prologue, ("c-after-push",)),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp:frameless-caller", accept_prologue_frameless_caller),
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-ret", accept_epilogue),
     Case("signal-frame", "signal-fp-static-host:h2-syscall", accept_signal_frame),
     Case("truncated", "recurse-fp-static-host:rec-bottom:fp", accept_truncated, ("fp",)),
