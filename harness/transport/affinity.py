@@ -2,9 +2,10 @@
 
 A trace is a ping-pong between the harness's thread and QEMU (its main loop answers the gdb
 stub; its vCPU thread runs the guest).  Left to the scheduler on a 2-core machine, each write to
-the stub can wake a QEMU thread on the core the harness runs on and preempt it.  Measured with
-bench deferred's scenario on QEMU 11.1 (2 cores, quiet, alternating): 512 and 540 traces/s
-unpinned, 639 and 639 with the harness on one CPU and QEMU's threads on the other.
+the stub can wake a QEMU thread on the core the harness runs on and preempt it.  The first
+layout (the harness on one CPU, all of QEMU on the other; NMIs by QMP) measured with bench
+deferred's scenario on QEMU 11.1 (2 cores, quiet, alternating): 512 and 540 traces/s unpinned,
+639 and 639 pinned.
 
 QEMU's vCPU threads get their own CPUs; its main loop and other threads share the harness's.
 A TCG vCPU thread never sleeps while the guest runs, and under the EEVDF scheduler (Linux 6.6
