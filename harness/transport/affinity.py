@@ -18,8 +18,11 @@ deferred's scenario, ten and six runs: 526-657 traces/s.
 
 Tried and not used: the vCPU threads at ``SCHED_IDLE`` on QEMU's CPU (a waking normal thread
 preempts an idle-policy one at once) gave 766-910 traces/s, but in 4 of 14 runs most NMIs
-caught /init or an exiting task instead of the program (the guest behaves otherwise when its
-vCPU thread yields to every other thread of QEMU), so a run took up to 2100 requests.
+caught /init or an exiting task instead of the program, so a run took up to 2100 requests.
+Most likely why: the main loop, which now always ran first, took the next NMI's command
+before the vCPU thread ran on, so the guest hardly progressed between two NMIs, and a task
+caught on its way to sleep or out of do_exit stayed current across thousands of them (one
+run: 3966 requests refused with -EINVAL on one PF_EXITING task).
 
 Only for one harness at a time: two harnesses pinned alike share one CPU (the test suite's
 xdist workers run unpinned).  Linux only (``os.sched_setaffinity``).
