@@ -214,7 +214,7 @@ class Engine:
             self._reported = now
             r = self.result
             self.progress(Sampling(self.sc.name, r.sampled, self.sc.samples, self.n_requests, r.stacks,
-                                   r.failed_stacks, time.monotonic() - self._started, finished, interrupted))
+                                   r.failed_stacks, now - self._started, finished, interrupted))
 
     # -- the run -----------------------------------------------------------------------------
     def _prepare(self) -> None:

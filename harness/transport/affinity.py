@@ -66,14 +66,13 @@ def pin_apart(qemu_pid: int) -> tuple[str, Callable[[], None]]:
         return f"not pinned: only CPU {cpus[0]} is usable", lambda: None
     mine, theirs = {cpus[-1]}, set(cpus[:-1])
     before = os.sched_getaffinity(0)
-    tids = _threads(qemu_pid)
-    if not any(VCPU_THREAD.fullmatch(_comm(qemu_pid, t)) for t in tids):
-        names = sorted({_comm(qemu_pid, t) for t in tids})
+    names = {tid: _comm(qemu_pid, tid) for tid in _threads(qemu_pid)}
+    if not any(VCPU_THREAD.fullmatch(n) for n in names.values()):
         raise PinError(f"no thread of QEMU (pid {qemu_pid}) is named as a vCPU thread (CPU n/TCG or KVM; "
-                       f"QEMU names them with -name debug-threads=on): {names}")
+                       f"QEMU names them with -name debug-threads=on): {sorted(set(names.values()))}")
     vcpus = 0
-    for tid in tids:
-        vcpu = bool(VCPU_THREAD.fullmatch(_comm(qemu_pid, tid)))
+    for tid, name in names.items():
+        vcpu = bool(VCPU_THREAD.fullmatch(name))
         try:
             os.sched_setaffinity(tid, theirs if vcpu else mine)
         except ProcessLookupError:

@@ -480,18 +480,25 @@ class RspTarget(Target):
         st, names = layout
         return dict(zip(names, st.unpack_from(raw)))
 
-    def write_register(self, name: str, value: int) -> None:
+    def _write_register_packet(self, name: str, value: int) -> str:
         r = self.regmap.get(name)
         if r is None:
             raise TargetError(f"no register {name!r}")
-        self._ok(f"P{r.regnum:x}=" + value.to_bytes(r.bits // 8, "little").hex())
+        return f"P{r.regnum:x}=" + value.to_bytes(r.bits // 8, "little").hex()
+
+    def write_register(self, name: str, value: int) -> None:
+        self._ok(self._write_register_packet(name, value))
         self._regs_cache = None
 
+    @staticmethod
+    def _breakpoint_packet(addr: int, insert: bool) -> str:
+        return f"{'Z' if insert else 'z'}0,{addr:x},1"
+
     def _insert(self, addr: int) -> None:
-        self._ok(f"Z0,{addr:x},1")
+        self._ok(self._breakpoint_packet(addr, True))
 
     def _remove(self, addr: int) -> None:
-        self._ok(f"z0,{addr:x},1")
+        self._ok(self._breakpoint_packet(addr, False))
 
     def _set_phys(self, on: bool) -> None:
         if on != self.phys_mode:
@@ -627,10 +634,9 @@ class RspTarget(Target):
         """:meth:`plan_continue`'s stop: the registers, the stop reads, RIP past the endbr64,
         the breakpoints to arm and the continue, in one write; the guest runs on before the
         caller sees the stop.  Only the registers and the reads' answers are waited for."""
-        rip = self.regmap["rip"]
         arm = [a for a in dict.fromkeys(arm) if a not in self.breakpoints]
-        tail = [f"P{rip.regnum:x}=".encode() + (pc + 4).to_bytes(rip.bits // 8, "little").hex().encode(),
-                *(f"Z0,{a:x},1".encode() for a in arm), b"vCont;c"]
+        tail = [self._write_register_packet("rip", pc + 4).encode(),
+                *(self._breakpoint_packet(a, True).encode() for a in arm), b"vCont;c"]
         answer, results = self._read_many(ranges, first=b"g", tail=tail)
         self.running = True
         self.breakpoints.update(arm)
