@@ -209,9 +209,9 @@ def save(directory: str | os.PathLike, snap: StopSnapshot, record: dict, maps: s
 
 
 def loaded_digest(path: str | os.PathLike) -> str:
-    """sha256 of what a program maps (its PT_LOAD bytes: code, data, .eh_frame, .sframe), so a
-    saved delivery knows its binary again after a rebuild that changed only debug info (-g line
-    numbers, the build directory)."""
+    """sha256 of what a program maps (its PT_LOAD bytes: code, data, .eh_frame, .sframe) and its
+    symbols, so a saved delivery knows its binary again after a rebuild that changed only debug
+    info (-g line numbers, the build directory)."""
     import hashlib
 
     from elftools.elf.elffile import ELFFile
@@ -219,10 +219,24 @@ def loaded_digest(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         elf = ELFFile(f)
+        # Two things in the first PT_LOAD follow the debug info, not the code: the ELF header
+        # (e_shoff: where the section headers start, after .debug_*) and the build-id note (a
+        # hash of the whole file).  The build directory is a fresh mkdtemp (DW_AT_comp_dir), so
+        # two builds of one program differ in those bytes alone: they are zeroed here (seen:
+        # every recorded delivery failed to know its binary on an empty cache).
+        blank = [(0, elf["e_ehsize"])]
+        for sec in elf.iter_sections():
+            if sec["sh_type"] == "SHT_NOTE" and sec.name == ".note.gnu.build-id":
+                blank.append((sec["sh_offset"], sec["sh_size"]))
         for seg in elf.iter_segments():
             if seg["p_type"] == "PT_LOAD":
+                data = bytearray(seg.data())
+                for off, size in blank:
+                    lo, hi = max(off, seg["p_offset"]), min(off + size, seg["p_offset"] + len(data))
+                    if lo < hi:
+                        data[lo - seg["p_offset"]:hi - seg["p_offset"]] = bytes(hi - lo)
                 h.update(seg["p_vaddr"].to_bytes(8, "little"))
-                h.update(seg.data())
+                h.update(data)
         for name in (".symtab", ".strtab"):
             sec = elf.get_section_by_name(name)
             if sec is not None:

@@ -183,3 +183,34 @@ def test_a_sample_at_the_trampolines_first_instruction_is_walked_through_it():
     assert not fp.get("failed"), fp
     causes = {d.get("cause") for d in fp["divergences"]}
     assert "signal-frame" in causes and None not in causes, fp["divergences"]
+
+
+def test_the_loaded_digest_ignores_what_only_debug_info_changes(tmp_path):
+    """Two builds of one program differ in the build directory (a fresh mkdtemp, DW_AT_comp_dir),
+    and so in the build-id note and the ELF header's e_shoff, both in the first PT_LOAD: the
+    digest a recorded delivery names its binary by ignores those bytes, and no others."""
+    import shutil
+
+    from elftools.elf.elffile import ELFFile
+
+    from harness.images.programs import build_program
+    from harness.images.toolchain import get_toolchain
+
+    built = build_program("callchain", get_toolchain("host"), Variant())
+    with open(built.path, "rb") as f:
+        elf = ELFFile(f)
+        note = elf.get_section_by_name(".note.gnu.build-id")
+        text = elf.get_section_by_name(".text")
+        note_off, text_off = note["sh_offset"] + note["sh_size"] - 4, text["sh_offset"] + 16
+    base = loaded_digest(built.path)
+
+    def flipped(at: int, name: str) -> str:
+        copy = tmp_path / name
+        shutil.copy(built.path, copy)
+        data = bytearray(copy.read_bytes())
+        data[at] ^= 0xFF
+        copy.write_bytes(bytes(data))
+        return loaded_digest(copy)
+
+    assert flipped(note_off, "build-id") == base  # (e_shoff moves with the section headers: not flipped here)
+    assert flipped(text_off, "text") != base  # the code is what the digest is about
