@@ -5,7 +5,7 @@ did what it was asked); 1 failures or invariant violations; 2 bad usage or input
 what was wrong; ``--debug`` shows the traceback); 3 the infrastructure failed (guest timeout, QEMU
 died, disk full, interrupted).
 
-    harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...]
+    harness images build [--kernel NAME|--kernel-path PATH] [--toolchain NAME ...] [--kallsyms KERNEL]
     harness boot [--smp N] [--pti] ...   boot the default guest and leave it open for gdb
     harness boot --gdb [--batch -ex CMD] gdb attached, kernel symbols and the harness commands loaded
     harness shell [--batch FILE.py]      a Python REPL (or a script) with a live `guest` object
@@ -125,6 +125,19 @@ def cmd_images_build(args) -> int:
         for v in (Variant(), Variant(frame_pointers=False), Variant(bits=32), Variant(static=False), Variant(shadow=True)):
             progs.append(build_program("callchain", tc, v))
     print(f"initramfs: {build_initramfs(progs)}")
+    for name in args.kallsyms or []:
+        # A kernel's symbols come from its /proc/kallsyms, dumped at its first boot and cached
+        # (harness/session.py): booted here once, so that the unit tests that read them
+        # (test_lockstep's points in the real kernel text) have them on an empty cache too.
+        from .images.cache import cache_root
+        from .session import GuestSpec, Session
+
+        k = get_kernel(name)
+        path = cache_root() / "kallsyms" / f"{k.sha256}.txt"
+        if not path.exists():
+            with Session(GuestSpec(kernel=name, programs=[])):
+                pass
+        print(f"kallsyms {name}: {path}")
     return 0
 
 
@@ -616,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--qemu", dest="qemus", action="append", choices=("auto", "host", "backports"),
                    help="the QEMU to fetch and check (repeatable; default: $HARNESS_QEMU, else %s)"
                         % _default_qemu_choice())
+    b.add_argument("--kallsyms", action="append", metavar="KERNEL",
+                   help="boot KERNEL once to cache its /proc/kallsyms, if not cached (repeatable)")
     b.set_defaults(func=cmd_images_build)
 
     boot = sub.add_parser("boot", help="boot a guest and leave gdb and QMP sockets open")
