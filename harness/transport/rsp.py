@@ -23,11 +23,13 @@ Protocol reference: GDB manual, appendix "GDB Remote Serial Protocol".
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import select
 import socket
 import struct
 import time
+import zlib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +44,18 @@ PIPELINE_MAX = 256  # packets written at once before their answers are read
 
 
 def checksum(data: bytes) -> int:
-    return sum(data) & 0xFF
+    """The packet checksum: the sum of the bytes, mod 256.  Long bodies (a memory read's hex,
+    8 KiB for a page) by zlib's adler32 over 256-byte pieces: its low half is 1 + the piece's
+    byte sum exactly while that sum stays below its modulus 65521 (256 * 255 does), and C
+    does the adding, 4x faster than ``sum()`` on a page (27 -> 7 us; both ways twice a stop)."""
+    n = len(data)
+    if n < 512:
+        return sum(data) & 0xFF
+    view, adler = memoryview(data), zlib.adler32
+    total = 0
+    for i in range(0, n, 256):
+        total += adler(view[i:i + 256]) & 0xFFFF
+    return (total - (n + 255) // 256) & 0xFF
 
 
 _SPECIAL = re.compile(rb"[$#}*]")
@@ -61,11 +74,15 @@ def escape(data: bytes) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_packet(data: bytes) -> bytes:
+    """``$data#cs``, escaped.  Cached: a stop's packets are mostly those of the stops before
+    it (the same guessed reads, breakpoints and continue), 35 a trace."""
     body = escape(data)
     return b"$" + body + b"#" + b"%02x" % checksum(body)
 
 
+@functools.lru_cache(maxsize=4096)
 def packet_kind(data: bytes) -> str:
     """The command of a packet, for counting round trips: ``m``, ``g``, ``Z``, ``vCont;c``..."""
     if data.startswith(b"vCont;"):
@@ -96,32 +113,44 @@ def decode_body(body: bytes) -> bytes:
 
 
 class PacketReader:
-    """Splits a byte stream into acks and packets; verifies checksums."""
+    """Splits a byte stream into acks and packets; verifies checksums.
+
+    The bytes taken stay in the buffer, behind :attr:`pos`, until the next :meth:`feed`: a
+    stop's 20-odd answers arrive in a few reads, and cutting each off the front of the buffer
+    moved the rest of it every time."""
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self.pos = 0  # the first byte not taken yet
 
     def feed(self, data: bytes) -> None:
+        if self.pos:
+            del self.buf[:self.pos]
+            self.pos = 0
         self.buf += data
 
     def next(self) -> tuple[str, bytes] | None:
         """Return ("ack"|"nak"|"packet"|"bad", payload) or None when more bytes are needed."""
-        while self.buf and self.buf[0] not in b"$+-":
-            del self.buf[0]  # noise between packets (e.g. a stray interrupt echo)
-        if not self.buf:
+        buf, i = self.buf, self.pos
+        n = len(buf)
+        while i < n and buf[i] not in b"$+-":
+            i += 1  # noise between packets (e.g. a stray interrupt echo)
+        self.pos = i
+        if i == n:
             return None
-        if self.buf[0] == 0x2B:
-            del self.buf[0]
+        c = buf[i]
+        if c == 0x2B:
+            self.pos = i + 1
             return ("ack", b"")
-        if self.buf[0] == 0x2D:
-            del self.buf[0]
+        if c == 0x2D:
+            self.pos = i + 1
             return ("nak", b"")
-        end = self.buf.find(b"#")
-        if end < 0 or len(self.buf) < end + 3:
+        end = buf.find(b"#", i)
+        if end < 0 or n < end + 3:
             return None
-        body = bytes(self.buf[1:end])
-        want = bytes(self.buf[end + 1 : end + 3])
-        del self.buf[: end + 3]
+        body = bytes(buf[i + 1:end])
+        want = bytes(buf[end + 1:end + 3])
+        self.pos = end + 3
         try:
             ok = int(want, 16) == checksum(body)
         except ValueError:

@@ -88,3 +88,26 @@ def test_target_memory_caches_pages_per_stop_and_reports_the_fault():
     t.generation += 1  # the guest ran: pages are read again
     m.read(0x1000, 4)
     assert t.reads == 4
+
+
+@given(st.binary(max_size=3000))
+def test_checksum_is_the_byte_sum_at_every_length(data):
+    # the long bodies' adler32 pieces against the definition (GDB manual: sum mod 256)
+    from harness.transport.rsp import checksum
+    assert checksum(data) == sum(data) % 256
+    assert checksum(b"\xff" * 4099) == (255 * 4099) % 256
+
+
+def test_reader_takes_many_packets_fed_a_byte_at_a_time():
+    # the taken bytes stay behind the reader's position until the next feed
+    pkts = [encode_packet(bytes([65 + i]) * (i * 300)) for i in range(6)]
+    stream = b"".join(b"+" + p for p in pkts)
+    r = PacketReader()
+    got = []
+    for b in stream:
+        r.feed(bytes([b]))
+        while (item := r.next()) is not None:
+            got.append(item)
+    assert [k for k, _ in got] == ["ack", "packet"] * 6
+    assert [p for k, p in got if k == "packet"] == [bytes([65 + i]) * (i * 300) for i in range(6)]
+    assert len(r.buf) - r.pos == 0
