@@ -81,6 +81,9 @@ def _guest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pin", action="store_true",
                    help="QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last "
                         "(faster stops; one harness at a time)")
+    p.add_argument("--rt", action="store_true",
+                   help="QEMU's main loop (gdb stub, NMI monitor) at SCHED_FIFO: it answers at once, not after "
+                        "the harness's own work (needs CAP_SYS_NICE)")
     p.add_argument("--qemu", choices=("auto", "host", "backports"),
                    help="host: Debian 12's QEMU 7.2; backports: 11.x from trixie-backports (no flush of "
                         "translated code on every gdb stop); auto: backports if it can be built, else host "
@@ -99,7 +102,7 @@ def _spec(args, programs=None):
     return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
                      pti=args.pti, transport=getattr(args, "transport", "rsp"),
                      programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
-                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False))
+                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False), rt=getattr(args, "rt", False))
 
 
 def _print_qemu(q) -> None:
@@ -535,6 +538,7 @@ def cmd_bench(args) -> int:
         with Session(_spec(args, [*programs_for([sc]), PERFCC])) as sess:
             _print_qemu(sess.qemu)
             print(f"cpus: {sess.pinned or 'not pinned (--pin puts the vCPU threads and the harness on different CPUs)'}")
+            print(f"stub: {sess.realtime or 'normal priority (--rt: QEMU main loop at SCHED_FIFO, answers before the harness work)'}")
             prog = sess.program(sc.program, sc.toolchain, sc.variant)
             floor = raw_stop_rate(sess, prog)
             target = sess.target

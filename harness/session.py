@@ -28,7 +28,7 @@ from .memory import MemoryFault
 from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
-from .transport.affinity import pin_apart
+from .transport.affinity import pin_apart, stub_first
 from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.errors import StopLeft, TargetError
 from .transport.target import ReadResult, Target
@@ -60,6 +60,8 @@ class GuestSpec:
     #: QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last
     #: one (harness/transport/affinity.py)
     pin: bool = False
+    #: QEMU's main loop at SCHED_FIFO (harness/transport/affinity.py: stub_first)
+    rt: bool = False
 
 
 def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> tuple[str, str]:
@@ -129,6 +131,8 @@ class Session:
         self.expected_reads: dict[object, list[tuple[int, int]]] = {}
         #: what --pin did, in words ("" unpinned), and its undo
         self.pinned = ""
+        #: what --rt did, in words ("" without it)
+        self.realtime = ""
         self._unpin = None
 
     def start(self) -> "Session":
@@ -158,6 +162,9 @@ class Session:
             if spec.pin:
                 self.pinned, self._unpin = pin_apart(self.machine.pid)
                 note("guest", self.pinned)
+            if spec.rt:
+                self.realtime = stub_first(self.machine.pid)
+                note("guest", self.realtime)
             self.target = make_target(spec.transport, self.machine.gdb_socket)
             self.target.stop_reads = self._stop_guesses
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)

@@ -1,16 +1,20 @@
-"""--pin (harness/transport/affinity.py) on real processes: a child with threads, this thread."""
+"""--pin and --rt (harness/transport/affinity.py) on real processes: a child with threads, this thread."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import require
 
-from harness.transport.affinity import pin_apart
+from harness.transport.affinity import STUB_PRIORITY, pin_apart, stub_first
 from harness.transport.errors import PinError
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Three threads, the first named as QEMU names a TCG vCPU thread (prctl PR_SET_NAME).
 CHILD = """import ctypes, threading, time
@@ -75,3 +79,52 @@ def test_a_qemu_without_named_vcpu_threads_is_a_typed_error():
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+# A main thread that starts a thread when told (a line on stdin), after --rt was applied to it.
+LATER = """import os, sys, threading, time
+print('up', flush=True)
+sys.stdin.readline()
+def later():
+    print(os.sched_getscheduler(0), flush=True)
+    time.sleep(30)
+threading.Thread(target=later, daemon=True).start()
+time.sleep(30)
+"""
+
+
+def test_rt_makes_the_main_thread_real_time_and_not_the_threads_it_starts_later():
+    require(os.geteuid() == 0, "SCHED_FIFO needs CAP_SYS_NICE (root)")
+    child = subprocess.Popen([sys.executable, "-c", LATER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        mine = os.sched_getscheduler(0)
+        words = stub_first(child.pid)
+        assert os.sched_getscheduler(child.pid) == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+        assert os.sched_getparam(child.pid).sched_priority == STUB_PRIORITY
+        assert words.startswith(f"QEMU's main loop (pid {child.pid}) at SCHED_FIFO {STUB_PRIORITY}")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert int(child.stdout.readline()) == os.SCHED_OTHER  # SCHED_RESET_ON_FORK
+        assert os.sched_getscheduler(0) == mine  # the harness itself is left as it was
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
+def test_rt_on_a_qemu_that_is_gone_is_a_typed_error():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=10)
+    with pytest.raises(PinError, match=f"--rt: .*pid {child.pid}"):
+        stub_first(child.pid)
+
+
+def test_rt_without_the_capability_says_what_it_needs():
+    # a child that gave up every capability (setpriv, util-linux) tries it on itself
+    require(shutil.which("setpriv") is not None, "setpriv (util-linux) is not installed")
+    code = ("import os; from harness.transport.affinity import stub_first\n"
+            "from harness.transport.errors import PinError\n"
+            "try:\n    stub_first(os.getpid())\nexcept PinError as e:\n    print(e)\n")
+    out = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "SCHED_FIFO needs CAP_SYS_NICE" in out.stdout, out.stdout + out.stderr
