@@ -1,0 +1,48 @@
+"""``harness bench deferred`` on a real guest, as a person runs it: every figure and anchor it
+prints, their arithmetic, and ``--rt`` (QEMU's main loop at SCHED_FIFO).  Its speed is a figure
+it prints (benchmarks, README), never asserted here."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import require
+
+pytestmark = pytest.mark.qemu
+
+HARNESS = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())"]
+
+
+def _figure(out: str, label: str) -> re.Match:
+    m = re.search(rf"^{re.escape(label)}:\s+(.*)$", out, re.M)
+    assert m, f"no {label!r} line in:\n{out}"
+    return m
+
+
+def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
+    require(os.geteuid() == 0, "--rt needs CAP_SYS_NICE (root)")
+    p = subprocess.run([*HARNESS, "bench", "deferred", "--samples", "40", "--perf-seconds", "1", "--rt"],
+                       capture_output=True, text=True, timeout=900)
+    out = p.stdout
+    assert p.returncode == 0, out[-3000:] + p.stderr[-3000:]
+    stub = _figure(out, "stub").group(1)
+    pid = int(re.match(r"QEMU's main loop \(pid (\d+)\) at SCHED_FIFO 1", stub).group(1))
+    assert pid > 0
+    floor = float(re.match(r"([\d.]+) stops/s", _figure(out, "raw stop rate (floor)").group(1)).group(1))
+    kernel = re.match(r"([\d.]+) deferred callchains/s \((\d+) in ([\d.]+)s; perf at \d+ Hz with defer_callchain: "
+                      r"(\d+) samples, (\d+) with a cookie\)", _figure(out, "guest kernel's deferred rate").group(1))
+    assert kernel, out
+    assert float(kernel.group(1)) > 0 and int(kernel.group(2)) <= int(kernel.group(4))
+    rate, traces = re.match(r"([\d.]+) traces/s \((\d+) traces in", _figure(out, "deferred traces delivered").group(1)).groups()
+    assert int(traces) >= 40
+    assert 1.9 <= float(_figure(out, "stops per trace").group(1)) < 4
+    goal = re.match(r"([\d.]+) traces/s -> (met|NOT met) \(([\d.]+) of it\)", _figure(out, "goal 0.8 * floor / 2").group(1))
+    assert goal, out
+    assert float(goal.group(1)) == pytest.approx(0.4 * floor, abs=0.06)
+    assert float(goal.group(3)) == pytest.approx(float(rate) / float(goal.group(1)), abs=0.006)
+    assert (goal.group(2) == "met") == (float(rate) >= float(goal.group(1)))
+    assert "error in the sampling run" not in out
