@@ -67,6 +67,15 @@ def debian_archive_uri() -> str:
 
 DEBIAN_CODENAMES = {"bookworm", "trixie", "forky", "sid", "duke"}
 
+#: Read after the host's configuration (``-c``): the host's hooks after ``apt-get update``
+#: (appstream's catalogue refresh, PackageKit's notice) are about the host's own lists, not
+#: these private ones; appstreamcli alone took 2 s of each update here.
+PRIVATE_CONF = """\
+#clear APT::Update::Post-Invoke-Success;
+#clear APT::Update::Post-Invoke;
+#clear APT::Update::Pre-Invoke;
+"""
+
 
 @dataclass(frozen=True)
 class Package:
@@ -100,9 +109,13 @@ class PrivateApt:
                 if not self.sources.exists() or self.sources.read_text() != text:
                     write_atomic(self.sources, text)
                     (self.root / "updated").unlink(missing_ok=True)
+        self.conf = self.root / "apt.conf"
+        if not self.conf.exists() or self.conf.read_text() != PRIVATE_CONF:
+            write_atomic(self.conf, PRIVATE_CONF)
 
     def _opts(self) -> list[str]:
         return [
+            f"-c={self.conf}",
             f"-o=Dir::Etc::sourcelist={self.sources}",
             "-o=Dir::Etc::sourceparts=-",
             f"-o=Dir::State::Lists={self.root / 'lists'}",
@@ -110,6 +123,12 @@ class PrivateApt:
             # sid's Release file can read as expired against a machine clock that runs ahead.
             "-o=Acquire::Check-Valid-Until=false",
             "-o=APT::Get::AllowUnauthenticated=false",
+            # apt's binary caches of the lists, kept beside them: a host that turns them off
+            # (Debian's container images: docker-clean sets both to "") would make every
+            # apt-cache call parse the four suites' lists again, about 2 s of CPU each, about
+            # ten calls to resolve a kernel and QEMU after an update (benchmarks/SUITE_TIME.md)
+            "-o=Dir::Cache::pkgcache=pkgcache.bin",
+            "-o=Dir::Cache::srcpkgcache=srcpkgcache.bin",
         ]
 
     def _run(self, tool: str, *args: str, cwd: Path | None = None) -> str:

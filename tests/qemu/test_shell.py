@@ -3,6 +3,7 @@ default kernel (7.x) and on bookworm's 6.1."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -101,20 +102,31 @@ print("BATCH-DONE", p.pid)
 """
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_shell_batch_script(kernel, tmp_path):
-    script = tmp_path / "script.py"
-    script.write_text(BATCH)
-    r = subprocess.run([sys.executable, *CLI, "shell", "--kernel", kernel, "--batch", str(script)],
-                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    m = re.search(r"BATCH-DONE (\d+)", r.stdout)
-    assert m, r.stdout[-3000:]
-    assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", r.stdout), r.stdout
-    assert "fp vs cfi" in r.stdout and "returns to user space" in r.stdout
-    assert re.search(r"stopped at hrtimer_interrupt\+0x0 on cpu 0, current pid \d+", r.stdout), r.stdout
-    assert re.search(r"cpu 0: kernel mode at hrtimer_interrupt\+0x0, current pid \d+ .*\nguest stopped", r.stdout)
-    assert "0 sh-done" in r.stdout
+# The tests of the shared run below (`default_batch`): one xdist group, so it runs once, on one
+# worker (tests/conftest.py groups a module-scoped fixture's users by itself, but the batch test's
+# default case takes it through request.getfixturevalue).
+SHARED_RUN = pytest.mark.xdist_group("tests/qemu/test_shell.py::default_batch")
+
+
+@pytest.mark.parametrize("kernel", [pytest.param("default", marks=SHARED_RUN), "bookworm"])
+def test_shell_batch_script(kernel, tmp_path, request):
+    if kernel == "default":
+        out = _section(request.getfixturevalue("default_batch"), "batch")
+    else:
+        script = tmp_path / "script.py"
+        script.write_text(BATCH)
+        r = subprocess.run([sys.executable, *CLI, "shell", "--kernel", kernel, "--batch", str(script)],
+                           env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False,
+                           timeout=BOOT_TIMEOUT + 120)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        out = r.stdout
+    m = re.search(r"BATCH-DONE (\d+)", out)
+    assert m, out[-3000:]
+    assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", out), out
+    assert "fp vs cfi" in out and "returns to user space" in out
+    assert re.search(r"stopped at hrtimer_interrupt\+0x0 on cpu 0, current pid \d+", out), out
+    assert re.search(r"cpu 0: kernel mode at hrtimer_interrupt\+0x0, current pid \d+ .*\nguest stopped", out)
+    assert "0 sh-done" in out
 
 
 def test_shell_batch_script_that_raises_exits_1(tmp_path):
@@ -177,18 +189,11 @@ print("BATCH-DONE", p.pid)
 """
 
 
-def test_shell_uploads_a_host_binary_it_was_not_given(tmp_path):
+@SHARED_RUN
+def test_shell_uploads_a_host_binary_it_was_not_given(default_batch):
     """guest.start() of a binary of this machine that is not in the initramfs uploads it first."""
-    src, binary = tmp_path / "spin.c", tmp_path / "spin"
-    src.write_text(SPIN_C)
-    subprocess.run(["gcc", "-static", "-nostdlib", "-O1", "-fno-omit-frame-pointer", "-o", str(binary), str(src)],
-                   check=True, timeout=60)
-    script = tmp_path / "upload.py"
-    script.write_text(UPLOAD.replace("sys.argv_spin", repr(str(binary))))
-    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)], env=_env(), cwd=str(REPO),
-                       capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"uploaded {binary} as /user/spin (1 file(s))" in r.stdout and "BATCH-DONE" in r.stdout, r.stdout
+    out = _section(default_batch, "upload")
+    assert f"uploaded {default_batch.spin} as /user/spin (1 file(s))" in out and "BATCH-DONE" in out, out
 
 
 THREADS = """\
@@ -208,11 +213,56 @@ print("BATCH-DONE")
 """
 
 
-def test_shell_threads_each_with_its_own_shadow_stack(tmp_path):
+@SHARED_RUN
+def test_shell_threads_each_with_its_own_shadow_stack(default_batch):
     """Threads that are not on the vCPU: their memory through their page tables, their shadow
     stacks through the fs_base their task_struct saved."""
-    script = tmp_path / "threads.py"
-    script.write_text(THREADS)
+    out = _section(default_batch, "threads")
+    assert "BATCH-DONE" in out, out[-3000:]
+
+
+# --- one `harness shell --batch` on the default kernel for three of the tests above ----------
+# Each CLI test boots a guest of its own (about 4 s of a core on TCG); the batch script, threads
+# and upload tests ran the same command on the same kernel, so one run (with `--scenario threads`,
+# which the threads test needs) runs their three scripts, unchanged, one after the other, each in
+# a section of its own: a section that raises prints its traceback in its section and the next
+# one still runs, and each test asserts on its own section and on the command's exit 0.
+# The upload goes last: its program spins until the guest shuts down.
+
+SECTIONS = ("batch", "threads", "upload")
+
+
+@dataclasses.dataclass
+class BatchRun:
+    result: subprocess.CompletedProcess
+    spin: Path  # the host binary the upload section starts
+
+
+@pytest.fixture(scope="module")
+def default_batch(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shell-batch")
+    src, binary = tmp / "spin.c", tmp / "spin"
+    src.write_text(SPIN_C)
+    subprocess.run(["gcc", "-static", "-nostdlib", "-O1", "-fno-omit-frame-pointer", "-o", str(binary), str(src)],
+                   check=True, timeout=60)
+    codes = {"batch": BATCH, "threads": THREADS, "upload": UPLOAD.replace("sys.argv_spin", repr(str(binary)))}
+    script = tmp / "sections.py"
+    script.write_text("import sys, traceback\n" + "".join(
+        f"print('SECTION-BEGIN {name}', flush=True)\n"
+        f"try:\n    exec(compile({codes[name]!r}, {name!r}, 'exec'), globals())\n"
+        f"except BaseException:\n    print('SECTION-RAISED {name}'); traceback.print_exc(file=sys.stdout)\n"
+        f"print('SECTION-END {name}', flush=True)\n" for name in SECTIONS))
     r = subprocess.run([sys.executable, *CLI, "shell", "--scenario", "threads", "--batch", str(script)], env=_env(),
-                       cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 120)
-    assert r.returncode == 0 and "BATCH-DONE" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+                       cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 180)
+    return BatchRun(r, binary)
+
+
+def _section(run: BatchRun, name: str) -> str:
+    """The output of one section of the shared run; the test fails on the command's exit status
+    or on its section's exception (with the traceback)."""
+    r = run.result
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    m = re.search(rf"^SECTION-BEGIN {name}\n(.*?)^SECTION-END {name}$", r.stdout, re.M | re.S)
+    assert m, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"SECTION-RAISED {name}" not in m.group(1), m.group(1)[-3000:]
+    return m.group(1)
