@@ -60,6 +60,7 @@ def test_guesses_are_the_last_stop_of_the_vcpu_and_the_expected_reads_within_a_b
     got = s._stop_guesses(0)
     assert got[:4] == [(gs + 0x1000, 8), (gs + 0x2000, 8), (task + 0x10, 0x40), (top - PT_REGS_SIZE, PT_REGS_SIZE)]
     assert (0xfffffe0000001000, PT_REGS_SIZE) in got and (0xfffffe0000002000, PT_REGS_SIZE) in got
+    assert len(got) == len(set(got))  # the stack top's pt_regs, also where rsp pointed: read once
     assert (0x7ffc0000, 0x2000) in got and (0x7f0000001000, 0x90) in got
     assert all(a != 0x7ffd0000 for a, _ in got)
     assert s._stop_guesses(1) == [r for ranges in list(s.expected_reads.values())[:1] for r in ranges]
