@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="profile", help="file name prefix (before, after, ...)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "profiles"))
     ap.add_argument("--top", type=int, default=35)
+    ap.add_argument("--rt", action="store_true", help="QEMU's main loop at SCHED_FIFO (harness bench --rt)")
     args = ap.parse_args(argv)
 
     from harness.scenarios.catalog import CATALOG, programs_for
@@ -40,12 +41,18 @@ def main(argv=None) -> int:
     from harness.session import GuestSpec, Session
 
     sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples, jitter=0.0)
-    spec = GuestSpec(programs=programs_for([sc]), qemu=args.qemu)
+    spec = GuestSpec(programs=programs_for([sc]), qemu=args.qemu, rt=args.rt)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{args.label}-{args.qemu}"
     with Session(spec) as sess:
         target = sess.target
+        # First the same run without the profiler: the harness's own CPU a trace (its thread's
+        # time, user and system) and the rate, as bench deferred would see them.
+        plain = Engine(sess, sc)
+        cpu0 = time.thread_time()
+        pr = plain.run()
+        cpu = (time.thread_time() - cpu0) / max(pr.stacks, 1)
         engine = Engine(sess, sc)
         before = dict(getattr(target, "sent", {}))
         trips0 = getattr(target, "round_trips", 0)
@@ -68,6 +75,8 @@ def main(argv=None) -> int:
         f"at the end (other helpers' guests share it: figures are noisy)",
         f"traces: {r.stacks} in {r.loop_seconds:.2f}s of sampling loop ({r.stacks / r.loop_seconds:.1f} traces/s); "
         f"run {wall:.2f}s with set-up; stops {r.stops} ({r.stops / n:.2f} per trace)",
+        f"without the profiler first: {pr.stacks / pr.loop_seconds:.1f} traces/s, the harness's thread "
+        f"{1000 * cpu:.3f} ms of CPU a trace{'; --rt' if args.rt else ''}",
         f"gdb stub round trips per trace: {trips / n:.2f} (exchanges that wait for the stub; 0 = not counted)",
         f"gdb stub packets per trace: {sum(sent.values()) / n:.2f} = "
         + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(sent.items(), key=lambda kv: -kv[1]) if v),
