@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import re
 import select
 import socket
@@ -113,7 +114,7 @@ def decode_body(body: bytes) -> bytes:
 
 
 class PacketReader:
-    """Splits a byte stream into acks and packets; verifies checksums.
+    """Splits a byte stream into packets (and naks); verifies checksums; counts acks.
 
     The bytes taken stay in the buffer, behind :attr:`pos`, until the next :meth:`feed`: a
     stop's 20-odd answers arrive in a few reads, and cutting each off the front of the buffer
@@ -122,6 +123,7 @@ class PacketReader:
     def __init__(self) -> None:
         self.buf = bytearray()
         self.pos = 0  # the first byte not taken yet
+        self.acks = 0  # "+" passed over
 
     def feed(self, data: bytes) -> None:
         if self.pos:
@@ -130,21 +132,25 @@ class PacketReader:
         self.buf += data
 
     def next(self) -> tuple[str, bytes] | None:
-        """Return ("ack"|"nak"|"packet"|"bad", payload) or None when more bytes are needed."""
+        """Return ("nak"|"packet"|"bad", payload) or None when more bytes are needed.  The acks
+        of our packets (one each, nothing waits for them: RspTarget._write_packets) are passed
+        over and counted in :attr:`acks`, half of a stop's items."""
         buf, i = self.buf, self.pos
         n = len(buf)
-        while i < n and buf[i] not in b"$+-":
-            i += 1  # noise between packets (e.g. a stray interrupt echo)
+        while i < n:
+            c = buf[i]
+            if c == 0x24:  # '$'
+                break
+            i += 1
+            if c == 0x2B:  # '+'
+                self.acks += 1
+            elif c == 0x2D:  # '-'
+                self.pos = i
+                return ("nak", b"")
+            # anything else: noise between packets (e.g. a stray interrupt echo)
         self.pos = i
         if i == n:
             return None
-        c = buf[i]
-        if c == 0x2B:
-            self.pos = i + 1
-            return ("ack", b"")
-        if c == 0x2D:
-            self.pos = i + 1
-            return ("nak", b"")
         end = buf.find(b"#", i)
         if end < 0 or n < end + 3:
             return None
@@ -272,6 +278,11 @@ class RspTarget(Target):
             self.sock.connect(self.path)
         except OSError as exc:
             raise TargetDied(f"cannot connect to the gdb stub at {self.path}: {exc}") from exc
+        # The hot path reads and writes the descriptor itself (:meth:`_read_now`, :meth:`_write`):
+        # a socket with a timeout polls before each recv and send, one syscall more each time,
+        # and a stop takes about six of them.  Non-blocking, so no read or write can hang.
+        self._fd = self.sock.fileno()
+        os.set_blocking(self._fd, False)
         self.reader = PacketReader()
         self.ack_mode = True
         self.phys_mode = False
@@ -306,19 +317,27 @@ class RspTarget(Target):
 
     # -- packet I/O ----------------------------------------------------------------------------
     def _recv_some(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for bytes from the stub and take them."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise TargetTimeout("no reply from the gdb stub")
-        r, _, _ = select.select([self.sock], [], [], left)
+        r, _, _ = select.select([self._fd], [], [], left)
         if not r:
             raise TargetTimeout("no reply from the gdb stub")
+        self._read_now()
+
+    def _read_now(self) -> bool:
+        """Take what the stub has sent, without waiting: False when nothing was there."""
         try:
-            data = self.sock.recv(65536)
+            data = os.read(self._fd, 65536)
+        except BlockingIOError:
+            return False
         except OSError as exc:
             raise TargetDied(f"gdb stub connection failed: {exc}") from exc
         if not data:
             raise TargetDied("the gdb stub closed the connection (QEMU gone?)")
         self.reader.feed(data)
+        return True
 
     def _take(self) -> bytes | None:
         """The next answer already received, or None when more bytes are needed.  The OKs of
@@ -368,10 +387,20 @@ class RspTarget(Target):
     def _write(self, raw: bytes) -> None:
         """Every write to the stub: a connection that went away (QEMU died, the guest panicked
         and QEMU exited) is TargetDied, never a bare BrokenPipeError."""
-        try:
-            self.sock.sendall(raw)
-        except OSError as exc:
-            raise TargetDied(f"gdb stub connection failed: {exc}") from exc
+        view = memoryview(raw)
+        deadline = None
+        while view:
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:
+                # The socket's buffer is full: the stub reads no more (a write is a few KiB at
+                # most, PIPELINE_MAX packets): bounded as a read is.
+                deadline = deadline or time.monotonic() + self.timeout
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([], [self._fd], [], left)[1]:
+                    raise TargetTimeout("the gdb stub takes no more bytes (QEMU hung?)") from None
+            except OSError as exc:
+                raise TargetDied(f"gdb stub connection failed: {exc}") from exc
 
     def _write_packets(self, cmds: list[bytes], kind: str | None = None) -> None:
         """Write the acks we owe, the lazy commands, then ``cmds``, in one write.
@@ -704,8 +733,8 @@ class RspTarget(Target):
         socket): what QMP's query-status says, without a QMP round trip."""
         if not self.running:
             return True
-        while select.select([self.sock], [], [], 0)[0]:
-            self._recv_some(time.monotonic() + 1.0)
+        while self._read_now():  # what has arrived, without a wait: one syscall when nothing has
+            pass
         payload = self._take()  # past the OKs of the lazy commands written with the continue
         if payload is None:
             return False

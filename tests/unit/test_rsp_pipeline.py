@@ -243,3 +243,32 @@ def test_a_planned_stop_elsewhere_is_a_typed_error_and_the_guest_runs_on(target)
         t.wait_stop(2.0)
     assert t.running
     t.wait_stop(2.0)
+
+
+class StallingStub(PipelineStub):
+    """Stops reading the client once the handshake is over, as a hung QEMU would."""
+
+    stall = False
+
+    def _received(self, data: bytes) -> None:
+        super()._received(data)
+        while self.stall:
+            time.sleep(0.05)
+
+
+def test_a_stub_that_reads_no_more_is_a_timeout_on_write_not_a_hang(tmp_path):
+    # The client writes the descriptor itself, non-blocking (no socket timeout's poll before
+    # each send): a full socket buffer waits the target's timeout, then says so.
+    stub = StallingStub(str(tmp_path / "gdb.sock"), "11.1")
+    t = RspTarget(tmp_path / "gdb.sock", timeout=1.0)
+    try:
+        stub.stall = True
+        t._write(b"$g#67")  # the stub takes this one and stalls in its handler
+        time.sleep(0.1)
+        with pytest.raises(TargetTimeout, match="takes no more bytes"):
+            for _ in range(1000):
+                t._write(b"x" * 65536)  # 64 MiB: far more than any socket buffer
+    finally:
+        stub.stall = False
+        t.sock.close()
+        stub.close()
