@@ -46,6 +46,7 @@ import pexpect
 
 from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
+from .fdio import nonblocking, read_now, wait_readable, write_all
 
 PROTOCOL_PREFIX = "@@H "
 #: PCI addresses of the control and output ports (images/init.sh finds its ttys by them)
@@ -171,6 +172,7 @@ class HmpMonitor:
             self.sock.connect(str(path))
         except OSError as exc:
             raise GuestDied(f"cannot connect to the human monitor at {path}: {exc}", []) from exc
+        self._fd = nonblocking(self.sock)  # one NMI a trace: harness/transport/fdio.py says why
         self.buf = bytearray()
         self.unanswered: collections.deque[str] = collections.deque()
         banner = self._segment(block=True)  # "QEMU x.y.z monitor - type 'help' ...\r\n"
@@ -179,13 +181,15 @@ class HmpMonitor:
 
     def _segment(self, block: bool) -> bytes | None:
         """The bytes up to the next prompt, or None when none is there (and not ``block``)."""
-        import select
-
         while self.PROMPT not in self.buf:
-            if not block and not select.select([self.sock], [], [], 0)[0]:
-                return None
             try:
-                data = self.sock.recv(65536)
+                data = read_now(self._fd)
+                if data is None:
+                    if not block:
+                        return None
+                    if not wait_readable(self._fd, self.timeout):
+                        raise TimeoutError(f"no answer within {self.timeout:g}s")
+                    continue
             except OSError as exc:
                 raise GuestDied(f"human monitor connection failed: {exc}", []) from exc
             if not data:
@@ -198,7 +202,7 @@ class HmpMonitor:
     def send(self, line: str) -> None:
         """Send a command line without waiting for its answer (:meth:`drain` reads it)."""
         try:
-            self.sock.sendall(line.encode() + b"\n")
+            write_all(self._fd, line.encode() + b"\n", self.timeout)
         except OSError as exc:
             raise GuestDied(f"HMP {line} failed: {exc}", []) from exc
         self.unanswered.append(line)

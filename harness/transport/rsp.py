@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import re
-import select
 import socket
 import struct
 import time
@@ -36,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TargetDied, TargetError, TargetTimeout
+from .fdio import nonblocking, read_now, wait_readable, write_all
 from .target import SIGTRAP, ReadResult, Stop, Target
 
 #: bytes per ``m`` packet when the stub names no PacketSize (QEMU 7.2's limit)
@@ -278,11 +277,8 @@ class RspTarget(Target):
             self.sock.connect(self.path)
         except OSError as exc:
             raise TargetDied(f"cannot connect to the gdb stub at {self.path}: {exc}") from exc
-        # The hot path reads and writes the descriptor itself (:meth:`_read_now`, :meth:`_write`):
-        # a socket with a timeout polls before each recv and send, one syscall more each time,
-        # and a stop takes about six of them.  Non-blocking, so no read or write can hang.
-        self._fd = self.sock.fileno()
-        os.set_blocking(self._fd, False)
+        # The hot path reads and writes the descriptor itself (harness/transport/fdio.py says why)
+        self._fd = nonblocking(self.sock)
         self.reader = PacketReader()
         self.ack_mode = True
         self.phys_mode = False
@@ -318,22 +314,18 @@ class RspTarget(Target):
     # -- packet I/O ----------------------------------------------------------------------------
     def _recv_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes from the stub and take them."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TargetTimeout("no reply from the gdb stub")
-        r, _, _ = select.select([self._fd], [], [], left)
-        if not r:
+        if not wait_readable(self._fd, deadline - time.monotonic()):
             raise TargetTimeout("no reply from the gdb stub")
         self._read_now()
 
     def _read_now(self) -> bool:
         """Take what the stub has sent, without waiting: False when nothing was there."""
         try:
-            data = os.read(self._fd, 65536)
-        except BlockingIOError:
-            return False
+            data = read_now(self._fd)
         except OSError as exc:
             raise TargetDied(f"gdb stub connection failed: {exc}") from exc
+        if data is None:
+            return False
         if not data:
             raise TargetDied("the gdb stub closed the connection (QEMU gone?)")
         self.reader.feed(data)
@@ -387,20 +379,12 @@ class RspTarget(Target):
     def _write(self, raw: bytes) -> None:
         """Every write to the stub: a connection that went away (QEMU died, the guest panicked
         and QEMU exited) is TargetDied, never a bare BrokenPipeError."""
-        view = memoryview(raw)
-        deadline = None
-        while view:
-            try:
-                view = view[os.write(self._fd, view):]
-            except BlockingIOError:
-                # The socket's buffer is full: the stub reads no more (a write is a few KiB at
-                # most, PIPELINE_MAX packets): bounded as a read is.
-                deadline = deadline or time.monotonic() + self.timeout
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([], [self._fd], [], left)[1]:
-                    raise TargetTimeout("the gdb stub takes no more bytes (QEMU hung?)") from None
-            except OSError as exc:
-                raise TargetDied(f"gdb stub connection failed: {exc}") from exc
+        try:
+            write_all(self._fd, raw, self.timeout)
+        except TimeoutError:
+            raise TargetTimeout("the gdb stub takes no more bytes (QEMU hung?)") from None
+        except OSError as exc:
+            raise TargetDied(f"gdb stub connection failed: {exc}") from exc
 
     def _write_packets(self, cmds: list[bytes], kind: str | None = None) -> None:
         """Write the acks we owe, the lazy commands, then ``cmds``, in one write.
