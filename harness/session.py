@@ -202,6 +202,7 @@ class Session:
             "accel": self.accel,
             "accel_why": self.accel_why,
             "pinned": self.pinned,
+            "realtime": self.realtime,
             "smp": self.spec.smp,
             "pti": self.spec.pti,
             "transport": self.spec.transport,
