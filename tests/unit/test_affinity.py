@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -29,12 +30,22 @@ time.sleep(30)
 """
 
 
+@contextlib.contextmanager
+def _child(code: str, stdin=None):
+    """A Python child running ``code``, once it has printed "up"; killed and reaped after."""
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=stdin, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        yield child
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
 def test_the_harness_and_qemus_threads_end_up_on_different_cpus():
     cpus = sorted(os.sched_getaffinity(0))
     require(len(cpus) >= 2, "one CPU: nothing to split")
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "up"
+    with _child(CHILD) as child:
         before = os.sched_getaffinity(0)
         words, undo = pin_apart(child.pid)
         try:
@@ -50,9 +61,6 @@ def test_the_harness_and_qemus_threads_end_up_on_different_cpus():
         finally:
             undo()
         assert os.sched_getaffinity(0) == before
-    finally:
-        child.kill()
-        child.wait(timeout=10)
 
 
 def test_a_qemu_that_is_gone_is_a_typed_error():
@@ -68,17 +76,11 @@ def test_a_qemu_that_is_gone_is_a_typed_error():
 def test_a_qemu_without_named_vcpu_threads_is_a_typed_error():
     # QEMU 7.2 names its threads only with -name debug-threads=on: nothing to tell the vCPUs by
     require(len(os.sched_getaffinity(0)) >= 2, "one CPU: pin_apart does nothing there")
-    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "up"
+    with _child("import time; print('up', flush=True); time.sleep(30)") as child:
         before = os.sched_getaffinity(0)
         with pytest.raises(PinError, match="named as a vCPU thread"):
             pin_apart(child.pid)
         assert os.sched_getaffinity(0) == before
-    finally:
-        child.kill()
-        child.wait(timeout=10)
 
 
 # A main thread that starts a thread when told (a line on stdin), after --rt was applied to it.
@@ -95,9 +97,7 @@ time.sleep(30)
 
 def test_rt_makes_the_main_thread_real_time_and_not_the_threads_it_starts_later():
     require(os.geteuid() == 0, "SCHED_FIFO needs CAP_SYS_NICE (root)")
-    child = subprocess.Popen([sys.executable, "-c", LATER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "up"
+    with _child(LATER, stdin=subprocess.PIPE) as child:
         mine = os.sched_getscheduler(0)
         words = stub_first(child.pid)
         assert os.sched_getscheduler(child.pid) == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
@@ -107,9 +107,6 @@ def test_rt_makes_the_main_thread_real_time_and_not_the_threads_it_starts_later(
         child.stdin.flush()
         assert int(child.stdout.readline()) == os.SCHED_OTHER  # SCHED_RESET_ON_FORK
         assert os.sched_getscheduler(0) == mine  # the harness itself is left as it was
-    finally:
-        child.kill()
-        child.wait(timeout=10)
 
 
 def test_rt_on_a_qemu_that_is_gone_is_a_typed_error():
