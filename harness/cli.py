@@ -137,11 +137,9 @@ def cmd_images_build(args) -> int:
         # A kernel's symbols come from its /proc/kallsyms, dumped at its first boot and cached
         # (harness/session.py): booted here once, so that the unit tests that read them
         # (test_lockstep's points in the real kernel text) have them on an empty cache too.
-        from .images.cache import cache_root
-        from .session import GuestSpec, Session
+        from .session import GuestSpec, Session, kallsyms_path
 
-        k = get_kernel(name)
-        path = cache_root() / "kallsyms" / f"{k.sha256}.txt"
+        path = kallsyms_path(get_kernel(name))
         if not path.exists():
             with Session(GuestSpec(kernel=name, programs=[])):
                 pass
@@ -156,12 +154,13 @@ def write_gdb_session(sess, started: dict | None = None, maps: dict | None = Non
     from pathlib import Path
 
     from .images.symfile import kernel_symbol_file
+    from .session import kallsyms_path
 
     m = sess.machine
     symfile = kernel_symbol_file(sess.symbols, sess.kernel.sha256)
     cfg = {
         "release": m.release, "kernel_name": sess.spec.kernel, "vmlinux": str(sess.kernel.vmlinux),
-        "kallsyms": str(cache_root() / "kallsyms" / f"{sess.kernel.sha256}.txt"), "symfile": str(symfile),
+        "kallsyms": str(kallsyms_path(sess.kernel)), "symfile": str(symfile),
         "gdb_socket": str(m.gdb_socket),
         "programs": [{"name": p.name, "toolchain": p.toolchain, "variant": p.variant.tag, "path": str(p.path),
                       "runtime": [[str(h), g] for h, g in p.runtime]} for p in sess.programs.values()],

@@ -88,9 +88,14 @@ def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> 
     return ("kvm" if ok else "tcg"), why
 
 
+def kallsyms_path(kernel: Kernel) -> Path:
+    """Where a kernel build's /proc/kallsyms is cached (:func:`kernel_symbols`)."""
+    return cache_root() / "kallsyms" / f"{kernel.sha256}.txt"
+
+
 def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
     """The guest's /proc/kallsyms, dumped once per kernel build (about 20 s on TCG) and cached."""
-    path = cache_root() / "kallsyms" / f"{kernel.sha256}.txt"
+    path = kallsyms_path(kernel)
     if not path.exists():
         # One harness dumps, another booted on the same kernel waits and reads its dump.
         with cache_lock(path.parent / f".{kernel.sha256}.lock",

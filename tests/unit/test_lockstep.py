@@ -289,15 +289,15 @@ def test_support_from_btf_alone():
 
 @pytest.fixture(scope="module")
 def kernels():
-    from harness.images.cache import cache_root
     from harness.images.kernel import get_kernel
     from harness.kernel.btf import Btf
     from harness.kernel.kallsyms import Kallsyms
+    from harness.session import kallsyms_path
 
     out = {}
     for name in ("default", "trixie", "bookworm"):
         k = get_kernel(name)
-        syms = cache_root() / "kallsyms" / f"{k.sha256}.txt"
+        syms = kallsyms_path(k)
         out[name] = (k, Btf.from_elf(k.vmlinux), Kallsyms.parse(syms.read_text()) if syms.exists() else None)
     return out
 
