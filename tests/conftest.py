@@ -134,10 +134,18 @@ def _qemu_choice(spec) -> str | tuple[str, ...]:
 
 
 def pool_key(spec) -> tuple:
-    """A guest's kind: its spec without the programs in its initramfs (QEMU None and the
-    default's name are one QEMU)."""
-    return (spec.kernel, spec.kernel_path, spec.smp, spec.accel, spec.pti, spec.transport, _qemu_choice(spec),
-            spec.memory_mb, tuple(sorted(spec.extra_files.items())), spec.pin)
+    """A guest's kind: every field of its spec but the programs in its initramfs (QEMU None and
+    the default's name are one QEMU).  Every field, so that one GuestSpec gains (``rt`` did)
+    is a kind of its own without a change here."""
+    import dataclasses
+
+    key = []
+    for f in dataclasses.fields(spec):
+        if f.name in ("programs", "user_programs"):
+            continue
+        value = _qemu_choice(spec) if f.name == "qemu" else getattr(spec, f.name)
+        key.append((f.name, tuple(sorted(value.items())) if isinstance(value, dict) else value))
+    return tuple(key)
 
 
 class GuestPool:

@@ -22,7 +22,8 @@ def test_the_programs_are_not_the_kind(monkeypatch):
 
     assert pool_key(GuestSpec(qemu=DEFAULT_CHOICE)) == pool_key(GuestSpec())  # the default, named or not
     for other in (GuestSpec(smp=2), GuestSpec(kernel="bookworm"), GuestSpec(pti=True), GuestSpec(memory_mb=256),
-                  GuestSpec(qemu="host" if DEFAULT_CHOICE != "host" else "backports"), GuestSpec(transport="mi")):
+                  GuestSpec(qemu="host" if DEFAULT_CHOICE != "host" else "backports"), GuestSpec(transport="mi"),
+                  GuestSpec(pin=True), GuestSpec(rt=True)):
         assert pool_key(other) != pool_key(GuestSpec()), other
         assert pool_group(other) != pool_group(GuestSpec())
     assert pool_group(GuestSpec(smp=2)).startswith("pool:default-smp2-")
