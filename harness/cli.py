@@ -356,7 +356,7 @@ def cmd_run(args) -> int:
         if args.program:
             print("harness run: --kernel-diff samples catalog scenarios, not --program", file=sys.stderr)
             return EXIT_USAGE
-        from .scenarios.kernel_diff import DEFAULT_SCENARIOS, cmd_kernel_diff
+        from .lockstep.driver import DEFAULT_SCENARIOS, cmd_kernel_diff
 
         kd = argparse.Namespace(**vars(args))
         kd.scenarios = args.scenarios or list(DEFAULT_SCENARIOS)
@@ -594,13 +594,13 @@ def cmd_bench(args) -> int:
 
 
 def _bench_soak(args) -> int:
-    """``harness bench soak``: the soak's figures (harness/scenarios/soak.py); exit 1 when a
+    """``harness bench soak``: the soak's figures (harness/soak/engine.py); exit 1 when a
     request was lost, a callback duplicated, a cookie reused or a stack failed, 3 on errors."""
     import tempfile
     from pathlib import Path
 
     from .progress import sampling_reporter
-    from .scenarios.soak import PROGRAM, SoakSpec, format_soak, run_soak
+    from .soak.engine import PROGRAM, SoakSpec, format_soak, run_soak
     from .session import Session
 
     spec = SoakSpec(requests=args.requests, tasks=args.tasks, cancel_every=args.cancel_every,
@@ -725,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_perf_cli(sub, _guest_args, _spec)
 
-    from .scenarios.kernel_diff import add_cli as add_kernel_diff_cli
+    from .lockstep.driver import add_cli as add_kernel_diff_cli
 
     add_kernel_diff_cli(sub, _guest_args, _spec)
 

@@ -57,8 +57,8 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `KallsymsCensoredError`
  |         +-- `SymbolLookupError` [KeyError]  kernel: harness/kernel/kallsyms.py
  |         |    +-- `AmbiguousSymbolError`
- |         +-- `LockstepError`                 kernel: harness/kernel/lockstep.py
- |         +-- `KernelDiffError`               scenarios: harness/scenarios/kernel_diff.py
+ |         +-- `LockstepError`                 lockstep: harness/lockstep/compare.py
+ |         +-- `KernelDiffError`               lockstep: harness/lockstep/driver.py
  |         +-- `ModelError`                    deferred: harness/deferred/model.py
  |         |    +-- `ModelBlocked`
  |         +-- `LogFormatError`                deferred: harness/deferred/log.py

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.kernel.lockstep import EXPECTED
+from harness.lockstep.compare import EXPECTED
 from harness.perf.capture import PERFCC
 from harness.scenarios.catalog import CATALOG, programs_for
-from harness.scenarios.kernel_diff import KernelDiff, check_support, resolve_points
+from harness.lockstep.driver import KernelDiff, check_support, resolve_points
 from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import require
 from harness.images.qemu import QemuImageError, resolve_qemu
-from harness.scenarios.soak import PROGRAM, SoakSpec, format_soak, run_soak
+from harness.soak.engine import PROGRAM, SoakSpec, format_soak, run_soak
 from harness.session import GuestSpec
 
 REQUESTS = 300

@@ -46,10 +46,10 @@ from ..deferred.model import DeferredModel, ModelBlocked, ModelError, UnwindWork
 from ..images.programs import Variant
 from ..kernel import read_task
 from ..kernel.stops import StopPoint
+from ..scenarios.catalog import Scenario
+from ..scenarios.engine import MAX_REQUESTS_PER_SAMPLE, Engine, ProgressCallback
 from ..session import Session
 from ..transport.errors import GuestError, TargetError
-from .catalog import Scenario
-from .engine import MAX_REQUESTS_PER_SAMPLE, Engine, ProgressCallback
 
 __all__ = ["Ledger", "SoakEngine", "SoakReport", "SoakSpec", "format_soak", "soak_scenario"]
 

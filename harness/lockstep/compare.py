@@ -1,7 +1,7 @@
 """Lockstep: the deferred-unwinding model driven by the guest kernel's own ``unwind_deferred``
 events, and every event compared (``harness kernel-diff``).
 
-The live part (:mod:`harness.scenarios.kernel_diff`) stops the guest kernel in its own code and
+The live part (:mod:`harness.lockstep.driver`) stops the guest kernel in its own code and
 turns each stop into an :class:`Event`; this module is pure: it takes those events in the order
 the kernel produced them, drives :class:`~harness.deferred.model.DeferredModel` with the same
 calls (same task, same CPU, same order) and compares what the kernel did with what the model
@@ -574,7 +574,7 @@ class Lockstep:
 def deferred_support(btf, symbols: Mapping[str, int] | None = None) -> tuple[bool, str]:
     """Whether this kernel has deferred unwinding and perf's deferred callchains, from its BTF
     (and kallsyms, once booted): (yes or no, why)."""
-    from .btf import BtfLookupError
+    from ..kernel.btf import BtfLookupError
 
     try:
         btf.member_offset("task_struct", "unwind_info")

@@ -2,7 +2,7 @@
 
 The kernel's tracer is perf with ``defer_callchain`` (``guest_programs/perfcc.c -d`` sampling a
 catalog program); the guest stops in the kernel's own code and every stop becomes an
-:class:`~harness.kernel.lockstep.Event` that the pure :class:`~harness.kernel.lockstep.Lockstep`
+:class:`~harness.lockstep.compare.Event` that the pure :class:`~harness.lockstep.compare.Lockstep`
 feeds to the model (mainline profile, or seed-v10 as a control) and compares.
 
 Where the guest stops, on a 7.x kernel (each a real function there: checked in its kallsyms and
@@ -39,14 +39,14 @@ from typing import IO
 from ..deferred.profile import get_profile
 from ..errors import HarnessError
 from ..kernel import PF_EXITING, current_task, user_regs
-from ..kernel.lockstep import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
 from ..memory import MemoryFault
 from ..perf.capture import PERFCC, PerfSpec
+from ..scenarios.catalog import Scenario
 from ..session import Session
 from ..transport.errors import TargetError, TargetTimeout
 from ..transport.target import TargetMemory
 from ..unwind.user import UnwindConfig, unwind_user
-from .catalog import Scenario
+from .compare import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
 
 __all__ = ["KernelDiff", "KernelDiffResult", "Points", "resolve_points"]
 
@@ -553,9 +553,9 @@ def cmd_kernel_diff(args, spec_for) -> int:
 
     from ..images.kernel import get_kernel
     from ..kernel.btf import Btf
-    from ..kernel.lockstep import Summary as _Summary
     from ..report.rundir import new_run_dir
-    from .catalog import programs_for, select_scenarios
+    from ..scenarios.catalog import programs_for, select_scenarios
+    from .compare import Summary as _Summary
 
     scenarios = select_scenarios(args.scenarios, DEFAULT_SCENARIOS)
     ci = os.environ.get("CI", "").lower() == "true"
@@ -612,7 +612,7 @@ def cmd_kernel_diff(args, spec_for) -> int:
 
 def cmd_kernel_diff_replay(args) -> int:
     """Offline: run a recorded event file through a fresh lockstep."""
-    from ..kernel.lockstep import replay
+    from .compare import replay
 
     path = Path(args.replay)
     events, header = [], {}
