@@ -1,3 +1,3 @@
 """The soak (``harness bench soak``): many requests, NMI and timer, over tasks that fork, exec and
-exit, with cancels; every request accounted for in bounded memory.  :mod:`.engine` drives the
-scenario engine with the soak's points and cancels; its ledger checks every callback."""
+exit, with cancels.  :mod:`.engine` drives the scenario engine with the soak's points and cancels;
+:mod:`.ledger` (pure) accounts for every request in memory bounded by the live tasks."""

@@ -1,4 +1,4 @@
-"""The soak's ledger (harness/soak/engine.py) on event streams of the real deferred model.
+"""The soak's ledger (harness/soak/ledger.py) on event streams of the real deferred model.
 
 The model runs forks, exits, requests from NMI and IRQ context, deliveries and cancels (at a
 request, and interleaved with a task work's callback walk as the soak does); the ledger must
@@ -17,7 +17,7 @@ from harness.deferred.check import check_events
 from harness.deferred.log import EventLog
 from harness.deferred.model import IRQ, NMI, Context, DeferredModel, UnwindWork
 from harness.deferred.profile import get_profile
-from harness.soak.engine import Ledger
+from harness.soak.ledger import Ledger
 
 
 def _soak_events(profile: str, seed: int = 1, rounds: int = 300) -> list[dict]:
