@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 from harness.lockstep.compare import EXPECTED
+from harness.lockstep.driver import KernelDiff, check_support
+from harness.lockstep.points import resolve_points
 from harness.perf.capture import PERFCC
 from harness.scenarios.catalog import CATALOG, programs_for
-from harness.lockstep.driver import KernelDiff, check_support, resolve_points
 from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu

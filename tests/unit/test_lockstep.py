@@ -329,7 +329,7 @@ def test_support_of_the_three_kernels(kernels):
 def test_points_in_the_real_kernel_text(kernels):
     """The callback call site, the store of PF_EXITING and HARDIRQ_OFFSET, found in the 7.3
     vmlinux's own bytes."""
-    from harness.lockstep.driver import flag_set_sites, hardirq_offset, indirect_call_sites
+    from harness.lockstep.points import flag_set_sites, hardirq_offset, indirect_call_sites
 
     k, _, syms = kernels["default"]
     require(syms is not None, "the default kernel's kallsyms is not cached yet (one boot dumps it)")
