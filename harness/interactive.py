@@ -38,7 +38,7 @@ from .kernel import (
     task_cpu,
     user_regs,
 )
-from .kernel.stops import StopPoint
+from .kernel.stops import StopPoint, delivery_points
 from .kernel.vdso import with_kernel_vdso
 from .memory import MemoryFault
 from .oracles.base import OracleFrames, Request, Setup, Stack, build_oracles
@@ -58,7 +58,6 @@ __all__ = ["UNWINDERS", "Guest", "Text", "user_regs_from_cpu"]
 log = logging.getLogger(__name__)
 
 UNWINDERS = ("fp", "sframe")
-RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32", "exit")
 DIRECT_MAP = 0xFFFF_8880_0000_0000  # page_offset_base without KASLR (the guest boots without it)
 _CR4_LA57 = 1 << 12
 
@@ -518,12 +517,7 @@ class Guest:
 
     # -- stopping at the next return to user, or at a kernel symbol ---------------------------------
     def _return_points(self, with_signal: bool = True) -> dict[int, StopPoint]:
-        s = self.session
-        pts = {s.stops[p].addr: s.stops[p] for p in RETURN_POINTS if p in s.stops.points}
-        if with_signal and "get_signal" in s.info.symbols:
-            a = s.info.symbols["get_signal"]
-            pts[a] = StopPoint("get_signal", a, "return", "task", "symbol get_signal")
-        return pts
+        return delivery_points(self.session.stops, self.session.info.symbols, with_signal=with_signal)
 
     def _run_until(self, addrs, accept, timeout: float, max_stops: int = 2000):
         """Continue with breakpoints at ``addrs`` until ``accept(pc)`` holds; leave it stopped."""

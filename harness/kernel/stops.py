@@ -9,10 +9,13 @@ reported in :attr:`StopPoints.missing`, never guessed.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
 from . import KernelInfo
+
+__all__ = ["RETURN_POINTS", "StopPoint", "StopPoints", "delivery_points", "find_stop_points"]
 
 # kind: what the model does there.  regs: where struct pt_regs of the interrupted or returning
 # context is: "rdi" (first argument), "rsp" (the stack pointer points at it), "task" (the top of
@@ -65,6 +68,23 @@ AFTER_CALL_POINTS = (
     ("exit", "exit", "task", "exit_signals", "do_exit"),
 )
 SCAN_LIMIT = 4096
+# The return-to-user points: the exit-to-user path runs a task's pending task work on the way
+# (``unwind_reset_info()`` is inlined into it, so it has no symbol of its own).
+RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
+
+
+def delivery_points(stops: StopPoints, symbols: Mapping[str, int], with_exit: bool = True,
+                    with_signal: bool = True) -> dict[int, StopPoint]:
+    """Where a task's deferred work is run, by address: the :data:`RETURN_POINTS`; ``with_exit``:
+    the exit point (``do_exit()`` after ``exit_signals()``); ``with_signal``: ``get_signal()``, which
+    runs the task work before it looks for a signal, i.e. before a handler's frame replaces the
+    user registers.  A point this kernel lacks is left out."""
+    names = RETURN_POINTS + (("exit",) if with_exit else ())
+    out = {stops[n].addr: stops[n] for n in names if n in stops.points}
+    if with_signal and "get_signal" in symbols:
+        a = symbols["get_signal"]
+        out[a] = StopPoint("get_signal", a, "return", "task", "symbol get_signal")
+    return out
 
 
 def find_after_call(code: bytes, code_addr: int, callee: int) -> list[int]:

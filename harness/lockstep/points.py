@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from ..errors import HarnessError
 from ..kernel import PF_EXITING
+from ..kernel.stops import RETURN_POINTS
 from ..session import Session
 
 __all__ = ["KernelDiffError", "Points", "flag_set_sites", "hardirq_offset", "indirect_call_sites", "resolve_points"]
 
-RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
 # include/linux/preempt.h: HARDIRQ and NMI are 4 bits each, NMI right above HARDIRQ.  Where
 # HARDIRQ starts differs between kernels (bit 16 in 6.x; bit 24 in 7.3, whose preempt count is 64
 # bits): it is read from the kernel's own irq_enter_rcu(), see hardirq_offset().

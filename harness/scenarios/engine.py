@@ -56,7 +56,7 @@ from ..deferred.model import (
 from ..deferred.profile import get_profile
 from ..images.programs import Program
 from ..kernel import PF_EXITING, TaskInfo
-from ..kernel.stops import StopPoint
+from ..kernel.stops import StopPoint, delivery_points
 from ..kernel.vdso import with_kernel_vdso
 from ..memory import BufferMemory, CapturedMemory, MemoryFault, Overlay
 from ..oracles.base import Oracle, Request, Setup, build_oracles
@@ -136,7 +136,6 @@ STOPS_PER_REQUEST_LIMIT = 20
 
 
 class Engine:
-    RETURN_POINTS = ("return_syscall64", "return_irq", "return_syscall32", "return_sysenter32")
     REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
 
     def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
@@ -245,14 +244,8 @@ class Engine:
         self._own_backing = Overlay(self._vdso, self.checker.backing) if self._vdso else self.checker.backing
         self.request_points = {s.stops[self.REQUEST_POINTS[r]].addr: s.stops[self.REQUEST_POINTS[r]]
                                for r in self.sc.requests}
-        self.return_points = {s.stops[p].addr: s.stops[p] for p in self.RETURN_POINTS if p in s.stops.points}
-        if "exit" in s.stops.points:
-            self.return_points[s.stops["exit"].addr] = s.stops["exit"]
-        if "get_signal" in s.info.symbols:
-            # get_signal() runs the task's pending task work before it looks for a signal, i.e.
-            # before a handler's frame replaces the user registers: deliver there.
-            self.return_points[s.info.symbols["get_signal"]] = StopPoint(
-                "get_signal", s.info.symbols["get_signal"], "return", "task", "symbol get_signal")
+        # The returns to user space, the exit and get_signal(): wherever the task work runs.
+        self.return_points = delivery_points(s.stops, s.info.symbols)
         self._returns_armed = False
         self._plan_ok = True  # whether the next NMI stop may be left at once (_plan_request_stop)
         self._plan_off = False  # none is, for the rest of the run (_on_continued_request)
