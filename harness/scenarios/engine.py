@@ -50,6 +50,7 @@ from ..deferred.model import (
     SYSCALL,
     Context,
     DeferredModel,
+    Delivery,
     ModelError,
     UnwindWork,
 )
@@ -90,23 +91,15 @@ REPORT_EVERY = 0.05  # seconds between two progress reports of a sampling run (t
 PLAN_MISSES_MAX = 4
 
 
-@dataclass
-class Delivered:
-    pid: int
-    cookie: int
-    trace: tuple[int, ...]
-    tracer: str
-
-
 @dataclass(frozen=True)
-class Delivery:
+class PendingCheck:
     """A delivery whose task work is done, waiting for its checks: the snapshot, the trace the
-    model's walk gave (or its cache), the callbacks made, and the (entry, epoch) they were in."""
+    model's walk gave (or its cache) and the callbacks made (the model's own
+    :class:`~harness.deferred.model.Delivery` records: tracer, task, entry, epoch, cookie, trace)."""
 
     snap: StopSnapshot
     trace: Trace
-    delivered: list[Delivered]
-    entry: tuple[int, int]
+    delivered: list[Delivery]
 
 
 @dataclass(frozen=True)
@@ -167,17 +160,16 @@ class Engine:
         self.n_requests = 0  # every request, whichever task it landed on
         self._walk_regs: UserRegs | None = None
         self._walk_task: TaskInfo | None = None
-        self._delivered_now: list[Delivered] = []
+        self._delivered_now: list[Delivery] = []
         self.oracles: list[Oracle] = []
         self.checker: StackChecker | None = None
         self._last_trace: Trace | None = None
-        self._delivered_entry: tuple[int, int] = (0, 0)
         # Delivery snapshots taken at their stops, walked and judged once the guest runs on
         # (before the next stop is looked at, so the model and the log keep their order).
         self._queue: list[StopSnapshot] = []
         # ... and the deliveries whose task work is done, waiting for their checks (which may
         # wait past the next request: they only read the snapshot and write the log).
-        self._checks: list[Delivery] = []
+        self._checks: list[PendingCheck] = []
         self._snap: StopSnapshot | None = None
         self.verify = verify  # also check each delivery on the live guest at its stop and compare
         self.keep_snapshots = keep_snapshots  # keep (snapshot, record) pairs in self.snapshots
@@ -203,9 +195,9 @@ class Engine:
     def _callback(self, work, trace, cookie) -> None:
         self.result.callbacks += 1
         self.result.cookies.add(cookie)
-        mt = self.model.tasks[self._walk_task.pid]
-        self._delivered_entry = (mt.entry, mt.epoch)
-        self._delivered_now.append(Delivered(self._walk_task.pid, cookie, tuple(trace), work.name))
+        pid = self._walk_task.pid
+        mt = self.model.tasks[pid]
+        self._delivered_now.append(Delivery(work.name, pid, mt.entry, mt.epoch, cookie, tuple(trace)))
 
     def _report(self, finished: bool = False, interrupted: bool = False) -> None:
         if self.progress is not None:
@@ -718,7 +710,7 @@ class Engine:
         self._delivered_now = []
         self._task_work(self.model.tasks[snap.task.pid], snap.point)
         if self._delivered_now:
-            self._checks.append(Delivery(snap, self._last_trace, self._delivered_now, self._delivered_entry))
+            self._checks.append(PendingCheck(snap, self._last_trace, self._delivered_now))
 
     def _task_work(self, mt, point) -> None:
         """The model's task work at this delivery: in ``do_exit()`` or at the return to user space."""
@@ -728,7 +720,7 @@ class Engine:
             self.model.return_to_user(mt)
 
     # -- the oracles and their verdicts, on the delivery's snapshot -----------------------------
-    def _check(self, d: Delivery) -> None:
+    def _check(self, d: PendingCheck) -> None:
         r = self.result
         snap = d.snap
         task, regs, req, point = snap.task, snap.regs, snap.request, snap.point
@@ -768,7 +760,7 @@ class Engine:
             for dv in v.divergences:
                 if dv.cause:
                     r.causes[dv.cause] += 1
-        entry, epoch = d.entry
+        entry, epoch = d.delivered[-1].entry, d.delivered[-1].epoch  # one entry: that of the task work
         ev.problems = problems
         records = ev.records(self.sc.unwinder)
         rec = self.log.emit(
