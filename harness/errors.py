@@ -41,6 +41,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `SFrameError` [ValueError]      sframe: harness/sframe/errors.py
  |         +-- `UnwindError`                   unwind: harness/unwind/user.py
  |         |    +-- `UnwindConfigError`
+ |         |    +-- `UnknownUnwinder` [ValueError]
  |         +-- `AccessError`                   unwind: harness/unwind/access.py
  |         |    +-- `NotUserAddress`
  |         |    +-- `UserFault`

@@ -331,12 +331,11 @@ class UnwindRunner:
         test's) in ``variant`` (:class:`harness.images.programs.Variant`); the unwinder is SFrame's
         where the variant has SFrame and no frame pointers, else frame pointers."""
         from .images.programs import Variant
-        from .scenarios.catalog import Scenario
+        from .scenarios.catalog import Scenario, unwinder_for
 
         variant = variant if variant is not None else Variant()
         tc = toolchain or self.toolchain
-        fields = {"unwinder": "sframe" if variant.sframe and not variant.frame_pointers else "fp",
-                  "samples": samples or self._config("samples")}
+        fields = {"unwinder": unwinder_for(variant, tc), "samples": samples or self._config("samples")}
         if args is not None:
             fields["args"] = tuple(args)
         fields.update(self._smp_requests(scenario_fields))

@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HarnessError
-from ..images.programs import Variant
+from ..images.programs import USER, Variant, user_program
+from ..unwind.user import UnknownUnwinder, Unwinder
 
-__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for", "select_scenarios", "user_scenario"]
+__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for", "select_scenarios",
+           "unwinder_for", "user_scenario"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,9 @@ class Scenario:
     # up to MAX_REQUESTS_PER_SAMPLE times this many in all.
     samples: int = 60
     tracers: int = 2
-    unwinder: str = "fp"  # "fp" (frame pointers only) or "sframe" (SFrame where an FRE exists, else FP)
+    # The deferred walk: frame pointers only, or SFrame where an FRE exists, else FP.  A name
+    # ("fp", "sframe") is taken and made the member; another name is an UnknownUnwinder.
+    unwinder: Unwinder = Unwinder.FP
     # Where tracers request: "nmi" (QMP inject-nmi: reaches vCPU 0 only), "timer" (the local APIC
     # timer interrupt, on every vCPU: the request point for SMP guests) and/or "syscall" (entry
     # of do_syscall_64, a request from task context for every 64-bit syscall, on every vCPU).
@@ -46,6 +50,12 @@ class Scenario:
     break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
     user_path: str | None = None  # a user's own binary (toolchain "user") instead of a guest program
 
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "unwinder", Unwinder(self.unwinder))
+        except UnknownUnwinder as exc:
+            raise UnknownUnwinder(f"scenario {self.name}: {exc}") from None
+
     def describe(self) -> str:
         return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "
                 f"{self.samples} requests on its tasks at {'+'.join(self.requests)}, {self.tracers} tracers")
@@ -59,13 +69,13 @@ CATALOG: dict[str, Scenario] = {
         Scenario("fp-spin"),
         Scenario("fp-syscall", args=("100000000", "raw")),
         Scenario("fp-libc-syscall", args=("100000000", "libc")),
-        Scenario("sframe-v1-nofp", variant=_NOFP, unwinder="sframe"),
-        Scenario("sframe-v2-nofp", toolchain="trixie", variant=_NOFP, unwinder="sframe"),
-        Scenario("sframe-v3-nofp", toolchain="sid", variant=_NOFP, unwinder="sframe"),
+        Scenario("sframe-v1-nofp", variant=_NOFP, unwinder=Unwinder.SFRAME),
+        Scenario("sframe-v2-nofp", toolchain="trixie", variant=_NOFP, unwinder=Unwinder.SFRAME),
+        Scenario("sframe-v3-nofp", toolchain="sid", variant=_NOFP, unwinder=Unwinder.SFRAME),
         Scenario("fp-seed-v10", profile="seed-v10"),
         Scenario("fp-dynamic", variant=Variant(static=False, shadow=True), args=("100000000", "raw")),
         Scenario("fp-timer", requests=("timer",)),
-        Scenario("sframe-v2-timer", toolchain="trixie", variant=_NOFP, unwinder="sframe", requests=("timer",),
+        Scenario("sframe-v2-timer", toolchain="trixie", variant=_NOFP, unwinder=Unwinder.SFRAME, requests=("timer",),
                  args=("100000000", "raw")),
         # Requests from task context: every syscall entry (do_syscall_64) is a request point.
         Scenario("fp-syscall-entry", args=("100000000", "raw"), requests=("syscall",)),
@@ -84,10 +94,10 @@ CATALOG: dict[str, Scenario] = {
         Scenario("recurse-seed-v10", program="recurse", args=("600",), profile="seed-v10"),
         # Samples at function entry and exit: FP loses the caller there, SFrame does not.
         Scenario("prologues", program="prologues", args=()),
-        Scenario("prologues-sframe", program="prologues", toolchain="sid", unwinder="sframe", args=()),
+        Scenario("prologues-sframe", program="prologues", toolchain="sid", unwinder=Unwinder.SFRAME, args=()),
         # Calls in tail position (noreturn callees, -O2, no frame pointers): the kernel's SFrame
         # lookup of a return address at its function's end finds no FDE (or the next function's).
-        Scenario("sframe-tailcall", program="tailcall", toolchain="sid", unwinder="sframe",
+        Scenario("sframe-tailcall", program="tailcall", toolchain="sid", unwinder=Unwinder.SFRAME,
                  variant=Variant(frame_pointers=False, opt="-O2"), args=("-1", "spin")),
         # A 32-bit task: compat FP (4-byte words) against the shadow stack and i386 DWARF CFI.
         Scenario("compat-fp", variant=Variant(bits=32, shadow=True)),
@@ -115,14 +125,27 @@ def select_scenarios(names, default=DEFAULT_SET) -> list[Scenario]:
     return [CATALOG[n] for n in names]
 
 
+def unwinder_for(variant: Variant, toolchain: str) -> Unwinder:
+    """The unwinder a build is sampled with when nothing names one: SFrame where the binary has
+    SFrame and is not known to keep frame pointers, else frame pointers.  Our own builds say
+    whether they keep frame pointers (a frame-pointer build with SFrame is there to test the FP
+    walk); a user's binary cannot (:func:`~harness.images.programs.user_program` leaves
+    ``frame_pointers`` True), so its SFrame is used wherever it has one, as the kernel's SFrame
+    series does."""
+    if not variant.sframe:
+        return Unwinder.FP
+    if toolchain == USER or not variant.frame_pointers:
+        return Unwinder.SFRAME
+    return Unwinder.FP
+
+
 def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:
     """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
-    frame pointers; the CFI oracle always, the shadow stack only for our instrumented builds."""
-    from ..images.programs import user_program
-
+    frame pointers (:func:`unwinder_for`); the CFI oracle always, the shadow stack only for our
+    instrumented builds."""
     p = user_program(path)
     return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
-                    args=tuple(args), samples=samples, unwinder="sframe" if p.variant.sframe else "fp",
+                    args=tuple(args), samples=samples, unwinder=unwinder_for(p.variant, p.toolchain),
                     user_path=str(p.path))
 
 

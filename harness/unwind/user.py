@@ -69,6 +69,26 @@ class UnwindConfigError(UnwindError):
     exit_code = 2  # bad input (harness.errors)
 
 
+class UnknownUnwinder(UnwindError, ValueError):
+    """A deferred unwinder name that is not one of :class:`Unwinder`'s (bad input: names the value
+    and the known ones)."""
+
+    exit_code = 2  # bad input (harness.errors)
+
+
+class Unwinder(enum.StrEnum):
+    """The deferred walk a kernel makes, i.e. a scenario's ``unwinder``: ``FP`` frame pointers only
+    (mainline), ``SFRAME`` SFrame where an FRE covers the IP, else frame pointers (the SFrame
+    series: ``-ENOENT`` falls through to FP).  A ``str``: records and logs hold its value."""
+
+    FP = "fp"
+    SFRAME = "sframe"
+
+    @classmethod
+    def _missing_(cls, value):
+        raise UnknownUnwinder(f"unknown unwinder {value!r}; known: {', '.join(u.value for u in cls)}")
+
+
 class Profile(enum.Enum):
     SEED_V10 = "seed-v10"
     MAINLINE = "mainline"
