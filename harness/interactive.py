@@ -3,9 +3,10 @@ drgn puts ``prog``), ``harness shell --batch FILE.py`` runs a script with it.
 
 Session-level code: it owns nothing but a :class:`harness.session.Session` and reuses the pieces
 the engine uses at a delivery stop.  A user stack is walked by every unwinder model (frame
-pointers; SFrame with the FP fallback), each walk is a :class:`harness.oracles.Stack` that every
-registered oracle judges through :func:`harness.verdicts.judge`, and the result is a stack record
-like the engine's log holds, drawn by :func:`harness.report.text.stack_columns`.  The deferred
+pointers; SFrame with the FP fallback) and judged by every registered oracle through the engine's
+own evaluation (:class:`harness.scenarios.snapshot.StackChecker`, on the live guest's memory),
+and the result is a stack record like the engine's log holds, drawn by
+:func:`harness.report.text.stack_columns`.  The deferred
 model (:class:`harness.deferred.model.DeferredModel`, one tracer ``shell``) is driven by hand:
 :meth:`Guest.request` asks for a task's user stack, :meth:`Guest.deliver` runs the guest to the
 task's next return to user space (or ``do_exit``/``get_signal``) and runs the task work there.
@@ -41,23 +42,20 @@ from .kernel import (
 from .kernel.stops import StopPoint, delivery_points
 from .kernel.vdso import with_kernel_vdso
 from .memory import MemoryFault
-from .oracles.base import OracleFrames, Request, Setup, Stack, build_oracles
+from .oracles.base import Request, Setup, build_oracles
 from .regs import UserRegs
 from .report.text import format_table, side_by_side, stack_columns
+from .scenarios.snapshot import StackChecker, StopSnapshot
 from .transport.errors import TargetError
 from .transport.target import PAGE, TargetMemory
-from .unwind.code import CodeFacts
 from .unwind.maps import AddressSpace, parse_maps
-from .unwind.mixed import sframe_tables_for
-from .unwind.symbolize import Symbolizer
-from .unwind.user import UnwindConfig, unwind_user
-from .verdicts.align import judge
+from .unwind.user import Unwinder
 
 __all__ = ["UNWINDERS", "Guest", "Text", "user_regs_from_cpu"]
 
 log = logging.getLogger(__name__)
 
-UNWINDERS = ("fp", "sframe")
+UNWINDERS = tuple(Unwinder)
 DIRECT_MAP = 0xFFFF_8880_0000_0000  # page_offset_base without KASLR (the guest boots without it)
 _CR4_LA57 = 1 << 12
 
@@ -455,43 +453,40 @@ class Guest:
                                   (MemoryFault, TargetError))
         return memory, AddressSpace.from_maps(maps, self._resolver(), memory)
 
-    def _record(self, t: TaskInfo, uregs: UserRegs, memory, point: str, request: Request | None = None,
-                walked: dict | None = None, cookie: int = 0, unwinders=UNWINDERS) -> dict:
-        """The stack record of ``t``'s user stack: every unwinder's walk, every oracle's frames,
-        every (unwinder, oracle) verdict -- the engine's ``stack`` record, for one stop."""
+    def _snapshot(self, t: TaskInfo, uregs: UserRegs, memory, request: Request | None = None,
+                  point: StopPoint | None = None) -> tuple[StackChecker, StopSnapshot]:
+        """The engine's checker, built on ``t``'s own address space and oracles, and ``t``'s stack
+        as a snapshot on the live guest's memory.  Every oracle applies (``own``: the space is the
+        task's own); the request, made up where the stack is looked at where it stands, says
+        whether the task runs a program of this session (the causes read it)."""
         prog = self._program_of(t)
         bits = 32 if uregs.compat else 64
         memory, space = self._space(t, memory, bits)
-        sym = Symbolizer(space)
-        code = CodeFacts(space, memory, 4 if bits == 32 else 8)
-        sframe = sframe_tables_for(space)
-        request = request or Request(uregs, own="main" if prog is not None else None)
         oracles = build_oracles(Setup(space, memory, str(prog.path) if prog else None,
                                       bool(prog and prog.variant.shadow)))
-        frames, stops, verdicts = {}, {}, []
-        of_by_name = {}
-        for u in unwinders:
-            cfg = UnwindConfig(max_entries=self.max_entries, tables_for=sframe if u == "sframe" else None)
-            trace = (walked or {}).get(u) or unwind_user(memory, uregs, cfg)
-            frames[u] = sym.frame_records(trace.ips)
-            stops[u] = str(trace.stop)
-            stack = Stack(uregs, trace, u, self.max_entries, memory, space, code, sframe, request,
-                          lambda: self._thread_pointer(t))
-            for o in oracles:
-                if o.registers and not walked:
-                    continue  # the stack was taken where it stands: no request to compare with
-                if o.name not in of_by_name:
-                    of_by_name[o.name] = o.frames(stack)
-                of = of_by_name[o.name]
-                verdicts.append(judge(stack, o, of).as_record())
-        for name, of in of_by_name.items():
-            if isinstance(of, OracleFrames) and name != "regs":
-                frames[name] = sym.frame_records(of.ips, of.marks)
-                stops[name] = of.stop
-        return {"task": t.pid, "comm": t.comm, "cookie": cookie, "point": point,
+        checker = StackChecker(space, oracles, self.unwinder, self.max_entries, 4 if bits == 32 else 8)
+        request = request or Request(uregs, own="main" if prog is not None else None)
+        return checker, StopSnapshot(t, point, uregs, request, "main", self._thread_pointer(t), memory)
+
+    def _record(self, t: TaskInfo, uregs: UserRegs, memory, where: str, request: Request | None = None,
+                walked: dict | None = None, cookie: int = 0, point: StopPoint | None = None) -> dict:
+        """The stack record of ``t``'s user stack: every unwinder's walk (those in ``walked``, the
+        model's, as they are), every oracle's frames, every (unwinder, oracle) verdict -- the
+        engine's ``stack`` record, for one stop.  Without ``walked`` the stack was taken where it
+        stands: no request whose registers the registers oracles could compare."""
+        prog = self._program_of(t)
+        checker, snap = self._snapshot(t, uregs, memory, request, point)
+        traces = {u: (walked or {}).get(u) or checker.walk(snap, unwinder=u) for u in UNWINDERS}
+        ev = checker.evaluate(snap, traces, registers=bool(walked))
+        # A registers oracle's one "frame" is the requested IP: its verdict is listed, but a column
+        # of one frame beside the stacks would mark every row below it as a difference.
+        regs_oracles = {o.name for o in checker.oracles if o.registers}
+        return {"task": t.pid, "comm": t.comm, "cookie": cookie, "point": where,
                 "scenario": prog.guest_path if prog else "",
                 "regs": {"ip": uregs.ip, "sp": uregs.sp, "bp": uregs.bp},
-                "frames": frames, "stops": stops, "verdicts": verdicts}
+                "frames": {k: v for k, v in ev.frames.items() if k not in regs_oracles},
+                "stops": {k: v for k, v in ev.stops.items() if k not in regs_oracles},
+                "verdicts": ev.records(self.unwinder)}
 
     def user_stack(self, pid: int | None = None, raw: bool = False):
         """``pid``'s user stack as it stands (the current task's when None): every unwinder and
@@ -564,15 +559,12 @@ class Guest:
     # -- the deferred model, by hand -------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
         uregs, memory, t = self._walk_ctx
-        self._walk_traces = {}
-        for u in UNWINDERS:
-            _, space = self._space(t, memory, 32 if uregs.compat else 64)
-            cfg = UnwindConfig(max_entries=self.max_entries,
-                               tables_for=sframe_tables_for(space) if u == "sframe" else None)
-            self._walk_traces[u] = unwind_user(memory, uregs, cfg)
+        checker, snap = self._snapshot(t, uregs, memory)
+        self._walk_traces = {u: checker.walk(snap, unwinder=u) for u in UNWINDERS}
         return self._walk_traces[self.unwinder].ips
 
-    unwinder = "sframe"  # the walk whose trace the tracer receives (the kernel's SFrame-with-FP-fallback)
+    # The walk whose trace the tracer receives (the kernel's SFrame with the FP fallback).
+    unwinder = Unwinder.SFRAME
 
     def _callback(self, work, trace, cookie) -> None:
         self._delivered.append((cookie, tuple(trace)))
@@ -656,7 +648,7 @@ class Guest:
             return f"pid {t.pid}: no callback ran at {point.name}"
         cookie, trace = self._delivered[0]
         walked = self._walk_traces or None
-        rec = self._record(t, uregs, memory, f"{point.name} (delivered)", pend.request, walked, cookie)
+        rec = self._record(t, uregs, memory, f"{point.name} (delivered)", pend.request, walked, cookie, point)
         rec["delivered"] = list(trace)
         self.deliveries.append(rec)
         self.last = rec

@@ -699,7 +699,7 @@ class Engine:
             # prologue disassembly in the live check's evidence).
             self._live_code = CodeFacts(self.space, Overlay(self.memory, self._own_backing), self.ws)
         trace = self.checker.walk(snap, self.memory)
-        ev = self.checker.evaluate(snap, trace, self.memory, self._live_code)
+        ev = self.checker.evaluate(snap, {self.sc.unwinder: trace}, self.memory, self._live_code)
         return _comparable(trace, ev, self.sc.unwinder)
 
     def _deliver(self, snap: StopSnapshot) -> None:
@@ -737,7 +737,7 @@ class Engine:
             r.at_exit += point.kind == "exit"
             if trace.stop.reason is StopReason.LIMIT:
                 r.truncated += 1
-        ev = self.checker.evaluate(snap, trace)
+        ev = self.checker.evaluate(snap, {self.sc.unwinder: trace})
         problems += ev.problems
         if snap.memory.misses:
             where = ", ".join(f"{a:#x}+{n}" for a, n in snap.memory.misses[:4])

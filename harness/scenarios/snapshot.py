@@ -5,7 +5,9 @@ deferred walk and every oracle will look at: the registers once, the user stack 
 page-bounded reads from sp's page to the end of its mapping, the shadow stack, the thread
 pointer.  Code, symbols, CFI and SFrame tables come from the mapped ELF files (parsed once per
 binary); the vDSO from the kernel's image.  That is a :class:`StopSnapshot`; the guest runs on at
-once, and :class:`StackChecker` walks and judges the snapshot while it runs.  A read outside the
+once, and :class:`StackChecker` walks and judges the snapshot while it runs.  The checker is the
+one evaluation of a stack: the engine's deliveries, ``harness shell``'s stacks (on the live guest)
+and the saved deliveries' replay all go through :meth:`StackChecker.evaluate`.  A read outside the
 snapshot after the guest ran on is a :class:`~harness.memory.SnapshotMiss`: listed, and the
 stack's record says so (never judged silently on a fault the live guest would not have given).
 
@@ -19,6 +21,7 @@ import base64
 import json
 import os
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,7 +37,7 @@ from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace, FileBackedMemory
 from ..unwind.mixed import sframe_tables_for
 from ..unwind.symbolize import Symbolizer, symbol_index
-from ..unwind.user import StopReason, Trace, UnwindConfig, unwind_user
+from ..unwind.user import StopReason, Trace, UnwindConfig, Unwinder, unwind_user
 from ..verdicts.align import judge
 from ..verdicts.types import FAILURE
 
@@ -60,15 +63,19 @@ class BrokenRA:
 @dataclass(frozen=True)
 class StopSnapshot:
     """One delivery: the task, the stop point, the registers the walk starts from, the request it
-    answers, the thread pointer and the task's memory as captured at the stop."""
+    answers, the thread pointer and the task's memory as captured at the stop.  ``harness shell``
+    makes one of a stack on the live guest: its memory is the guest's, its point None where the
+    stack is looked at where it stands."""
 
     task: TaskInfo
-    point: StopPoint
+    point: StopPoint | None
     regs: UserRegs
     request: Request
-    own: str | None  # how the task belongs to the program ("main", "thread", "child") or None
+    # How the task belongs to the program whose address space the checker was built on ("main",
+    # "thread", "child"), or None: another task, only the request's registers are checked.
+    own: str | None
     fs_base: int
-    memory: CapturedMemory
+    memory: Memory  # the engine's: a CapturedMemory (the stop's capture)
     # verify mode: (trace ips, stop, evaluation record) computed on the live guest at the stop
     expected: tuple | None = field(default=None, compare=False)
 
@@ -109,7 +116,7 @@ class StackChecker:
                  break_ra: bool = False):
         self.space = space
         self.oracles = oracles
-        self.unwinder = unwinder
+        self.unwinder = Unwinder(unwinder)  # the engine's walk (the one its tracers receive)
         self.max_entries = max_entries
         self.ws = ws
         self.break_ra = break_ra
@@ -130,26 +137,28 @@ class StackChecker:
                 cfi_table(e.image)
             except HarnessError:
                 pass  # an ELF whose CFI does not parse: the oracle says so where it walks
-            if self.unwinder == "sframe":
+            if self.unwinder is Unwinder.SFRAME:
                 self.sframe_tables(e.mapping.start)
 
-    def walk(self, snap: StopSnapshot, memory: Memory | None = None) -> Trace:
-        """``unwind_user()`` on the snapshot (or on ``memory``: the live guest, in verify mode)."""
+    def walk(self, snap: StopSnapshot, memory: Memory | None = None, unwinder: str | None = None) -> Trace:
+        """``unwind_user()`` on the snapshot (or on ``memory``: the live guest, in verify mode)
+        with the checker's unwinder (or ``unwinder``)."""
         cfg = UnwindConfig(max_entries=self.max_entries)
         if self.break_ra:
             cfg = replace(cfg, tables_for=lambda ip: BrokenRA())
-        elif self.unwinder == "sframe":
+        elif Unwinder(unwinder or self.unwinder) is Unwinder.SFRAME:
             cfg = replace(cfg, tables_for=self.sframe_tables)
         return unwind_user(memory if memory is not None else snap.memory, snap.regs, cfg)
 
-    def evaluate(self, snap: StopSnapshot, trace: Trace, memory: Memory | None = None,
-                 code: CodeFacts | None = None) -> Evaluation:
-        """Every oracle's frames and the verdict of each (unwinder, oracle) pair."""
+    def evaluate(self, snap: StopSnapshot, traces: Mapping[str, Trace], memory: Memory | None = None,
+                 code: CodeFacts | None = None, registers: bool = True) -> Evaluation:
+        """Every oracle's frames (each oracle's once) and the verdict of each (unwinder, oracle)
+        pair, for each unwinder's walk in ``traces`` (the engine's: its one unwinder's).
+        ``registers=False``: a stack looked at where it stands, with no request whose registers
+        the registers oracles could compare."""
         mem = memory if memory is not None else snap.memory
         self.view.memory = mem
         fs_base = snap.fs_base
-        stack = Stack(snap.regs, trace, self.unwinder, self.max_entries, mem, self.space, code or self.code,
-                      self.sframe_tables, snap.request, lambda: fs_base)
         problems = []
         if snap.own is None:
             # Another task: the program's address space and its oracles say nothing about it; only
@@ -157,18 +166,27 @@ class StackChecker:
             oracles = [o for o in self.oracles if o.registers]
         else:
             oracles = self.oracles
-            if trace.stop.reason is StopReason.LIMIT and len(trace) != self.max_entries:
-                problems.append(f"pid {snap.task.pid}: trace truncated at {len(trace)} entries, "
-                                f"not UNWIND_MAX_ENTRIES = {self.max_entries}")
-        frames = {self.unwinder: self.frame_records(trace.ips, frozenset({0}))}
-        stops = {self.unwinder: str(trace.stop)}
-        verdicts = []
-        for o in oracles:
-            of = o.frames(stack)
-            verdicts.append(judge(stack, o, of))
+            for u, trace in traces.items():
+                if trace.stop.reason is StopReason.LIMIT and len(trace) != self.max_entries:
+                    problems.append(f"pid {snap.task.pid}: {u} trace truncated at {len(trace)} entries, "
+                                    f"not UNWIND_MAX_ENTRIES = {self.max_entries}")
+        if not registers:
+            oracles = [o for o in oracles if not o.registers]
+        frames, stops, verdicts = {}, {}, []
+        judged: dict[str, object] = {}  # an oracle's frames do not depend on the unwinder's walk
+        for u, trace in traces.items():
+            frames[u] = self.frame_records(trace.ips, frozenset({0}))
+            stops[u] = str(trace.stop)
+            stack = Stack(snap.regs, trace, u, self.max_entries, mem, self.space, code or self.code,
+                          self.sframe_tables, snap.request, lambda: fs_base)
+            for o in oracles:
+                if o.name not in judged:
+                    judged[o.name] = o.frames(stack)
+                verdicts.append(judge(stack, o, judged[o.name]))
+        for name, of in judged.items():
             if isinstance(of, OracleFrames):
-                frames[o.name] = self.frame_records(of.ips, of.marks)
-                stops[o.name] = of.stop
+                frames[name] = self.frame_records(of.ips, of.marks)
+                stops[name] = of.stop
         return Evaluation(frames, stops, verdicts, problems)
 
     def frame_records(self, ips, marks) -> list[list]:
@@ -290,7 +308,7 @@ def replay(snap: StopSnapshot, record: dict, maps: str, resolve, program_path: s
         vdso = snap.memory.backing
         snap.memory.backing = checker.backing if vdso is None else Overlay(vdso, checker.backing)
     trace = checker.walk(snap)
-    ev = checker.evaluate(snap, trace)
+    ev = checker.evaluate(snap, {unwinder: trace})
     want = {k: record[k] for k in ("frames", "stops", "verdicts")}
     got = {"frames": ev.frames, "stops": ev.stops, "verdicts": ev.records(unwinder)}
     return want, json.loads(json.dumps(got))
