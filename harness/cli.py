@@ -356,17 +356,17 @@ def cmd_run(args) -> int:
         if args.program:
             print("harness run: --kernel-diff samples catalog scenarios, not --program", file=sys.stderr)
             return EXIT_USAGE
-        from .lockstep.driver import DEFAULT_SCENARIOS, cmd_kernel_diff
+        from .lockstep import driver as kernel_diff
 
         kd = argparse.Namespace(**vars(args))
-        kd.scenarios = args.scenarios or list(DEFAULT_SCENARIOS)
-        kd.requests = args.samples or 300
-        kd.freq, kd.profile, kd.show = 200, "mainline", 20
-        return cmd_kernel_diff(kd, _spec)
+        kd.scenarios = args.scenarios or list(kernel_diff.DEFAULT_SCENARIOS)
+        kd.samples = args.samples or kernel_diff.DEFAULT_SAMPLES
+        kd.freq, kd.profile, kd.show = kernel_diff.DEFAULT_FREQ, kernel_diff.DEFAULT_PROFILE, kernel_diff.DEFAULT_SHOW
+        return kernel_diff.cmd_kernel_diff(kd, _spec)
     if args.program:
-        from .scenarios.catalog import user_scenario
+        from .scenarios.catalog import DEFAULT_SAMPLES, user_scenario
 
-        sc = user_scenario(args.program, args.args or [], samples=args.samples or 60)
+        sc = user_scenario(args.program, args.args or [], samples=args.samples or DEFAULT_SAMPLES)
         if args.rate:
             import dataclasses
 
@@ -696,14 +696,17 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--perf-seconds", type=positive_float, default=2.0,
                        help="bench deferred: seconds of perf sampling for the guest kernel's own deferred rate")
     _guest_args(bench)
-    bench.add_argument("--requests", type=positive_int, default=10_000,
-                       help="bench soak: requests on the program's tasks (default 10000)")
-    bench.add_argument("--tasks", type=positive_int, default=8, help="bench soak: worker tasks (default 8)")
-    bench.add_argument("--cancel-every", type=positive_int, default=100,
-                       help="bench soak: requests between two cancel + re-register cycles (default 100)")
-    bench.add_argument("--nmi-share", type=float, default=0.5,
-                       help="bench soak: the share of NMI requests, the rest timer interrupts (default 0.5)")
-    bench.add_argument("--seed", type=int, default=0, help="bench soak: seed of the NMI/timer draw and jitter")
+    from .soak.spec import SoakSpec  # the soak's options take their defaults from its spec
+
+    bench.add_argument("--requests", type=positive_int, default=SoakSpec.requests,
+                       help=f"bench soak: requests on the program's tasks (default {SoakSpec.requests})")
+    bench.add_argument("--tasks", type=positive_int, default=SoakSpec.tasks,
+                       help=f"bench soak: worker tasks (default {SoakSpec.tasks})")
+    bench.add_argument("--cancel-every", type=positive_int, default=SoakSpec.cancel_every,
+                       help=f"bench soak: requests between two cancel + re-register cycles (default {SoakSpec.cancel_every})")
+    bench.add_argument("--nmi-share", type=float, default=SoakSpec.nmi_share,
+                       help=f"bench soak: the share of NMI requests, the rest timer interrupts (default {SoakSpec.nmi_share})")
+    bench.add_argument("--seed", type=int, default=SoakSpec.seed, help="bench soak: seed of the NMI/timer draw and jitter")
     bench.add_argument("--out", help="bench soak: directory for the run's log (default runs/)")
     bench.set_defaults(smp=None)  # bench soak: 2 vCPUs unless --smp says otherwise; the others: 1
     bench.set_defaults(func=cmd_bench)

@@ -74,11 +74,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "kernel": "guest kernel(s), comma-separated: default, trixie, bookworm; tests without "
                   "unwind(kernels=...) run once per kernel (default: default)",
         "qemu": "QEMU: host, backports or auto (default: $HARNESS_QEMU, else host)",
-        "smp": "vCPUs of the guest (default: 1)",
-        "samples": "requests that must land on the program's tasks per run (default: 30)",
+        "smp": f"vCPUs of the guest (default: {_DEFAULTS['smp']})",
+        "samples": f"requests that must land on the program's tasks per run (default: {_DEFAULTS['samples']})",
         "toolchain": "toolchain for unwind_run.source() without a marker: host, trixie, sid (default: host)",
-        "max_guests": "guests alive at once; the least recently used is closed first (default: 1)",
-        "show": "failing stacks printed side by side per run (default: 3)",
+        "max_guests": f"guests alive at once; the least recently used is closed first (default: {_DEFAULTS['max_guests']})",
+        "show": f"failing stacks printed side by side per run (default: {_DEFAULTS['show']})",
     }
     for name, text in helps.items():
         flag = "--uh-" + name.replace("_", "-")

@@ -52,6 +52,12 @@ from .points import Points, resolve_points
 __all__ = ["KernelDiff", "KernelDiffResult", "check_support", "events_path"]
 
 WALK_MAX = 1022  # our walk goes past any profile's UNWIND_MAX_ENTRIES; the model cuts it
+# The command's defaults (harness kernel-diff, and harness run --kernel-diff): requests of the
+# kernel's tracer per scenario, perf's sampling frequency, the model's profile, differences shown.
+DEFAULT_SAMPLES = 300
+DEFAULT_FREQ = 200
+DEFAULT_PROFILE = "mainline"
+DEFAULT_SHOW = 20
 GUEST_OUT = "/tmp/kernel-diff.perfcc"
 
 
@@ -74,13 +80,14 @@ class KernelDiffResult:
 class KernelDiff:
     """One scenario: perfcc samples its program, every kernel event goes through the lockstep."""
 
-    def __init__(self, session: Session, scenario: Scenario, profile: str = "mainline", requests: int = 500,
-                 freq: int = 200, events: IO[str] | None = None, points: Points | None = None,
+    def __init__(self, session: Session, scenario: Scenario, profile: str = DEFAULT_PROFILE,
+                 samples: int = DEFAULT_SAMPLES, freq: int = DEFAULT_FREQ, events: IO[str] | None = None,
+                 points: Points | None = None,
                  single: bool = False):
         self.s = session
         self.sc = scenario
         self.profile = get_profile(profile)
-        self.want = requests
+        self.samples = samples  # requests of the kernel's tracer to see, then the program is ended
         self.freq = freq
         # perf's events: one inherited event per CPU (several events, as perf record opens them), or
         # one cpu = -1 event on the program's first thread only (perfcc -1)
@@ -330,7 +337,7 @@ class KernelDiff:
         # runs on while it is stopped), and is ended by the kill below once they are reached.
         # So the window costs nothing when it is long: at 15 samples a request one 11.1 run
         # ended at 76 of 80 requests (a program that sleeps between its requests).
-        seconds = max(1.0, 40 * self.want / self.freq)
+        seconds = max(1.0, 40 * self.samples / self.freq)
         spec = PerfSpec(seconds=seconds, freq=self.freq, stack_bytes=8, defer=True, data_pages=16,
                         inherit=not self.single)
         # perfcc starts a second (guest time) after the breakpoints are in: no request goes unseen.
@@ -353,7 +360,7 @@ class KernelDiff:
                 status = s.machine.exit_status(proc)
                 if status is not None:
                     break  # perfcc is done: its child's tasks have gone through do_exit
-                if not kill_sent and summary.kernel["request"] >= self.want:
+                if not kill_sent and summary.kernel["request"] >= self.samples:
                     # Enough: end the program through the console while every event is still
                     # watched (its tasks exit with whatever state they have; no request goes
                     # unseen, and those made meanwhile are compared too).  perfcc then kills the
@@ -488,7 +495,7 @@ def cmd_kernel_diff(args, spec_for) -> int:
         for sc in scenarios:
             path = events_path(out, sc.name, args.smp)
             with open(path, "w") as f:
-                r = KernelDiff(sess, sc, args.profile, args.requests, args.freq, f, points,
+                r = KernelDiff(sess, sc, args.profile, args.samples, args.freq, f, points,
                                single=getattr(args, "single", False)).run()
             r.events_path = str(path)
             results.append(r)
@@ -527,7 +534,7 @@ def cmd_kernel_diff_replay(args) -> int:
         raise LockstepError(f"{path}: {exc}") from exc
     if not header or "tracers" not in header:
         raise LockstepError(f"{path}: no kernel-diff header line (tracers, per-CPU counters) before the events")
-    profile = args.profile or header.get("profile", "mainline")
+    profile = args.profile or header.get("profile", DEFAULT_PROFILE)
     tracers = header.get("tracers") or {}
     tracers = {int(k): v for k, v in tracers.items()}
     summary = replay(events, get_profile(profile), tracers, {int(k): v for k, v in header.get("percpu_ctr", {}).items()})
@@ -545,15 +552,16 @@ def add_cli(subparsers, guest_args, spec_for):
                               description=__doc__.split("\n\n")[0])
     p.add_argument("scenarios", nargs="*", help=f"catalog scenarios whose programs perf samples, or 'all' "
                                                 f"(default: {' '.join(DEFAULT_SCENARIOS)})")
-    p.add_argument("--requests", type=positive_int, default=300, help="requests of the kernel's tracer per scenario")
-    p.add_argument("--freq", type=positive_int, default=200, help="perf samples per second (guest time)")
+    p.add_argument("--requests", dest="samples", metavar="REQUESTS", type=positive_int, default=DEFAULT_SAMPLES,
+                   help="requests of the kernel's tracer per scenario")
+    p.add_argument("--freq", type=positive_int, default=DEFAULT_FREQ, help="perf samples per second (guest time)")
     p.add_argument("--profile", choices=("mainline", "seed-v10"), default=None,
                    help="the model's profile (default mainline; seed-v10 is the control that must show "
                         "its cookie mismatches)")
     p.add_argument("--single", action="store_true",
                    help="one perf event (cpu = -1, the program's first thread) instead of one inherited "
                         "event per CPU")
-    p.add_argument("--show", type=int, default=20, help="differences printed per scenario")
+    p.add_argument("--show", type=int, default=DEFAULT_SHOW, help="differences printed per scenario")
     p.add_argument("--out", help="directory for the event files (default runs/TIMESTAMP-kernel-diff)")
     p.add_argument("--replay", metavar="EVENTS.jsonl", help="re-check a recorded event file, no guest")
     guest_args(p)
@@ -561,7 +569,7 @@ def add_cli(subparsers, guest_args, spec_for):
     def run(a):
         if a.replay:
             return cmd_kernel_diff_replay(a)
-        a.profile = a.profile or "mainline"
+        a.profile = a.profile or DEFAULT_PROFILE
         return cmd_kernel_diff(a, spec_for)
 
     p.set_defaults(func=run)

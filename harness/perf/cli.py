@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ..images.programs import Variant
+from .capture import PerfSpec
 
 # Arguments per guest program when --args is not given: callchain makes raw syscalls (samples in
 # kernel mode too); the others run as the engine's catalog runs them.
@@ -117,7 +118,7 @@ def cmd_perf(args, spec_for) -> int:
     if args.check:
         return _check_file(args)
     from ..session import Session
-    from .capture import PERFCC, CaptureError, PerfSpec, capture, resolver
+    from .capture import PERFCC, CaptureError, capture, resolver
     from .oracle import check_capture
     from .records import PerfFormatError, parse_capture
 
@@ -245,10 +246,10 @@ def add_cli(subparsers, guest_args, spec_for) -> argparse.ArgumentParser:
     p.add_argument("--variant", default=Variant(shadow=True).tag, help="variant tag of a guest program")
     p.add_argument("--args", nargs=argparse.REMAINDER, help="the program's arguments (the rest of the line)")
     p.add_argument("--defer", action="store_true", help="defer_callchain: user stacks as CALLCHAIN_DEFERRED")
-    p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--freq", type=int, default=200, help="samples per second")
-    p.add_argument("--stack", type=int, default=16384, help="sample_stack_user bytes (a multiple of 8)")
-    p.add_argument("--clock", choices=("cpu", "task"), default="cpu")
+    p.add_argument("--seconds", type=float, default=PerfSpec.seconds)
+    p.add_argument("--freq", type=int, default=PerfSpec.freq, help="samples per second")
+    p.add_argument("--stack", type=int, default=PerfSpec.stack_bytes, help="sample_stack_user bytes (a multiple of 8)")
+    p.add_argument("--clock", choices=("cpu", "task"), default=PerfSpec.clock)
     p.add_argument("--single", action="store_true", help="one cpu=-1 event on the child, not inherited")
     p.add_argument("--save", help="write the capture here (and FILE.resolve.json)")
     p.add_argument("--check", help="re-check a saved capture instead of booting a guest")

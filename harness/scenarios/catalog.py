@@ -15,8 +15,11 @@ from ..errors import HarnessError
 from ..images.programs import USER, Variant, user_program
 from ..unwind.user import UnknownUnwinder, Unwinder
 
-__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for", "select_scenarios",
-           "unwinder_for", "user_scenario"]
+__all__ = ["CATALOG", "DEFAULT_SAMPLES", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for",
+           "select_scenarios", "unwinder_for", "user_scenario"]
+
+#: Requests that must land on a scenario's program, when the scenario (or --samples) names no other number.
+DEFAULT_SAMPLES = 60
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Scenario:
     # Requests (injected NMIs, timer interrupts or syscall entries) that land on the program's
     # own tasks; those that land elsewhere (the idle task, init) are handled and counted too,
     # up to MAX_REQUESTS_PER_SAMPLE times this many in all.
-    samples: int = 60
+    samples: int = DEFAULT_SAMPLES
     tracers: int = 2
     # The deferred walk: frame pointers only, or SFrame where an FRE exists, else FP.  A name
     # ("fp", "sframe") is taken and made the member; another name is an UnknownUnwinder.
@@ -139,7 +142,7 @@ def unwinder_for(variant: Variant, toolchain: str) -> Unwinder:
     return Unwinder.FP
 
 
-def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:
+def user_scenario(path: str, args: list[str], samples: int = DEFAULT_SAMPLES) -> Scenario:
     """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
     frame pointers (:func:`unwinder_for`); the CFI oracle always, the shadow stack only for our
     instrumented builds."""

@@ -50,25 +50,13 @@ from ..scenarios.engine import MAX_REQUESTS_PER_SAMPLE, Engine, ProgressCallback
 from ..session import Session
 from ..transport.errors import GuestError, TargetError
 from .ledger import Ledger, LedgerLog
+from .spec import SoakSpec
 
 __all__ = ["SoakEngine", "SoakReport", "SoakSpec", "format_soak", "soak_scenario"]
 
 PROGRAM = ("soak", "host", Variant(shadow=True))
 PID_MAX = 4194304  # PID_MAX_LIMIT on 64-bit: no pid is reused during a soak
 EXITED_KEPT = 256  # exited tasks the model keeps (a late request on one still finds it exiting)
-
-
-@dataclass(frozen=True)
-class SoakSpec:
-    requests: int = 10_000  # requests that land on the program's tasks
-    tasks: int = 8  # the program's long-lived worker tasks
-    work: int = 1 << 20  # spin iterations per child (a worker spins 4x that per round)
-    nmi_share: float = 0.5  # the share of requests that are NMIs (the rest: timer interrupts)
-    cancel_every: int = 100  # requests between two cancel + re-register cycles (0: none)
-    rss_every: int = 1000  # requests between two RSS samples
-    tracers: int = 2
-    profile: str = "mainline"
-    seed: int = 0
 
 
 def soak_scenario(spec: SoakSpec) -> Scenario:

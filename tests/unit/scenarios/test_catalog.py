@@ -9,14 +9,14 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.images.programs import USER, Variant
-from harness.scenarios.catalog import CATALOG, Scenario, unwinder_for, user_scenario
+from harness.scenarios.catalog import CATALOG, DEFAULT_SAMPLES, Scenario, unwinder_for, user_scenario
 from harness.unwind.user import UnknownUnwinder, Unwinder
 
 
 def test_a_scenario_takes_an_unwinder_name_and_keeps_the_member():
     sc = Scenario("x", unwinder="sframe")
     assert sc.unwinder is Unwinder.SFRAME and sc.unwinder == "sframe" and f"{sc.unwinder}" == "sframe"
-    assert Scenario("y").unwinder is Unwinder.FP
+    assert Scenario("y").unwinder is Unwinder.FP and Scenario("y").samples == DEFAULT_SAMPLES
     assert all(isinstance(s.unwinder, Unwinder) for s in CATALOG.values())
 
 
@@ -54,6 +54,6 @@ def test_the_catalog_agrees_with_the_rule_where_it_does_not_choose_otherwise():
 def test_a_user_binary_without_sframe_walks_frame_pointers():
     path = shutil.which("sha256sum")
     sc = user_scenario(path, ["/dev/zero"])
-    assert sc.toolchain == USER
+    assert sc.toolchain == USER and sc.samples == DEFAULT_SAMPLES
     assert sc.unwinder is unwinder_for(sc.variant, USER)
     assert sc.unwinder is (Unwinder.SFRAME if sc.variant.sframe else Unwinder.FP)
