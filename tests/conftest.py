@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 
 # "ci": more examples for every property test; the deferred stateful test takes 2,000 of its
-# own under this profile (tests/unit/conftest_deferred.py).
+# own under this profile (tests/support/deferred_settings.py).
 settings.register_profile("ci", max_examples=500, deadline=None)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import require
+from tests.conftest import require
 
 pytestmark = pytest.mark.qemu
 
