@@ -102,7 +102,7 @@ def perf_records() -> list[bytes]:
 
 
 def sframe() -> list[bytes]:
-    from tests.unit.sframe.test_parse_pinned import PINNED
+    from tests.support.sframe_pinned import PINNED
 
     out = []
     for p in PINNED.values():

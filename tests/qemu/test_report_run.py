@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.cli import main
 from harness.report.flame import parse_folded
 from tests.support.browser import Browser, chromium

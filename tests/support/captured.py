@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import require
+from tests.support.gating import require
 
 from harness.unwind.cfi import cfi_tables_for, unwind_cfi
 from harness.unwind.snapshot import Snapshot

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.conftest import require
+from tests.support.gating import require
 
 from harness.images.cache import ImageError
 from harness.images.programs import Variant

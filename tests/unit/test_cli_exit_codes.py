@@ -9,7 +9,7 @@ import errno
 import json
 
 import pytest
-from tests.unit.deferred.test_log_records import agree, index, stack_log, text
+from tests.support.deferred_logs import agree, index, stack_log, text
 
 from harness.cli import exit_code, main
 from harness.transport.errors import GuestDied, GuestTimeout, TargetDied

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.errors import HarnessError
 
 from tests.fuzz.targets import TARGETS

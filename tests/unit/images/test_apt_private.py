@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.images.apt import PrivateApt
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.deferred.log import EventLog, JsonlFile, LogWriteError, read_events
 from harness.images.lock import CacheLockTimeout, cache_lock, lock_holders, parse_proc_locks, write_atomic
 from harness.report.rundir import CLAIM, RunDirTaken, new_run_dir

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.conftest import require
+from tests.support.gating import require
 
 from harness.deferred.profile import mainline, seed_v10
 from harness.kernel.lockstep import (

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.cli import main
 from harness.images.debperf import GUEST_LIB, GUEST_PERF, wrapper_script
 from harness.perf.debian import compare, total

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from tests.support.browser import Browser, chromium
-from tests.conftest import require
+from tests.support.gating import require
 from harness.cli import main
 from tests.support.paths import TEST_DATA
 

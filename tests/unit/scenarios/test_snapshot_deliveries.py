@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.conftest import require
+from tests.support.gating import require
 
 from harness.images.cache import ImageError
 from harness.images.programs import Variant

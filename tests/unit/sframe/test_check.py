@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.cli import main
 from harness.images.cache import ImageError
 from harness.images.programs import SOURCES, Program, Variant, build_program

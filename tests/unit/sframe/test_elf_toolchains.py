@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.images.cache import ImageError
 from harness.images.programs import Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.support.gating import require
 from harness.sframe import Location, SFrameError, SFrameSection
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, encode_section

@@ -18,7 +18,7 @@ from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule
 from harness.sframe import SFrameError, SFrameSection
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from tests.unit.sframe.test_parse_pinned import PINNED
+from tests.support.sframe_pinned import PINNED
 
 GARBAGE = settings(deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 SECTIONS = [p.data for p in PINNED.values()]

@@ -1,4 +1,4 @@
-"""tests/conftest.py's pool of guests, without a guest: what is one kind of guest, what a kind
+"""The pool of guests (tests/support/guest_pool.py, the guest_pool fixture of tests/conftest.py), without a guest: what is one kind of guest, what a kind
 boots with, and that a test may take only what its module declared (the pool's own check of a
 returned guest runs on real guests: tests/qemu/test_guest_pool.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import GuestPool, pool_group, pool_key
+from tests.support.guest_pool import GuestPool, pool_group, pool_key
 from harness.images.programs import Variant
 from harness.session import GuestSpec
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.conftest import require
+from tests.support.gating import require
 
 from harness.transport.affinity import STUB_PRIORITY, pin_apart, stub_first
 from harness.transport.errors import PinError

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from tests.unit.transport.test_rsp_dialects import RIP, FakeStub
+from tests.support.rsp_stub import RIP, FakeStub
 
 from harness.transport.errors import TargetError, TargetTimeout
 from harness.transport.rsp import RspTarget, encode_packet

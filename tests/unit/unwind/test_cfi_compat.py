@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.captured import get, walk
-from tests.conftest import require
+from tests.support.gating import require
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.structs import DWARFStructs
 from hypothesis import HealthCheck, given, settings

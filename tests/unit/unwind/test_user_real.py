@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 from tests.support.captured import get, walk
-from tests.conftest import require
+from tests.support.gating import require
 
 from harness.images.cache import ImageError
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program

@@ -57,7 +57,7 @@ from tests.support.cause_snapshots import (  # noqa: F401  (the fixtures are fou
     got,
     tailcall_snaps,
 )
-from tests.conftest import require
+from tests.support.gating import require
 from elftools.elf.elffile import ELFFile
 
 from harness.images.cache import ImageError
