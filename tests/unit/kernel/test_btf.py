@@ -372,11 +372,26 @@ def test_from_elf_without_btf(tmp_path):
         Btf.from_elf(junk)
 
 
-def _exercise(btf: Btf) -> None:
-    """Touch every query on every type: only BtfError/BtfLookupError may come out."""
+def _exercise(btf: Btf) -> int:
+    """Touch every query on every type: only BtfError/BtfLookupError may come out.  A type that
+    is answered is the one asked for, and a size is never negative; returns the answers."""
+    answered = 0
     for i in range(len(btf)):
+        try:
+            t = btf.type(i)
+        except (BtfError, BtfLookupError):
+            pass
+        else:
+            assert t.id == i, f"type({i}) answered type {t.id}"
+            answered += 1
+        try:
+            size = btf.sizeof(i)
+        except (BtfError, BtfLookupError):
+            pass
+        else:
+            assert size >= 0, f"sizeof({i}) = {size}"
+            answered += 1
         for call in (
-            lambda: btf.type(i),
             lambda: btf.sizeof(i),
             lambda: btf.resolve(i),
             lambda: btf.members(i),
@@ -404,29 +419,43 @@ def _exercise(btf: Btf) -> None:
             call()
         except (BtfError, BtfLookupError):
             pass
+        else:
+            answered += 1
+    return answered
 
 
 SAMPLE = sample_blob()
+BTF_MAGIC = (b"\x9f\xeb", b"\xeb\x9f")  # 0xeB9F, little and big endian
+
+
+def _parses_only_with_magic(data: bytes) -> Btf | None:
+    """``Btf(data)``, or None where it raised BtfError; bytes without the magic must raise."""
+    try:
+        btf = Btf(data)
+    except BtfError as exc:
+        assert str(exc), "a BtfError without a message"
+        return None
+    assert data[:2] in BTF_MAGIC, f"parsed without the BTF magic: {data[:2].hex()}"
+    return btf
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400))
 def test_random_bytes_raise_only_btf_error(data):
-    try:
-        btf = Btf(data)
-    except BtfError:
-        return
-    _exercise(btf)
+    btf = _parses_only_with_magic(data)
+    if btf is not None:
+        _exercise(btf)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, len(SAMPLE)))
 def test_truncated_sample_raises_only_btf_error(n):
-    try:
-        btf = Btf(SAMPLE[:n])
-    except BtfError:
-        return
-    _exercise(btf)
+    # the sample's string section ends it: every cut loses what the header promises
+    btf = _parses_only_with_magic(SAMPLE[:n])
+    if n < len(SAMPLE):
+        assert btf is None, f"cut to {n} of {len(SAMPLE)} bytes and still parsed"
+    else:
+        assert btf is not None and _exercise(btf) > len(btf)
 
 
 @settings(max_examples=500, deadline=None)
@@ -436,11 +465,9 @@ def test_mutated_sample_raises_only_btf_error(edits, magic_too):
     for pos, val in edits:
         if pos >= 2 or magic_too:
             data[pos] = val
-    try:
-        btf = Btf(bytes(data))
-    except BtfError:
-        return
-    _exercise(btf)
+    btf = _parses_only_with_magic(bytes(data))
+    if btf is not None:
+        _exercise(btf)
 
 
 @settings(max_examples=200, deadline=None)
@@ -449,11 +476,9 @@ def test_mutated_words_raise_only_btf_error(index, word):
     data = bytearray(SAMPLE)
     pos = 4 * index
     struct.pack_into("<I", data, pos, word)
-    try:
-        btf = Btf(bytes(data))
-    except BtfError:
-        return
-    _exercise(btf)
+    btf = _parses_only_with_magic(bytes(data))
+    if btf is not None:
+        _exercise(btf)
 
 
 # --- the real kernels -------------------------------------------------------------------------------

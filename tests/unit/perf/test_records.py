@@ -209,10 +209,15 @@ def test_mutated_and_truncated_streams(data):
         i = data.draw(st.integers(0, len(raw) - 1))
         raw[i] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(raw)))
+    stream = bytes(raw[:cut])
     try:
-        parse_records(bytes(raw[:cut]), ATTR)
-    except PerfFormatError:
-        pass
+        recs = parse_records(stream, ATTR)
+    except PerfFormatError as exc:
+        assert exc.field and 0 <= exc.offset <= len(stream), (exc.field, exc.offset)
+        return
+    assert sum(8 for _ in recs) <= len(stream)  # every record has its 8-byte header
+    if stream == _valid_stream():
+        assert [type(r).__name__ for r in recs] == [type(r).__name__ for r in parse_records(_valid_stream(), ATTR)]
 
 
 @given(st.data())
@@ -221,7 +226,10 @@ def test_mutated_captures(data):
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(raw) - 1))
         raw[i] = data.draw(st.integers(0, 255))
+    capture = bytes(raw[: data.draw(st.integers(0, len(raw)))])
     try:
-        parse_capture(bytes(raw[: data.draw(st.integers(0, len(raw)))])).records()
-    except PerfFormatError:
-        pass
+        recs = parse_capture(capture).records()
+    except PerfFormatError as exc:
+        assert exc.field, f"a PerfFormatError that names no field: {exc}"
+        return
+    assert sum(8 for _ in recs) <= len(capture)  # every record has its 8-byte header

@@ -24,14 +24,20 @@ GARBAGE = settings(deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 SECTIONS = [p.data for p in PINNED.values()]
 
 
-def exercise(data: bytes, vaddr: int = 0x2000, pcs: tuple[int, ...] = ()) -> None:
-    """Parse, decode everything and look up: SFrameError is the only failure allowed."""
+MAGIC = (F.SFRAME_MAGIC.to_bytes(2, "little"), F.SFRAME_MAGIC.to_bytes(2, "big"))
+
+
+def exercise(data: bytes, vaddr: int = 0x2000, pcs: tuple[int, ...] = ()) -> SFrameSection | None:
+    """Parse, decode everything and look up: SFrameError is the only failure allowed.  A section
+    that parses has the magic and as many FDEs as its header says; returns it (None: refused)."""
     t0 = time.perf_counter()
     try:
         sec = SFrameSection.parse(data, vaddr)
     except SFrameError as exc:
         assert exc.offset is None or 0 <= exc.offset <= max(len(data), 1 << 32)
-        return
+        return None
+    assert data[:2] in MAGIC, f"parsed without the SFrame magic: {data[:2].hex()}"
+    assert len(sec.fdes) == sec.header.num_fdes
     probe = list(pcs) + [f.func_start + d for f in sec.fdes[:64] for d in (0, 1, f.func_size // 2, f.func_size - 1)]
     for pc in probe:
         try:
@@ -44,12 +50,14 @@ def exercise(data: bytes, vaddr: int = 0x2000, pcs: tuple[int, ...] = ()) -> Non
     except SFrameError:
         pass
     assert time.perf_counter() - t0 < 2.0
+    return sec
 
 
 @GARBAGE
 @given(st.binary(max_size=512))
 def test_random_bytes(data):
-    exercise(data)
+    sec = exercise(data)
+    assert sec is None or len(data) >= F.LITTLE.header.size  # nothing shorter than a header parses
 
 
 @GARBAGE
@@ -61,7 +69,10 @@ def test_random_header_fields(version, flags, abi, aux, counts, body, order):
     num_fdes, num_fres, fre_len, fdes_off, fres_off = counts
     hdr = lay.header.pack(F.SFRAME_MAGIC, version, flags, abi, 0, -8, aux, num_fdes, num_fres, fre_len,
                           fdes_off, fres_off)
-    exercise(hdr + body)
+    sec = exercise(hdr + body)
+    if sec is not None:  # the header read is the one written
+        h = sec.header
+        assert (h.version, h.flags, h.abi_arch, h.num_fdes, h.num_fres) == (version, flags, abi, num_fdes, num_fres)
 
 
 @GARBAGE
@@ -70,7 +81,9 @@ def test_bit_flips_in_real_sections(which, flips):
     data = bytearray(SECTIONS[which])
     for bit in flips:
         data[(bit // 8) % len(data)] ^= 1 << (bit % 8)
-    exercise(bytes(data))
+    sec = exercise(bytes(data))
+    if bytes(data) == SECTIONS[which]:  # the flips cancelled out: the real section decodes
+        assert sec is not None and sec.header.num_fdes == SFrameSection.parse(SECTIONS[which], 0x2000).header.num_fdes
 
 
 @GARBAGE
@@ -78,7 +91,10 @@ def test_bit_flips_in_real_sections(which, flips):
 def test_overwritten_bytes_in_real_sections(which, pos, value):
     data = SECTIONS[which]
     pos %= len(data)
-    exercise(data[:pos] + value + data[pos + len(value):])
+    new = data[:pos] + value + data[pos + len(value):]
+    sec = exercise(new)
+    if new == data:  # the same bytes written over themselves: the real section still decodes
+        assert sec is not None
 
 
 @GARBAGE
