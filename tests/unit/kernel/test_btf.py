@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from harness.kernel.btf import Btf, BtfAmbiguityError, BtfError, BtfLookupError, Kind
 from harness.regs import PT_REGS_FIELDS, PT_REGS_SIZE
+from tests.support.gating import require
 
 
 # --- a tiny BTF writer, independent of the reader (formats spelled out from btf.h) ----------------
@@ -575,10 +576,7 @@ def test_real_index_is_fast(real_kernels):
 
 def _bpftool() -> str | None:
     tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.access(p, os.X_OK)), None)
-    if tool is None:
-        if os.environ.get("CI"):
-            pytest.fail("bpftool is missing (Debian package 'bpftool'); CI must have it to check harness.kernel.btf")
-        pytest.skip("bpftool not installed (apt-get install bpftool)")
+    require(tool is not None, "bpftool is missing (Debian package 'bpftool', ./dev installs it): it checks harness.kernel.btf")
     return tool
 
 

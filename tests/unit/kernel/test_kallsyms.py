@@ -21,6 +21,7 @@ from harness.kernel.kallsyms import (
     Symbol,
     SymbolLookupError,
 )
+from tests.support.gating import require
 
 # Shapes from a 6.x x86-64 /proc/kallsyms: zero-based per-CPU symbols (before 6.15), __pfx_
 # padding symbols, aliases at one address, static functions of the same name, module symbols.
@@ -388,8 +389,7 @@ int bss_thing;
 
 def test_from_elf_matches_nm(tmp_path):
     cc, nm = shutil.which("cc") or shutil.which("gcc"), shutil.which("nm")
-    if not cc or not nm:
-        pytest.skip("needs cc and nm (binutils)")
+    require(bool(cc and nm), "needs cc and nm (gcc, binutils: ./dev installs them)")
     src, obj = tmp_path / "t.c", tmp_path / "t.o"
     src.write_text(C_SOURCE)
     subprocess.run([cc, "-O0", "-fno-common", "-c", str(src), "-o", str(obj)], check=True)

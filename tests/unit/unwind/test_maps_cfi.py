@@ -16,6 +16,7 @@ from harness.unwind.maps import AddressSpace, MapsError, load_image, parse_maps
 from harness.unwind.snapshot import Region, Snapshot, SnapshotError
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import unwind_user
+from tests.support.gating import require
 
 MAPS = """\
 555555554000-555555555000 r--p 00000000 08:01 1234                       /usr/bin/prog
@@ -55,10 +56,9 @@ def test_mapping_lookup_and_unresolved_files():
 
 
 def pie_binary() -> Path:
-    for p in ("/usr/bin/true", "/bin/true", "/usr/bin/env"):
-        if Path(p).is_file():
-            return Path(p).resolve()
-    pytest.skip("no PIE system binary to read")
+    path = next((Path(p).resolve() for p in ("/usr/bin/true", "/bin/true", "/usr/bin/env") if Path(p).is_file()), None)
+    require(path is not None, "no PIE system binary to read (/usr/bin/true, coreutils)")
+    return path
 
 
 def test_load_bias_of_a_pie_from_every_mapping():
@@ -148,14 +148,12 @@ def test_snapshot_errors_name_the_directory(tmp_path):
 
 def test_symbolizer_uses_call_site_for_return_addresses():
     path = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
-    if not path.is_file():
-        pytest.skip("no host libc.so.6 to read symbols from")
+    require(path.is_file(), "no host libc.so.6 to read symbols from (Debian's libc6)")
     img = load_image(path.resolve())
     from harness.unwind.symbolize import symbol_index
 
     idx = symbol_index(img)
-    if len(idx.symbols) < 2:
-        pytest.skip(f"{path} has too few function symbols")
+    require(len(idx.symbols) >= 2, f"{path} has too few function symbols")
     pairs = [(a, b) for a, b in zip(idx.symbols, idx.symbols[1:]) if a.size and a.addr + a.size == b.addr]
     f0, f1 = pairs[0] if pairs else (idx.symbols[0], idx.symbols[1])
     first = next(s for s in img.segments if s.p_type == "PT_LOAD")
