@@ -1,17 +1,32 @@
 """Real .sframe sections written by each Debian toolchain, and the text that same toolchain's
-``objdump --sframe`` printed for them (captured once; tests/unit/sframe/test_elf_toolchains.py
-re-runs the tools live).  They run everywhere, without the toolchain roots: the decoder's pinned
-tests, its property tests and the fuzz seeds start from them."""
+``objdump --sframe`` printed for them, verbatim in tests/data/sframe-pinned/ (captured once;
+tests/unit/sframe/test_elf_toolchains.py rebuilds them and re-runs the tools live).  They run
+everywhere, without the toolchain roots: the decoder's pinned tests, its property tests and the
+fuzz seeds start from them."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from tests.support.paths import TEST_DATA
+
+
+def _objdump(name: str) -> str:
+    """tests/data/sframe-pinned/NAME.objdump: the toolchain's ``objdump --sframe FILE``, verbatim
+    (its file line and trailing blanks included; FILE is the program's file name)."""
+    return (TEST_DATA / "sframe-pinned" / f"{name}.objdump").read_text()
+
+
 class Pinned(NamedTuple):
     what: str
     vaddr: int
     data: bytes
-    objdump: str
+    objdump: str  # objdump's text, verbatim
+
+    @property
+    def file(self) -> str:
+        """The file name objdump printed (its second line: ``FILE:     file format ...``)."""
+        return self.objdump.splitlines()[1].split(":", 1)[0]
 
 
 PINNED = {
@@ -25,59 +40,7 @@ PINNED = {
             "f0940308000308010510f0040410f00a0508f0000308010510f0040410f00a0508f0000308010510f0040410f0530508"
             "f0540410f00003100603180003080b0310"
         ),
-        """\
-
-
-Contents of the SFrame section .sframe:
-  Header :
-
-    Version: SFRAME_VERSION_1
-    Flags: SFRAME_F_FDE_SORTED
-    Num FDEs: 6
-    Num FREs: 22
-
-  Function Index :
-
-    func idx [0]: pc = 0x1020, size = 16 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001020  sp+16     u         u
-    0000000000001026  sp+24     u         u
-
-    func idx [1]: pc = 0x1030, size = 64 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+8      u         u
-    000000000000000b  sp+16     u         u
-
-    func idx [2]: pc = 0x1169, size = 149 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001169  sp+8      u         u
-    0000000000001173  sp+16     c-16      u
-    0000000000001176  fp+16     c-16      u
-    00000000000011fc  sp+8      c-16      u
-    00000000000011fd  sp+8      u         u
-
-    func idx [3]: pc = 0x11fe, size = 11 bytes
-    STARTPC         CFA       FP        RA
-    00000000000011fe  sp+8      u         u
-    00000000000011ff  sp+16     c-16      u
-    0000000000001202  fp+16     c-16      u
-    0000000000001208  sp+8      c-16      u
-
-    func idx [4]: pc = 0x1209, size = 11 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001209  sp+8      u         u
-    000000000000120a  sp+16     c-16      u
-    000000000000120d  fp+16     c-16      u
-    0000000000001213  sp+8      c-16      u
-
-    func idx [5]: pc = 0x1214, size = 191 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001214  sp+8      u         u
-    0000000000001215  sp+16     c-16      u
-    0000000000001218  fp+16     c-16      u
-    0000000000001267  sp+8      c-16      u
-    0000000000001268  fp+16     c-16      u
-""",
+        _objdump("v1"),
     ),
     "v2": Pinned(
         "trixie (binutils 2.44): callchain [fp-sframe-dyn-64]",
@@ -90,64 +53,7 @@ Contents of the SFrame section .sframe:
             "f0040410f00a0508f0000308010510f0040410f00a0508f0000308010510f0040410f0530508f0540410f00003100603"
             "180003080b0310000310"
         ),
-        """\
-
-
-Contents of the SFrame section .sframe:
-  Header :
-
-    Version: SFRAME_VERSION_2
-    Flags: SFRAME_F_FDE_SORTED
-    CFA fixed RA offset: -8
-    Num FDEs: 7
-    Num FREs: 23
-
-  Function Index :
-
-    func idx [0]: pc = 0x1020, size = 16 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001020  sp+16     u         f
-    0000000000001026  sp+24     u         f
-
-    func idx [1]: pc = 0x1030, size = 64 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+8      u         f
-    000000000000000b  sp+16     u         f
-
-    func idx [2]: pc = 0x1070, size = 8 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+16     u         f
-
-    func idx [3]: pc = 0x1169, size = 149 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001169  sp+8      u         f
-    0000000000001173  sp+16     c-16      f
-    0000000000001176  fp+16     c-16      f
-    00000000000011fc  sp+8      c-16      f
-    00000000000011fd  sp+8      u         f
-
-    func idx [4]: pc = 0x11fe, size = 11 bytes
-    STARTPC         CFA       FP        RA
-    00000000000011fe  sp+8      u         f
-    00000000000011ff  sp+16     c-16      f
-    0000000000001202  fp+16     c-16      f
-    0000000000001208  sp+8      c-16      f
-
-    func idx [5]: pc = 0x1209, size = 11 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001209  sp+8      u         f
-    000000000000120a  sp+16     c-16      f
-    000000000000120d  fp+16     c-16      f
-    0000000000001213  sp+8      c-16      f
-
-    func idx [6]: pc = 0x1214, size = 191 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001214  sp+8      u         f
-    0000000000001215  sp+16     c-16      f
-    0000000000001218  fp+16     c-16      f
-    0000000000001267  sp+8      c-16      f
-    0000000000001268  fp+16     c-16      f
-""",
+        _objdump("v2"),
     ),
     "v3": Pinned(
         "sid (binutils 2.47.50): callchain [fp-sframe-dyn-64]",
@@ -160,67 +66,7 @@ Contents of the SFrame section .sframe:
             "0510f0040410f00a0508f00700000000000308010510f0040410f0560508f0570410f0c60410f0ca0410f00200000000"
             "00031006031802001000100003080b03100100100008000310"
         ),
-        """\
-
-
-Contents of the SFrame section .sframe:
-  Header :
-
-    Version: SFRAME_VERSION_3
-    Flags: SFRAME_F_FDE_SORTED,
-           SFRAME_F_FDE_FUNC_START_PCREL
-    CFA fixed RA offset: -8
-    Num FDEs: 7
-    Num FREs: 25
-
-  Function Index :
-
-    func idx [0]: pc = 0x1020, size = 16 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001020  sp+16     u         f
-    0000000000001026  sp+24     u         f
-
-    func idx [1]: pc = 0x1030, size = 64 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+8      u         f
-    000000000000000b  sp+16     u         f
-
-    func idx [2]: pc = 0x1070, size = 8 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+16     u         f
-
-    func idx [3]: pc = 0x1169, size = 115 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001169  sp+8      u         f
-    000000000000116f  sp+16     c-16      f
-    0000000000001172  fp+16     c-16      f
-    00000000000011da  sp+8      c-16      f
-    00000000000011db  sp+8      u         f
-
-    func idx [4]: pc = 0x11dc, size = 11 bytes
-    STARTPC         CFA       FP        RA
-    00000000000011dc  sp+8      u         f
-    00000000000011dd  sp+16     c-16      f
-    00000000000011e0  fp+16     c-16      f
-    00000000000011e6  sp+8      c-16      f
-
-    func idx [5]: pc = 0x11e7, size = 11 bytes
-    STARTPC         CFA       FP        RA
-    00000000000011e7  sp+8      u         f
-    00000000000011e8  sp+16     c-16      f
-    00000000000011eb  fp+16     c-16      f
-    00000000000011f1  sp+8      c-16      f
-
-    func idx [6]: pc = 0x11f2, size = 207 bytes
-    STARTPC         CFA       FP        RA
-    00000000000011f2  sp+8      u         f
-    00000000000011f3  sp+16     c-16      f
-    00000000000011f6  fp+16     c-16      f
-    0000000000001248  sp+8      c-16      f
-    0000000000001249  fp+16     c-16      f
-    00000000000012b8  fp+16     c-16      f
-    00000000000012bc  fp+16     c-16      f
-""",
+        _objdump("v3"),
     ),
     "v3odd": Pinned(
         "sid (binutils 2.47.50): sframe_odd -O1 -fomit-frame-pointer, dynamic",
@@ -235,82 +81,6 @@ Contents of the SFrame section .sframe:
             "f00033008f0a5100003300960a390800330004000000000003080103104e03084f031002000000000003100603180200"
             "1000100003080b03100100100008000310"
         ),
-        """\
-
-
-Contents of the SFrame section .sframe:
-  Header :
-
-    Version: SFRAME_VERSION_3
-    Flags: SFRAME_F_FDE_SORTED,
-           SFRAME_F_FDE_FUNC_START_PCREL
-    CFA fixed RA offset: -8
-    Num FDEs: 9
-    Num FREs: 35
-
-  Function Index :
-
-    func idx [0]: pc = 0x1020, size = 16 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001020  sp+16     u         f
-    0000000000001026  sp+24     u         f
-
-    func idx [1]: pc = 0x1030, size = 176 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+8      u         f
-    000000000000000b  sp+16     u         f
-
-    func idx [2]: pc = 0x10e0, size = 8 bytes
-    STARTPC[m]      CFA       FP        RA
-    0000000000000000  sp+16     u         f
-
-    func idx [3]: pc = 0x1200, size = 6 bytes, attr = "S"
-    STARTPC         CFA       FP        RA
-    0000000000001200  sp+8      u         f
-    0000000000001201  sp+16     c-16      f
-    0000000000001205  sp+8      u         f
-
-    func idx [4]: pc = 0x1206, size = 3 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001206  sp+8      u         f
-    0000000000001207  RA undefined
-
-    func idx [5]: pc = 0x1209, size = 234 bytes
-    STARTPC         CFA       FP        RA
-    0000000000001209  sp+8      u         f
-    000000000000120b  sp+16     u         f
-    000000000000120d  sp+24     u         f
-    000000000000120e  sp+32     c-32      f
-    000000000000120f  sp+40     c-32      f
-    0000000000001216  sp+176    c-32      f
-    00000000000012ec  sp+40     c-32      f
-    00000000000012ed  sp+32     c-32      f
-    00000000000012ee  sp+24     c-32      f
-    00000000000012f0  sp+16     c-32      f
-    00000000000012f2  sp+8      c-32      f
-
-    func idx [6]: pc = 0x12f3, size = 60 bytes
-    STARTPC         CFA       FP        RA
-    00000000000012f3  sp+8      u         f
-    00000000000012f4  sp+16     c-16      f
-    00000000000012f7  fp+16     c-16      f
-    000000000000132e  sp+8      c-16      f
-
-    func idx [7]: pc = 0x132f, size = 151 bytes, attr = "F"
-    STARTPC         CFA       FP        RA
-    000000000000132f  sp+8      u         f
-    0000000000001334  r10+0     u         f
-    0000000000001340  r10+0     (fp+0)    U
-    0000000000001344  (fp-16)   (fp+0)    U
-    00000000000013be  r10+0     (fp+0)    U
-    00000000000013c5  sp+8      (fp+0)    U
-
-    func idx [8]: pc = 0x13c6, size = 102 bytes
-    STARTPC         CFA       FP        RA
-    00000000000013c6  sp+8      u         f
-    00000000000013c7  sp+16     u         f
-    0000000000001414  sp+8      u         f
-    0000000000001415  sp+16     u         f
-""",
+        _objdump("v3odd"),
     ),
 }

@@ -2,12 +2,16 @@
 
 For binaries built by the host (binutils 2.40, SFrame V1), trixie (2.44, V2) and sid (2.46+, V3)
 toolchains -- with and without frame pointers, static and dynamic -- the toolchain's objdump
-runs inside its root, its text is parsed (tests/support/objdump_sframe.py) and every FDE and FRE
-must equal ours.  Lookups are checked against the same text at every PC of small programs.
+runs inside its root and its text must equal, byte for byte, our decoding printed in objdump's
+layout (harness/report/sframe.py, what ``harness sframe dump`` prints).  Lookups are checked
+against the rows of the same text at every PC of small programs (tests/support/objdump_text.py
+reads where each row starts).  The pinned sections (tests/support/sframe_pinned.py) are what
+today's toolchains still write, and their pinned text what the toolchain's objdump prints.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import random
 import shutil
@@ -22,7 +26,9 @@ from harness.images.programs import Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from tests.support.objdump_sframe import ObjdumpSFrame, compare, parse_objdump_sframe, render_fre
+from harness.report.sframe import objdump_sframe
+from tests.support.objdump_text import functions
+from tests.support.sframe_pinned import PINNED
 
 TOOLCHAINS = ("host", "trixie", "sid")
 EXPECTED_VERSION = {"host": 1, "trixie": 2, "sid": 3}
@@ -49,8 +55,8 @@ def program(name: str, tc_name: str, variant: Variant) -> Program:
 
 
 @functools.lru_cache(maxsize=None)
-def objdump(tc_name: str, path: Path) -> ObjdumpSFrame:
-    """The toolchain's own ``objdump --sframe`` of ``path``, run inside its root and parsed."""
+def objdump(tc_name: str, path: Path) -> str:
+    """The toolchain's own ``objdump --sframe NAME`` of ``path``, run inside its root."""
     tc = need(tc_name)
     outer, inner = tc.workdir(f"sframe-objdump-{path.parent.name}-{path.name}")
     try:
@@ -58,9 +64,8 @@ def objdump(tc_name: str, path: Path) -> ObjdumpSFrame:
         text = tc.run(["objdump", "--sframe", path.name], cwd=inner).stdout
     finally:
         shutil.rmtree(outer, ignore_errors=True)
-    dumps = parse_objdump_sframe(text)
-    assert len(dumps) == 1, text[:2000]
-    return dumps[0]
+    assert text.count("Contents of the SFrame section") == 1, text[:2000]
+    return text
 
 
 CASES = [(tc, prog, v) for tc in TOOLCHAINS for prog in ("callchain", "sframe_odd") for v in VARIANTS]
@@ -80,9 +85,10 @@ def test_decoding_equals_objdump(tc_name, prog, variant):
     assert table.via == "section"
     assert sec.header.version == EXPECTED_VERSION[tc_name]
     assert sec.header.abi_arch == F.ABI_AMD64_ENDIAN_LITTLE and sec.header.cfa_fixed_ra_offset == -8
-    dump = objdump(tc_name, p.path)
-    errs = compare(sec, dump)
-    assert errs == [], "\n".join(errs[:40])
+    theirs = objdump(tc_name, p.path)
+    ours = objdump_sframe(table, p.path.name)
+    assert ours == theirs, "".join(list(difflib.unified_diff(
+        theirs.splitlines(keepends=True), ours.splitlines(keepends=True), "objdump", "ours", n=1))[:24])
     if prog == "sframe_many":
         assert sec.header.num_fdes > 3000
 
@@ -90,29 +96,44 @@ def test_decoding_equals_objdump(tc_name, prog, variant):
 @pytest.mark.parametrize("tc_name", TOOLCHAINS)
 @pytest.mark.parametrize("prog", ["callchain", "sframe_odd"])
 def test_lookup_at_every_pc_matches_objdump_rows(tc_name, prog):
-    """find_fre at each PC of each function = the objdump row with the largest start <= PC."""
+    """find_fre at each PC of each function = the objdump row with the largest start <= PC (the
+    rows are ours too, line for line: test_decoding_equals_objdump)."""
     p = program(prog, tc_name, Variant(frame_pointers=False, static=False))
     table = SFrameTable.from_elf(p.path)
     sec = table.section
-    dump = objdump(tc_name, p.path)
+    listed = functions(objdump(tc_name, p.path))
+    assert [(f.pc, f.size) for f in listed] == [(f.func_start, f.func_size) for f in sec.fdes]
     checked = 0
-    for fde, fn in zip(sec.fdes, dump.functions):
+    for fde, fn in zip(sec.fdes, listed):
         for pc in range(fn.pc, fn.pc + fn.size):
-            off = pc - fn.pc
-            if fn.pcmask:
-                key = off % fde.rep_size
-                rows = [r for r in fn.fres if r.startpc <= key]
-            else:
-                rows = [r for r in fn.fres if r.startpc <= pc]
+            key = (pc - fn.pc) % fde.rep_size if fn.pcmask else pc
+            rows = [k for k, start in enumerate(fn.starts) if start <= key]
             m = sec.find_fre(pc)
             if not rows:
                 assert m is None, hex(pc)
                 continue
             assert m is not None and m.fde is fde, hex(pc)
-            assert render_fre(sec, fde, m.fre) == rows[-1], hex(pc)
+            assert m.fre is sec.fres(fde)[rows[-1]], f"{pc:#x}: FRE {sec.fres(fde).index(m.fre)}, objdump's row {rows[-1]}"
             assert sec.rule_for(pc) is not None
             checked += 1
     assert checked > 300
+
+
+PINNED_BUILDS = {"v1": ("host", "callchain", Variant(static=False)), "v2": ("trixie", "callchain", Variant(static=False)),
+                 "v3": ("sid", "callchain", Variant(static=False)),
+                 "v3odd": ("sid", "sframe_odd", Variant(frame_pointers=False, static=False))}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_pinned_sections_are_todays_builds_and_their_objdump(name):
+    """The pinned sections run everywhere, without the roots: here, where the roots are, today's
+    toolchains must still write those bytes, and their objdump print the pinned text."""
+    tc_name, prog, variant = PINNED_BUILDS[name]
+    pinned = PINNED[name]
+    p = program(prog, tc_name, variant)
+    table = SFrameTable.from_elf(p.path)
+    assert (bytes(table.section.data), table.section.section_vaddr) == (pinned.data, pinned.vaddr), pinned.what
+    assert objdump(tc_name, p.path) == pinned.objdump
 
 
 def test_v3_odd_frames_are_all_there():

@@ -1,12 +1,12 @@
 """SFrame decoding against pinned real sections and their objdump text, plus hand-made corruptions.
 
 The PINNED table holds .sframe sections written by each Debian toolchain and the text that same
-toolchain's ``objdump --sframe`` printed for them (captured once; tests/unit/sframe/test_elf_toolchains.py re-runs the
-tools live).  They run everywhere, without the toolchain roots.
+toolchain's ``objdump --sframe`` printed for them, verbatim (tests/support/sframe_pinned.py;
+tests/unit/sframe/test_elf_toolchains.py rebuilds them and re-runs the tools live).  They run
+everywhere, without the toolchain roots.
 """
 
 from __future__ import annotations
-
 
 import pytest
 
@@ -14,7 +14,7 @@ from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule, apply_rule
 from harness.sframe import SFrameError, SFrameSection, SFrameTable
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from tests.support.objdump_sframe import compare, parse_objdump_sframe
+from harness.report.sframe import objdump_sframe
 from tests.support.sframe_pinned import PINNED
 
 
@@ -25,10 +25,10 @@ def section(name: str) -> SFrameSection:
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_pinned_section_matches_objdump(name):
+    """Decoded and printed in objdump's layout (what ``harness sframe dump`` prints), byte for byte."""
     p = PINNED[name]
-    (dump,) = parse_objdump_sframe(p.objdump)
     sec = SFrameSection.parse(p.data, p.vaddr).decode_all()
-    assert compare(sec, dump) == []
+    assert objdump_sframe(SFrameTable(sec, p.file), p.file) == p.objdump
 
 
 def test_v1_fde_is_17_bytes_and_start_is_section_relative():

@@ -33,7 +33,7 @@ from tests.support.cause_snapshots import (  # noqa: F401  (the fixtures are fou
     tailcall_fp_snaps,
     tailcall_snaps,
 )
-from tests.support.objdump_sframe import parse_objdump_sframe
+from tests.support.objdump_text import functions
 
 from harness.memory import MemoryFault
 from harness.unwind.cfi import cfi_tables_for, unwind_cfi
@@ -134,8 +134,7 @@ def test_the_toolchains_own_objdump_shows_the_same_fde_ranges(tailcall_snaps, tc
         text = toolchain.run(["objdump", "--sframe", "tailcall"], cwd=inner).stdout
     finally:
         shutil.rmtree(outer, ignore_errors=True)
-    (dump,) = parse_objdump_sframe(text)
-    ranges = {f.pc: f.pc + f.size for f in dump.functions}
+    ranges = {f.pc: f.pc + f.size for f in functions(text)}
     m0, m1 = cap.symbols["middle"]
     d0, d1 = cap.symbols["die"]
     assert ranges[d0] == d1 == m0 and ranges[m0] == m1
