@@ -23,6 +23,11 @@ settings.register_profile("ci", max_examples=500, deadline=None)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# The session fixtures of gdb-captured snapshots (tailcall_snaps, tailcall_fp_snaps, fp_snaps),
+# shared by tests/unit/verdicts/test_causes.py and tests/unit/unwind/test_mixed_tailcall.py: one
+# definition, so each is captured once a session (imported into each module, each module had its own).
+pytest_plugins = ["tests.support.cause_snapshots"]
+
 REQUIRED_TOOLS = ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd")
 
 

@@ -1,7 +1,7 @@
 """Real binaries and gdb-captured stacks for the tests of divergence causes.
 
-Session fixtures (import them into a test module: ``from cause_snapshots import tailcall_snaps``;
-pytest finds a fixture by its name in the module's namespace):
+Session fixtures, registered for the whole suite by tests/conftest.py (``pytest_plugins``), so
+each is captured once a session whichever test modules use it:
 
 * ``tailcall_snaps``: ``{toolchain: CauseCapture | str}`` for host (SFrame V1), trixie (V2) and
   sid (V3): ``guest_programs/tailcall.c`` built ``Variant(frame_pointers=False, opt="-O2")``

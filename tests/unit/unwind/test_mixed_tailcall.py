@@ -24,15 +24,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from tests.support.cause_snapshots import (  # noqa: F401  (the fixtures are found by name in this module)
-    TOOLCHAINS,
-    CauseCapture,
-    corrupt,
-    fp_snaps,
-    got,
-    tailcall_fp_snaps,
-    tailcall_snaps,
-)
+from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, got
 from tests.support.objdump_text import functions
 
 from harness.memory import MemoryFault

@@ -48,15 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cause_snapshots import (  # noqa: F401  (the fixtures are found by name in this module)
-    TOOLCHAINS,
-    CauseCapture,
-    corrupt,
-    fp_snaps,
-    function_symbols,
-    got,
-    tailcall_snaps,
-)
+from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, function_symbols, got
 from tests.support.gating import require
 from elftools.elf.elffile import ELFFile
 
