@@ -9,7 +9,7 @@ Where each target's seeds come from:
 * perf_check, perf_records: the two real perf captures (tests/data/*.perfcc.gz), whole, without
   their vDSO image, and their rings;
 * perf_resolve: resolve tables of the shape ``harness perf --save`` writes;
-* sframe: the .sframe sections pinned in tests/unit/sframe/test_parse_pinned.py (V1, V2, V3 of the
+* sframe: the .sframe sections pinned in tests/support/sframe_pinned.py (V1, V2, V3 of the
   Debian toolchains), those of the guest programs in the image cache, and the aarch64 and s390x
   sections of tests/support/sframe_abi_sections.py (modelled on binutils' gas tests);
 * btf: tests/unit/kernel/test_btf.py's sample blob (every kind) and slices of a real kernel's .BTF

@@ -1,4 +1,5 @@
-"""Shared by the tests on gdb-captured snapshots (tests/unit/unwind/test_user_real.py, tests/unit/unwind/test_cfi_compat.py)."""
+"""Shared by the tests on gdb-captured snapshots (tests/unit/unwind/test_user_real.py,
+tests/unit/unwind/test_cfi_compat.py)."""
 
 from __future__ import annotations
 
