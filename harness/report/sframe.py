@@ -4,7 +4,7 @@
 :func:`format_check` renders a :class:`harness.sframe.check.BinaryCheck`; :func:`objdump_sframe`
 renders an :class:`harness.sframe.SFrameTable` as the objdump of the binutils that writes its
 version prints it (libsframe ``sframe-dump.c``; checked line for line against binutils 2.40 for
-V1, 2.44 for V2 and 2.47 for V3, tests/unit/test_sframe_check.py):
+V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
 
 * 2.40 (V1) prints neither fixed offset, and "u" in the RA column even where the header fixes
   the RA; 2.41+ print "CFA fixed RA offset" (and "CFA fixed FP offset" where one is set) and "f".

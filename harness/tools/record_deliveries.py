@@ -1,4 +1,4 @@
-"""Record real delivery snapshots for the unit tests (tests/unit/data/deliveries/).
+"""Record real delivery snapshots for the unit tests (tests/data/deliveries/).
 
 Boots a guest, runs each named scenario with the engine keeping its snapshots, and saves a few
 per scenario (the first stack, and the first of each cause it saw) with the ``stack`` record the
@@ -7,7 +7,7 @@ sha256 of what it maps)::
 
     PYTHONPATH=. .venv/bin/python -m harness.tools.record_deliveries OUT_DIR fp-spin signal ...
 
-tests/unit/test_delivery_snapshots.py replays them without a guest and expects the same records.
+tests/unit/scenarios/test_snapshot_deliveries.py replays them without a guest and expects the same records.
 """
 
 from __future__ import annotations

@@ -4,19 +4,19 @@
 
 Where each target's seeds come from:
 
-* log_check: the event logs of a real run (tests/unit/data/run-small/*.jsonl), whole and cut to
+* log_check: the event logs of a real run (tests/data/run-small/*.jsonl), whole and cut to
   their first lines (a long log is slow to mutate; the checker's paths are reached in a few lines);
-* perf_check, perf_records: the two real perf captures (tests/unit/data/*.perfcc.gz), whole, without
+* perf_check, perf_records: the two real perf captures (tests/data/*.perfcc.gz), whole, without
   their vDSO image, and their rings;
 * perf_resolve: resolve tables of the shape ``harness perf --save`` writes;
-* sframe: the .sframe sections pinned in tests/unit/test_sframe_pinned.py (V1, V2, V3 of the
+* sframe: the .sframe sections pinned in tests/support/sframe_pinned.py (V1, V2, V3 of the
   Debian toolchains), those of the guest programs in the image cache, and the aarch64 and s390x
-  sections of tests/unit/sframe_abi_sections.py (modelled on binutils' gas tests);
-* btf: tests/unit/test_btf.py's sample blob (every kind) and slices of a real kernel's .BTF
+  sections of tests/support/sframe_abi_sections.py (modelled on binutils' gas tests);
+* btf: tests/unit/kernel/test_btf.py's sample blob (every kind) and slices of a real kernel's .BTF
   (types closed under their references, re-encoded);
 * kallsyms: the head of a real /proc/kallsyms dump from the cache, as text and as a cache file;
 * rsp: QEMU-shaped packets, qSupported and stop replies, the target description of
-  tests/unit/test_rsp_codec.py.
+  tests/unit/transport/test_rsp_codec.py.
 """
 
 from __future__ import annotations
@@ -29,13 +29,12 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-UNIT = HERE.parent / "unit"
-sys.path.insert(0, str(UNIT))
+DATA = HERE.parent / "data"
 CACHE = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "unwind-harness"))
 
 
 def _captures() -> list[bytes]:
-    return [gzip.decompress((UNIT / "data" / n).read_bytes())
+    return [gzip.decompress((DATA / n).read_bytes())
             for n in ("perf-callchain-7.3.4.perfcc.gz", "perf-callchain-defer-7.3.4.perfcc.gz")]
 
 
@@ -62,7 +61,7 @@ def _rebuild(data: bytes, drop=(), ring_cut: int | None = None) -> bytes:
 
 def log_check() -> list[bytes]:
     out = []
-    for p in sorted((UNIT / "data" / "run-small").glob("*.jsonl")):
+    for p in sorted((DATA / "run-small").glob("*.jsonl")):
         lines = p.read_bytes().splitlines(keepends=True)
         out.append(b"".join(lines[:12]))
         out.append(b"".join(lines[:4] + lines[-3:]))
@@ -103,12 +102,12 @@ def perf_records() -> list[bytes]:
 
 
 def sframe() -> list[bytes]:
-    from test_sframe_pinned import PINNED
+    from tests.support.sframe_pinned import PINNED
 
     out = []
     for p in PINNED.values():
         out += [b"\x00" + p.data, b"\x01" + p.data]
-    from sframe_abi_sections import sections
+    from tests.support.sframe_abi_sections import sections
 
     out += [b"\x00" + s.data for s in sections().values()]
     from harness.sframe import SFrameError, SFrameTable

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "unit" / "data"
+DATA = HERE.parent / "data"
 
 # The modules each target runs, imported by :func:`prepare` (the fuzz driver calls it inside
 # atheris.instrument_imports, so exactly these and what they import get coverage instrumentation;

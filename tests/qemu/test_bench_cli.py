@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import require
+from tests.support.gating import require
 
 pytestmark = pytest.mark.qemu
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require
+from tests.support.gating import require
 from harness.deferred.log import read_events
 from harness.images.cache import cache_root
 from harness.report.rundir import CLAIM

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require
+from tests.support.gating import require
 from harness.cli import main
 from harness.images.kernel import get_kernel
 from harness.perf.capture import PERFCC

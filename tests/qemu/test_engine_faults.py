@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import GuestPool
+from tests.support.guest_pool import GuestPool
 from harness.deferred.check import check_lines
 from harness.scenarios.catalog import CATALOG, Scenario, programs_for
 from harness.scenarios.engine import Engine

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import gone
+from tests.support.procs import gone
 
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel

@@ -4,17 +4,14 @@ stacks beside its logs, and the page opens in headless Chromium with no JavaScri
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import require
+from tests.support.gating import require
 from harness.cli import main
 from harness.report.flame import parse_folded
+from tests.support.browser import Browser, chromium
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
-from browser import Browser, chromium  # noqa: E402
 
 pytestmark = pytest.mark.qemu
 

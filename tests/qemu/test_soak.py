@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require
+from tests.support.gating import require
 from harness.images.qemu import QemuImageError, resolve_qemu
 from harness.soak.engine import PROGRAM, SoakSpec, format_soak, run_soak
 from harness.session import GuestSpec

@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from procs import gone
+from tests.support.procs import gone
 
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel

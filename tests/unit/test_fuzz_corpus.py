@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require
+from tests.support.gating import require
 from harness.errors import HarnessError
 
-FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
-sys.path.insert(0, str(FUZZ))
-from targets import TARGETS  # noqa: E402
+from tests.fuzz.targets import TARGETS
+from tests.support.paths import FUZZ, REPO
 
 # Fresh inputs per target in the bounded run: a few seconds each on a loaded 2-core machine.
 FRESH = {"log_check": 1500, "perf_check": 1000, "perf_resolve": 500, "perf_records": 3000, "sframe": 3000,
@@ -60,7 +59,7 @@ def test_fresh_inputs_coverage_guided(name, tmp_path):
     require(importlib.util.find_spec("atheris") is not None, "atheris is not installed (pip install -e .[test])")
     work = tmp_path / "corpus"
     work.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FUZZ.parent.parent)] + sys.path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO)] + sys.path)}
     r = subprocess.run(
         [sys.executable, str(FUZZ / "fuzz.py"), name, f"-runs={FRESH[name]}", "-seed=1", "-max_len=8192",
          "-timeout=60", f"-artifact_prefix={tmp_path}/", str(work), str(FUZZ / "corpus" / name)],

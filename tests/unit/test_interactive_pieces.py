@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-import pytest
 
 from harness.images.symfile import kernel_symbol_file, symbol_file_source
 from harness.kernel.kallsyms import Kallsyms, Symbol
 from harness.report.text import stack_columns
+from tests.support.gating import require
 
 SYMS = Kallsyms([
     Symbol("_text", 0xFFFFFFFF81000000, "T"),
@@ -32,8 +32,8 @@ def test_symbol_file_source_skips_between_symbols_and_keeps_one_name():
     assert '.size "schedule",128' in src
 
 
-@pytest.mark.skipif(not (shutil.which("as") and shutil.which("ld") and shutil.which("gdb")), reason="binutils/gdb")
 def test_gdb_reads_the_symbol_file(tmp_path, monkeypatch):
+    require(all(shutil.which(t) for t in ("as", "ld", "gdb")), "as, ld (binutils) and gdb: ./dev installs them")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     path = kernel_symbol_file(SYMS, "k1")
     assert path == tmp_path / "kallsyms" / "k1.syms.elf" and kernel_symbol_file(SYMS, "k1") == path

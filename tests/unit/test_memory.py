@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from conftest import require
+from tests.support.gating import require
 
 from harness.kernel.vdso import kernel_vdso_image, vdso_backed
 from harness.memory import BufferMemory, MemoryFault, Overlay

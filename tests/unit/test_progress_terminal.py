@@ -11,7 +11,7 @@ import sys
 
 import pexpect
 import pytest
-from conftest import require
+from tests.support.gating import require
 
 from harness.images.cache import cache_root
 

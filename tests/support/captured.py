@@ -1,0 +1,29 @@
+"""Shared by the tests on gdb-captured snapshots (tests/unit/unwind/test_user_real.py,
+tests/unit/unwind/test_cfi_compat.py)."""
+
+from __future__ import annotations
+
+from tests.support.gating import require
+
+from harness.unwind.cfi import cfi_tables_for, unwind_cfi
+from harness.unwind.snapshot import Snapshot
+from harness.unwind.symbolize import Symbolizer
+from harness.unwind.user import unwind_user
+
+
+def get(captures: dict, tc: str, fp: bool, static: bool):
+    """The capture of one (toolchain, fp, static) build; a string there says why it is missing
+    (skipped locally, a failure in CI)."""
+    c = captures[(tc, fp, static)]
+    require(not isinstance(c, str), c if isinstance(c, str) else "")
+    return c
+
+
+def walk(snap: Snapshot, **kw):
+    """The kernel model's walk (``kw`` for UnwindConfig switches), the CFI oracle's walk and a
+    symbolizer, all on the snapshot's registers and memory."""
+    space = snap.address_space()
+    mem = snap.memory()
+    fp = unwind_user(mem, snap.regs, **kw)
+    cfi = unwind_cfi(mem, snap.regs, cfi_tables_for(space))
+    return fp, cfi, Symbolizer(space)

@@ -1,0 +1,166 @@
+"""Address space (maps, load bias), CFI expression evaluation, symbolization, snapshots: pure parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from elftools.dwarf.dwarf_expr import DWARFExprParser
+from elftools.dwarf.structs import DWARFStructs
+
+from harness.memory import BufferMemory
+from harness.regs import UserRegs
+from harness.rule import ValueRule
+from harness.unwind.cfi import UnsupportedCFI, eval_cfa_expression
+from harness.unwind.maps import AddressSpace, MapsError, load_image, parse_maps
+from harness.unwind.snapshot import Region, Snapshot, SnapshotError
+from harness.unwind.symbolize import Symbolizer
+from harness.unwind.user import unwind_user
+from tests.support.gating import require
+
+MAPS = """\
+555555554000-555555555000 r--p 00000000 08:01 1234                       /usr/bin/prog
+555555555000-555555556000 r-xp 00001000 08:01 1234                       /usr/bin/prog
+555555559000-55555557a000 rw-p 00000000 00:00 0                          [heap]
+7ffff7dd3000-7ffff7df9000 r--p 00000000 08:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffff7ffa000-7ffff7ffe000 r--p 00000000 00:00 0                          [vvar]
+7ffff7ffe000-7ffff8000000 r-xp 00000000 00:00 0                          [vdso]
+7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0                          [stack]
+7ffff7fc0000-7ffff7fc1000 rw-p 00000000 00:00 0 
+"""
+
+
+def test_parse_maps_fields_and_order():
+    ms = parse_maps(MAPS)
+    assert [m.start for m in ms] == sorted(m.start for m in ms)
+    prog = ms[1]
+    assert (prog.start, prog.end, prog.perms, prog.offset, prog.dev, prog.inode, prog.path) == (
+        0x555555555000, 0x555555556000, "r-xp", 0x1000, "08:01", 1234, "/usr/bin/prog")
+    assert prog.executable and prog.is_file
+    anon = next(m for m in ms if m.start == 0x7FFFF7FC0000)
+    assert anon.path == "" and not anon.is_file
+    assert parse_maps(prog.to_line())[0] == prog
+
+
+def test_parse_maps_rejects_garbage_with_line_number():
+    with pytest.raises(MapsError) as e:
+        parse_maps(MAPS + "not a maps line\n")
+    assert e.value.lineno == 9
+
+
+def test_mapping_lookup_and_unresolved_files():
+    space = AddressSpace.from_maps(MAPS, resolve=lambda p: None)
+    assert space.mapping_at(0x555555555123).path == "/usr/bin/prog"
+    assert space.mapping_at(0x555555556000) is None  # between mappings
+    assert space.elf_at(0x555555555123) is None  # no host file: no ELF, no error
+
+
+def pie_binary() -> Path:
+    path = next((Path(p).resolve() for p in ("/usr/bin/true", "/bin/true", "/usr/bin/env") if Path(p).is_file()), None)
+    require(path is not None, "no PIE system binary to read (/usr/bin/true, coreutils)")
+    return path
+
+
+def test_load_bias_of_a_pie_from_every_mapping():
+    path = pie_binary()
+    img = load_image(path)
+    assert img.is_pie_or_shared
+    loads = [s for s in img.segments if s.p_type == "PT_LOAD"]
+    base = 0x555555554000
+    lines = []
+    for s in loads:
+        start = base + (s.vaddr & ~0xFFF)
+        end = base + ((s.vaddr + s.memsz + 0xFFF) & ~0xFFF)
+        lines.append(f"{start:x}-{end:x} r-xp {s.offset & ~0xFFF:08x} 08:01 1 {path}")
+    space = AddressSpace.from_maps("\n".join(lines), resolve=lambda p: p)
+    for m in space.mappings:
+        e = space.elf_at(m.start)
+        assert e is not None and e.bias == base, m
+    # a second call is served from the cache (same object)
+    assert space.elf_at(space.mappings[0].start) is space.elf_at(space.mappings[0].start)
+
+
+def test_tables_for_builds_one_provider_per_elf():
+    path = pie_binary()
+    img = load_image(path)
+    first = next(s for s in img.segments if s.p_type == "PT_LOAD")
+    maps = f"555555554000-555555600000 r-xp {first.offset:08x} 08:01 1 {path}"
+    space = AddressSpace.from_maps(maps, resolve=lambda p: p)
+    made = []
+    tables_for = space.tables_for(lambda e: made.append(e) or ("table", e.bias))
+    assert tables_for(0x555555554100) == ("table", 0x555555554000 - first.vaddr + first.offset)
+    tables_for(0x555555555000)
+    assert len(made) == 1
+    assert tables_for(0x1000) is None
+
+
+# --- CFA expressions (the PLT's DW_CFA_def_cfa_expression) ----------------------------------
+
+PLT_EXPR = [119, 8, 128, 0, 63, 26, 59, 42, 51, 36, 34]  # readelf: breg7 8; breg16 0; lit15; and;
+# lit11; ge; lit3; shl; plus
+
+
+def ops(expr):
+    return DWARFExprParser(DWARFStructs(little_endian=True, dwarf_format=32, address_size=8)).parse_expr(expr)
+
+
+@pytest.mark.parametrize("pc,off", [(0x1030, 8), (0x103A, 8), (0x103B, 16), (0x103F, 16)])
+def test_plt_cfa_expression(pc, off):
+    assert eval_cfa_expression(ops(PLT_EXPR), pc) == ValueRule("sp", off)
+
+
+def test_cfa_expression_deref_and_rbp():
+    # DW_OP_breg6 -8; DW_OP_deref: the DRAP shape, CFA = *(rbp - 8)
+    assert eval_cfa_expression(ops([0x76, 0x78, 0x06]), 0) == ValueRule("fp", -8, True)
+
+
+@pytest.mark.parametrize("expr", [[0x06], [0x77, 0x00, 0x76, 0x00, 0x22], [0x30], [0x96]])
+def test_unsupported_cfa_expressions_are_named(expr):
+    # bare deref, rsp + rbp, a constant CFA, DW_OP_nop alone
+    with pytest.raises(UnsupportedCFI):
+        eval_cfa_expression(ops(expr), 0)
+
+
+# --- snapshots ------------------------------------------------------------------------------
+
+def test_snapshot_round_trip_and_file_backed_code(tmp_path):
+    path = pie_binary()
+    data = path.read_bytes()
+    maps = f"555555554000-555555556000 r-xp 00000000 08:01 1 {path}\n7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]"
+    stack = bytes(range(256)) * 16
+    snap = Snapshot("t", UserRegs(ip=0x555555554010, sp=0x7FFFFFFFE000, bp=0), maps,
+                    [Region(0x7FFFFFFFE000, stack, "stack")], {str(path): str(path)}, {"why": "test"})
+    again = Snapshot.load(snap.save(tmp_path / "s"))
+    assert again.regs == snap.regs and again.files == snap.files and again.meta == {"why": "test"}
+    mem = again.memory()
+    assert mem.read(0x7FFFFFFFE000 + 5, 3) == stack[5:8]
+    assert mem.read(0x555555554000, 4) == data[:4] == b"\x7fELF"  # from the host file
+    assert unwind_user(mem, again.regs).ips == [0x555555554010]
+
+
+def test_snapshot_errors_name_the_directory(tmp_path):
+    with pytest.raises(SnapshotError, match=str(tmp_path)):
+        Snapshot.load(tmp_path)
+    (tmp_path / "snapshot.json").write_text('{"format": "core", "version": 9}')
+    with pytest.raises(SnapshotError, match="expected unwind-harness-snapshot"):
+        Snapshot.load(tmp_path)
+
+
+def test_symbolizer_uses_call_site_for_return_addresses():
+    path = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
+    require(path.is_file(), "no host libc.so.6 to read symbols from (Debian's libc6)")
+    img = load_image(path.resolve())
+    from harness.unwind.symbolize import symbol_index
+
+    idx = symbol_index(img)
+    require(len(idx.symbols) >= 2, f"{path} has too few function symbols")
+    pairs = [(a, b) for a, b in zip(idx.symbols, idx.symbols[1:]) if a.size and a.addr + a.size == b.addr]
+    f0, f1 = pairs[0] if pairs else (idx.symbols[0], idx.symbols[1])
+    first = next(s for s in img.segments if s.p_type == "PT_LOAD")
+    maps = f"{0x555555554000:x}-{0x555555554000 + 0x400000:x} r-xp {first.offset:08x} 08:01 1 {path}"
+    space = AddressSpace.from_maps(maps, resolve=lambda p: p, memory=BufferMemory())
+    bias = space.elf_at(0x555555554000).bias
+    sym = Symbolizer(space)
+    assert sym.name(f0.addr + bias) == f"{f0.name}+0x0"
+    if f0.addr + f0.size == f1.addr:  # a return address at the end of f0 is f0's call site
+        assert sym.name(f1.addr + bias, return_address=True) == f"{f0.name}+{f0.size:#x}"

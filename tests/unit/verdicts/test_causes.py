@@ -1,0 +1,1282 @@
+"""Every divergence cause of :data:`harness.verdicts.causes.CAUSES`, on real binaries.
+
+Each cause has cases both ways, on snapshots captured under gdb from programs built by the
+project's toolchains (tests/support/cause_snapshots.py, and the session fixtures below):
+
+* :data:`ACCEPT`: a real divergence the cause must prove.  ``judge()`` aligns the unwinder's walk
+  with the oracle's frames; the verdict must be "explained", the divergence at the expected place
+  must carry that cause, and the evidence must name what the predicate looked at (the function,
+  the FDE range, the decoded code, ...).
+* :data:`REFUSE`: a divergence the cause must not prove, handed to its predicate directly: it must
+  return None.  Each is a real divergence another cause proves (or none does), or one built by
+  hand over a real snapshot where no real one exists; the table says which.
+
+``test_every_cause_has_cases`` makes a new cause without cases fail, and a predicate made to
+accept everything fails its refusals (and, for most, an acceptance elsewhere, where it steals
+another cause's divergence).
+
+The stops, beyond those of tests/support/cause_snapshots.py:
+
+* callchain.c, host, frame pointers: at ``push %rbp`` of c, right after it, at c's ``ret`` (after
+  ``pop %rbp``), at the getppid syscall; and with ``libc`` inside glibc's ``syscall()``;
+* callchain.c without frame pointers, static and dynamic, host/trixie/sid, at getppid in c;
+* signal.c (fp, raw): on_alarm's entry, h2's clock_gettime syscall, the rt_sigreturn syscall;
+* recurse.c 600 (fp): rec(0)'s call of bottom, 600 levels deep;
+* callchain.c and vdso.c built with the shadow stack (-finstrument-functions): inside
+  ``__cyg_profile_func_enter``, at c's call of it, at getppid in c, at mprotect in glibc's
+  start-up (before main); in ``__vdso_clock_gettime``;
+* tests/data/nofde.c (host gcc, no unwind tables): at getppid in spin, and, run with ``exec``,
+  at its execve of itself and at the new image's ``_start``;
+* the perf causes: the two real perf captures of tests/data (tests/unit/perf/test_oracle_fixture.py), checked as
+  ``harness perf`` does (PerfOracle); where the captures hold no such case (a chain cut at
+  perf_event_max_stack, a dump too short, an entry left unanswered at exit, a sample after its
+  entry's record) the case changes one fact of a real sample by hand, and says so.
+
+The capture records only the stack and the vDSO; the shadow stack lives in the program's .data,
+so the shadow builds are captured with the program's writable mappings too (:func:`data_regions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, function_symbols, got
+from tests.support.gating import require
+from elftools.elf.elffile import ELFFile
+
+from harness.images.cache import ImageError
+from harness.images.programs import Variant, build_program
+from harness.memory import Memory
+from harness.oracles.base import Oracle, OracleFrames, Request, Stack
+from harness.oracles.cfi import CFIOracle, is_signal_trampoline, signal_frame_regs
+from harness.oracles.regs import RegsOracle
+from harness.oracles.shadow import HOOK_ENTER, ShadowOracle, shadow_symbol
+from harness.perf.oracle import UNWINDER as PERF_UNWINDER
+from harness.perf.oracle import PerfOracle
+from harness.perf.records import Sample, TaskEvent, parse_capture
+from harness.regs import UserRegs
+from harness.tools import capture_gdb
+from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
+from harness.unwind.code import CodeFacts
+from harness.unwind.maps import AddressSpace
+from harness.unwind.mixed import sframe_tables_for
+from harness.unwind.snapshot import Snapshot
+from harness.unwind.symbolize import Symbolizer
+from harness.unwind.user import (
+    UNWIND_MAX_ENTRIES,
+    StopReason,
+    UnwindConfig,
+    unwind_user,
+)
+from harness.verdicts.align import judge
+from harness.verdicts.causes import CAUSES, explain
+from harness.verdicts.types import (
+    DIFFERS,
+    ENDS,
+    EXPLAINED,
+    EXTRA,
+    FAILURE,
+    LOST,
+    PAST_END,
+    REGS,
+    Divergence,
+    PairVerdict,
+)
+from tests.support.paths import TEST_DATA
+
+ITER = "1000000"
+DATA = TEST_DATA
+SYS_GETPPID, SYS_RT_SIGRETURN, SYS_EXECVE = 39, 15, 59
+ENTRY_WINDOW = "entry_SYSCALL_64_after_hwframe"  # an entry/exit asm symbol, as the engine records one
+
+
+# --- captures -----------------------------------------------------------------------------------
+
+# The capture script dumps [stack] and [vdso]; with this branch it also dumps the program's own
+# writable mappings (.data, where the shadow stack of a non-TLS build lives).
+_VDSO_BRANCH = '        elif path == "[vdso]":\n            what = "vdso"\n'
+_DATA_BRANCH = ('        elif "w" in parts[1] and os.path.realpath(path) == CFG["binary"]:\n'
+                '            what = "data"\n')
+
+
+@contextlib.contextmanager
+def data_regions():
+    """capture_gdb's script, for the duration, dumping the program's writable mappings too."""
+    script = capture_gdb.GDB_SCRIPT
+    assert _VDSO_BRANCH in script, "capture_gdb.GDB_SCRIPT changed: update data_regions() in tests/unit/verdicts/test_causes.py"
+    capture_gdb.GDB_SCRIPT = script.replace(_VDSO_BRANCH, _VDSO_BRANCH + _DATA_BRANCH)
+    try:
+        yield
+    finally:
+        capture_gdb.GDB_SCRIPT = script
+
+
+def _capture(root: Path, name: str, tc: str, variant: Variant, runs, funcs=(), data: bool = False,
+             **kw) -> CauseCapture:
+    """Build ``name`` with toolchain ``tc`` and capture ``runs``: [(args, stops), ...], one gdb run
+    each, into one CauseCapture."""
+    from harness.images.toolchain import get_toolchain
+
+    prog = build_program(name, get_toolchain(tc), variant)
+    snaps: dict[str, Snapshot] = {}
+    for k, (args, stops) in enumerate(runs):
+        d = root / f"{name}-{tc}-{variant.tag}-{k}"
+        with data_regions() if data else contextlib.nullcontext():
+            paths = capture_program(prog, args, stops, d, **kw)
+        snaps.update({n: Snapshot.load(p) for n, p in paths.items()})
+    return CauseCapture(name, tc, variant, str(prog.path), snaps, function_symbols(prog.path, funcs))
+
+
+def _one(tmp_path_factory, what: str, *a, **kw) -> CauseCapture:
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    try:
+        return _capture(tmp_path_factory.mktemp(what), *a, **kw)
+    except (ImageError, CaptureError) as exc:
+        require(False, f"{what}: {exc}")
+        raise  # not reached: require skips or fails
+
+
+@pytest.fixture(scope="session")
+def fp_stops(tmp_path_factory) -> CauseCapture:
+    """callchain.c, host, -O1, frame pointers, SFrame, static (fp_snaps' build): c-push-rbp,
+    c-after-push, c-ret (c's ``ret``, after ``pop %rbp``), c-raw (getppid) in one run; c-libc
+    (getppid inside glibc's syscall()) in another."""
+    return _one(tmp_path_factory, "fp-stops", "callchain", "host", Variant(), [
+        ([ITER, "raw"], [StopPoint("c-push-rbp", "insn", "c", "push   %rbp"),
+                         StopPoint("c-after-push", "insn", "c", "push   %rbp", after=1),
+                         StopPoint("c-ret", "insn", "c", "ret"),
+                         StopPoint("c-raw", "syscall", syscall="getppid")]),
+        ([ITER, "libc"], [StopPoint("c-libc", "syscall", syscall="getppid")]),
+    ], ("c", "b", "a", "main"))
+
+
+@pytest.fixture(scope="session")
+def nofp_snaps(tmp_path_factory) -> dict[tuple[str, bool], CauseCapture | str]:
+    """``{(toolchain, static): capture}``: callchain.c -O1 without frame pointers, SFrame, at the
+    getppid in c (c-raw); a string says why one is missing."""
+    if shutil.which("gdb") is None:
+        return {(t, s): "gdb is not installed" for t in TOOLCHAINS for s in (True, False)}
+    root = tmp_path_factory.mktemp("nofp")
+    out: dict[tuple[str, bool], CauseCapture | str] = {}
+    for tc in TOOLCHAINS:
+        for static in (True, False):
+            v = Variant(frame_pointers=False, static=static)
+            try:
+                out[(tc, static)] = _capture(root, "callchain", tc, v,
+                                             [([ITER, "raw"], [StopPoint("c-raw", "syscall", syscall="getppid")])])
+            except (ImageError, CaptureError) as exc:
+                out[(tc, static)] = f"callchain [{v.tag}] with {tc}: {exc}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def signal_snaps(tmp_path_factory) -> CauseCapture:
+    """signal.c raw (host, fp, static): on_alarm's first instruction (sp at the signal frame's
+    pretcode), h2's first clock_gettime syscall instruction, and the rt_sigreturn syscall entry
+    (IP in __restore_rt).  gdb passes SIGALRM silently (its default)."""
+    return _one(tmp_path_factory, "signal", "signal", "host", Variant(), [
+        (["raw"], [StopPoint("on-alarm", "break", "on_alarm"),
+                   StopPoint("h2-syscall", "insn", "h2", "syscall"),
+                   StopPoint("sigreturn", "syscall", syscall="rt_sigreturn")]),
+    ])
+
+
+@pytest.fixture(scope="session")
+def recurse_snaps(tmp_path_factory) -> CauseCapture:
+    """recurse.c 600 (host, fp, static) at rec(0)'s call of bottom: 600 rec frames deep.  It makes
+    no getppid: the stops are set at static glibc's first brk, before main."""
+    return _one(tmp_path_factory, "recurse", "recurse", "host", Variant(),
+                [(["600"], [StopPoint("rec-bottom", "insn", "rec", "<bottom>")])], loaded_syscall="brk")
+
+
+@pytest.fixture(scope="session")
+def shadow_snaps(tmp_path_factory) -> CauseCapture:
+    """callchain.c with the shadow stack (host, fp, static): inside the enter hook (its first
+    instruction), at c's ``call __cyg_profile_func_enter``, and at getppid in c; with .data."""
+    return _one(tmp_path_factory, "shadow", "callchain", "host", Variant(shadow=True), [
+        ([ITER, "raw"], [StopPoint("in-enter", "break", HOOK_ENTER),
+                         StopPoint("c-hook-call", "insn", "c", HOOK_ENTER),
+                         StopPoint("c-raw", "syscall", syscall="getppid")]),
+    ], data=True)
+
+
+@pytest.fixture(scope="session")
+def shadow_startup(tmp_path_factory) -> CauseCapture:
+    """The same build stopped in glibc's start-up, before main (shadow depth 0): at the mprotect
+    syscall (RELRO), where rbp still holds what __libc_start_main left in it.  The stop is set at
+    the first brk."""
+    return _one(tmp_path_factory, "shadow-startup", "callchain", "host", Variant(shadow=True), [
+        ([ITER, "raw"], [StopPoint("mprotect", "syscall", syscall="mprotect")]),
+    ], data=True, loaded_syscall="brk")
+
+
+@pytest.fixture(scope="session")
+def vdso_snaps(tmp_path_factory) -> CauseCapture:
+    """vdso.c with the shadow stack (host, fp, static), stopped inside the vDSO's
+    __vdso_clock_gettime right after its frame setup.  Two runs: one to learn where the vDSO is
+    (gdb runs the program without ASLR, so it is there again), one with a breakpoint there, given
+    as an offset from read_clock (capture_gdb stops only at the program's own functions)."""
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp("vdso")
+    v = Variant(shadow=True)
+    try:
+        first = _capture(root / "1", "vdso", "host", v, [([], [StopPoint("b", "break", "b")])], ("read_clock",),
+                         data=True, loaded_syscall="brk")
+        snap = first.snaps["b"]
+        space = snap.address_space()
+        code = CodeFacts(space, snap.memory())
+        entry = Symbolizer(space).address_of("__vdso_clock_gettime", "[vdso]")
+        require(entry is not None, "no __vdso_clock_gettime in the captured vDSO")
+        setup = code.frame_setup(code.function_at(entry))
+        require(setup is not None, "this kernel's __vdso_clock_gettime sets up no frame pointer")
+        stop = StopPoint("in-vdso", "offset", "read_clock", offset=setup.done - first.start("read_clock"))
+        cap = _capture(root / "2", "vdso", "host", v, [([], [stop])], ("read_clock",), data=True, loaded_syscall="brk")
+    except (ImageError, CaptureError) as exc:
+        require(False, f"vdso [{v.tag}] with host: {exc}")
+        raise
+    mapping = cap.snaps["in-vdso"].address_space().mapping_at(cap.snaps["in-vdso"].regs.ip)
+    require(mapping is not None and mapping.path == "[vdso]", "the vDSO moved between the two runs")
+    return cap
+
+
+@pytest.fixture(scope="session")
+def perf_captures():
+    """The two real perf captures of tests/data (tests/unit/perf/test_oracle_fixture.py says where they come
+    from), parsed: ``{"plain": ..., "deferred": ...}``."""
+    return {k: parse_capture(gzip.decompress((DATA / f).read_bytes()))
+            for k, f in (("plain", "perf-callchain-7.3.4.perfcc.gz"), ("deferred", "perf-callchain-defer-7.3.4.perfcc.gz"))}
+
+
+NOFDE_FLAGS = ["-O1", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables",
+               "-static"]
+
+
+@pytest.fixture(scope="session")
+def nofde_snaps(tmp_path_factory) -> CauseCapture:
+    """tests/data/nofde.c built by the host gcc without unwind tables (and without -g: no
+    .debug_frame either): spin-raw (getppid in spin); run with ``exec``: in-execve (its execve
+    syscall entry) and new-image (the first instruction of the image execve started)."""
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp("nofde")
+    shutil.copy(DATA / "nofde.c", root / "nofde.c")
+    binary = str(root / "nofde")
+    try:
+        get_toolchain("host").run(["gcc", *NOFDE_FLAGS, "-o", binary, "nofde.c"], cwd=str(root))
+        snaps = {}
+        for args, stops in (([], [StopPoint("spin-raw", "syscall", syscall="getppid")]),
+                            (["exec"], [StopPoint("in-execve", "syscall", syscall="execve"),
+                                        StopPoint("new-image", "break", "_start")])):
+            d = root / f"snaps-{len(snaps)}"
+            snaps.update({n: Snapshot.load(p) for n, p in capture([binary, *args], stops, d, binary=binary).items()})
+    except (ImageError, CaptureError) as exc:
+        require(False, f"nofde.c with the host gcc: {exc}")
+        raise
+    return CauseCapture("nofde", "host", Variant(sframe=False), binary, snaps,
+                        function_symbols(binary, ("spin", "main", "_start")))
+
+
+# --- stacks, oracles, divergences -----------------------------------------------------------------
+
+def stack_of(snap: Snapshot, unwinder: str = "fp", *, memory: Memory | None = None, regs: UserRegs | None = None,
+             request: Request | None = None, max_entries: int = UNWIND_MAX_ENTRIES,
+             walk_entries: int | None = None) -> Stack:
+    """The Stack the engine would build at this stop: the kernel model's walk ("fp": frame
+    pointers only; "sframe": SFrame where an FRE exists, else FP) from ``regs`` (default the
+    snapshot's) over ``memory`` (default the snapshot's), delivered with ``max_entries``."""
+    space = snap.address_space()
+    mem = memory if memory is not None else snap.memory()
+    regs = regs if regs is not None else snap.regs
+    tables = sframe_tables_for(space)
+    config = UnwindConfig(tables_for=tables if unwinder == "sframe" else None,
+                          max_entries=walk_entries or max_entries)
+    trace = unwind_user(mem, regs, config)
+    return Stack(regs, trace, unwinder, max_entries, mem, space, CodeFacts(space, mem, 8), tables, request=request)
+
+
+def cfi_of(stack: Stack, snap: Snapshot | None = None) -> tuple[CFIOracle, OracleFrames]:
+    """The CFI oracle and its frames; with ``snap``, over that snapshot's own (uncorrupted)
+    memory: where a test corrupts a frame record the FP walk reads, CFI would restore rbp and the
+    return address from the same slots, so the truth is the stack before the corruption."""
+    oracle = CFIOracle(stack.space, stack.memory if snap is None else snap.memory())
+    if snap is None:
+        return oracle, oracle.frames(stack)
+    return oracle, oracle.frames(dataclasses.replace(stack, memory=snap.memory()))
+
+
+def shadow_of(stack: Stack, binary: str) -> tuple[ShadowOracle, OracleFrames]:
+    oracle = ShadowOracle(shadow_symbol(binary))
+    frames = oracle.frames(stack)
+    assert isinstance(frames, OracleFrames), frames
+    return oracle, frames
+
+
+def regs_of(stack: Stack) -> tuple[RegsOracle, OracleFrames]:
+    oracle = RegsOracle()
+    return oracle, oracle.frames(stack)
+
+
+def div(stack: Stack, oracle: Oracle, frames: OracleFrames, kind: str, i: int, j: int, **kw) -> Divergence:
+    """A divergence over the real lists, built as align.judge builds its candidates."""
+    if kind == REGS:
+        r, w = stack.regs, frames.regs
+        return Divergence(stack.unwinder, oracle.name, REGS, 0, 0, (r.ip, r.sp, r.bp), (w.ip, w.sp, w.bp))
+    return Divergence(stack.unwinder, oracle.name, kind, i, j, tuple(stack.trace.ips), frames.ips,
+                      kw.get("marks", frames.marks), kw.get("outermost", frames.outermost))
+
+
+def rest(stack: Stack, frames: OracleFrames, i: int, j: int) -> str:
+    """The kind of a divergence of the whole rest from (i, j), as align names it."""
+    return ENDS if i == len(stack.trace) else PAST_END if j == len(frames.ips) else DIFFERS
+
+
+def word(mem: Memory, addr: int) -> int:
+    return int.from_bytes(mem.read(addr, 8), "little")
+
+
+def describe(v: PairVerdict) -> str:
+    return f"{v.unwinder} vs {v.oracle}: {v.verdict}\n" + "\n".join(
+        f"  {d.kind} i={d.got_index} j={d.want_index} [{d.cause}] {d.text}" for d in v.divergences)
+
+
+def with_syscall(regs: UserRegs, nr: int) -> UserRegs:
+    """The registers at a syscall entry as pt_regs holds them (the capture records no orig_ax)."""
+    return dataclasses.replace(regs, orig_ax=nr)
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+@dataclass
+class Accepted:
+    """A judged pair: the divergence at (got_index, want_index) must be proven by the case's cause,
+    with ``evidence`` (field -> the value, or a check of it)."""
+
+    stack: Stack
+    oracle: Oracle
+    frames: OracleFrames
+    at: tuple[int, int]
+    evidence: dict[str, Any] = field(default_factory=dict)
+    kinds: tuple[str, ...] | None = None
+    # Set where the harness proves a divergence it built itself with explain(), not judge() (the
+    # deferred perf records: a regs divergence of an entry's samples, an entry left unanswered).
+    divergence: Divergence | None = None
+
+
+@dataclass
+class Refused:
+    stack: Stack
+    divergence: Divergence
+
+
+@dataclass(frozen=True)
+class Case:
+    cause: str
+    what: str  # the binary, the stop and the divergence, for the test id
+    build: Callable[..., Accepted | Refused]
+    args: tuple = ()
+
+    def param(self):
+        return pytest.param(self, id=f"{self.cause}:{self.what}")
+
+
+def _fixture(request, name: str):
+    return request.getfixturevalue(name)
+
+
+# sframe-tail-call / sframe-tail-call-next-fde ----------------------------------------------------
+
+def tail_die_entry(request, tc: str):
+    """tailcall -O2 nofp at die's entry: the SFrame walk reaches middle's end, where no FDE covers
+    the return address; the FP fallback goes wrong there (garbage, or fp < sp with sid)."""
+    cap = got(_fixture(request, "tailcall_snaps"), tc)
+    st = stack_of(cap.snaps["die-entry"], "sframe")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_tail_call(request, tc):
+    cap, st, oracle, frames = tail_die_entry(request, tc)
+    m0, m1 = cap.symbols["middle"]
+    assert st.trace.ips[1] == frames.ips[1] == m1
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "middle", "start": m0, "end": m1, "return_address": m1, "fde": [m0, m1],
+        "call": lambda s: s.endswith(f"call {cap.start('die'):#x}"),
+        "fp_fallback": lambda s: s.startswith("middle sets up no frame pointer"),
+    }, (ENDS, DIFFERS))
+
+
+def refuse_tail_die_entry(request, tc):
+    """die-entry's divergence (sframe-tail-call's case)."""
+    _cap, st, oracle, frames = tail_die_entry(request, tc)
+    return Refused(st, div(st, oracle, frames, rest(st, frames, 2, 2), 2, 2))
+
+
+def tail_spin_call(request, tc: str):
+    cap = got(_fixture(request, "tailcall_snaps"), tc)
+    st = stack_of(cap.snaps["spin-call"], "sframe")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_tail_call_next_fde(request, tc):
+    """tailcall -O2 nofp at spin's call of leaf: die's return address is its end = middle's start;
+    the lookup finds middle's FDE and takes its entry row."""
+    cap, st, oracle, frames = tail_spin_call(request, tc)
+    m0, m1 = cap.symbols["middle"]
+    d0, d1 = cap.symbols["die"]
+    assert d1 == m0 == st.trace.ips[1]
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "die", "return_address": d1, "next_function": "middle", "fde": [m0, m1],
+        "own_fde": [d0, d1], "call": lambda s: s.endswith(f"call {cap.start('spin'):#x}"),
+    }, (DIFFERS,))
+
+
+def refuse_tail_spin_call(request, tc):
+    """spin-call's divergence (sframe-tail-call-next-fde's case: the step was SFrame's)."""
+    _cap, st, oracle, frames = tail_spin_call(request, tc)
+    return Refused(st, div(st, oracle, frames, DIFFERS, 2, 2))
+
+
+# sframe-function-without-fde / sframe-module-without-sframe --------------------------------------
+
+def nofp_c_raw(request, tc: str, static: bool):
+    cap = got(_fixture(request, "nofp_snaps"), (tc, static))
+    st = stack_of(cap.snaps["c-raw"], "sframe")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_function_without_fde(request, tc):
+    """callchain nofp static at getppid in c: SFrame takes c, b, a, main; static glibc's
+    __libc_start_call_main has no FDE in the binary's .sframe, the FP fallback cannot step."""
+    cap, st, oracle, frames = nofp_c_raw(request, tc, True)
+    sym = Symbolizer(st.space)
+    assert sym.functions(st.trace.ips) == ["c", "b", "a", "main", "__libc_start_call_main"]
+    assert len(frames.ips) > 5
+    return Accepted(st, oracle, frames, (5, 5), {
+        "function": "__libc_start_call_main", "module": cap.binary, "address": frames.ips[4],
+        "fdes": len(st.sframe_for(frames.ips[4]).fdes),
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
+    }, (ENDS, DIFFERS))
+
+
+def fp_libc(request):
+    cap = _fixture(request, "fp_stops")
+    return cap, cap.snaps["c-libc"]
+
+
+def accept_function_without_fde_syscall(request):
+    """callchain fp static (host) inside glibc's syscall(): no FDE of the binary's .sframe covers
+    it, the FP fallback from it skips c."""
+    cap, snap = fp_libc(request)
+    st = stack_of(snap, "sframe")
+    oracle, frames = cfi_of(st)
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "syscall", "address": snap.regs.ip, "module": cap.binary,
+    }, (LOST,))
+
+
+def refuse_module_without_sframe_case(request, tc):
+    """The dynamic build's divergence (sframe-module-without-sframe's case: libc.so.6 has no
+    table at all)."""
+    _cap, st, oracle, frames = nofp_c_raw(request, tc, False)
+    return Refused(st, div(st, oracle, frames, rest(st, frames, 5, 5), 5, 5))
+
+
+def refuse_function_without_fde_case(request, tc):
+    """The static build's divergence at __libc_start_call_main (sframe-function-without-fde's
+    case: not a return address at its function's end; and the binary has .sframe)."""
+    _cap, st, oracle, frames = nofp_c_raw(request, tc, True)
+    return Refused(st, div(st, oracle, frames, rest(st, frames, 5, 5), 5, 5))
+
+
+def has_sframe(path: str) -> bool:
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        return elf.get_section_by_name(".sframe") is not None or any(
+            s["p_type"] == "PT_GNU_SFRAME" for s in elf.iter_segments())
+
+
+def accept_module_without_sframe(request, tc):
+    """callchain nofp dynamic at getppid in c: SFrame takes c, b, a, main; libc.so.6 (the
+    toolchain root's) has no .sframe, the FP fallback at __libc_start_call_main cannot step."""
+    cap, st, oracle, frames = nofp_c_raw(request, tc, False)
+    ra = frames.ips[4]
+    libc = st.space.elf_at(ra)
+    assert libc.path.endswith("/libc.so.6")
+    assert not has_sframe(cap.snaps["c-raw"].files.get(libc.path, libc.path)), \
+        f"{tc}'s libc.so.6 has SFrame data now: this case needs a module without it"
+    return Accepted(st, oracle, frames, (5, 5), {
+        "module": libc.path, "address": ra, "function": st.code.function_at(ra, True).name,
+        "fp_fallback": lambda s: "sets up no frame pointer" in s,
+    }, (ENDS, DIFFERS))
+
+
+def vdso_corrupt(request):
+    """vdso.c in __vdso_clock_gettime (which keeps rbp as its frame pointer, and whose module has
+    no SFrame here), its frame record's return address overwritten: the SFrame walk's FP step
+    from the vDSO goes wrong where FP can step.  No cause may prove it."""
+    cap = _fixture(request, "vdso_snaps")
+    snap = cap.snaps["in-vdso"]
+    mem = corrupt(snap, snap.regs.bp + 8, (0xDEADBEEF).to_bytes(8, "little"))
+    st = stack_of(snap, "sframe", memory=mem)
+    oracle, frames = cfi_of(st, snap)
+    assert st.trace.ips[1] == 0xDEADBEEF
+    return st, oracle, frames
+
+
+def refuse_vdso_corrupt(request):
+    st, oracle, frames = vdso_corrupt(request)
+    return Refused(st, div(st, oracle, frames, LOST, 1, 1))
+
+
+# fp-frameless-function / fp-prologue-ip / fp-epilogue-ip ------------------------------------------
+
+def fp_stop(request, name: str):
+    cap = _fixture(request, "fp_stops")
+    st = stack_of(cap.snaps[name], "fp")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_frameless_lscm(request):
+    """callchain fp static (host) at getppid in c: FP ends at __libc_start_call_main."""
+    cap, st, oracle, frames = fp_stop(request, "c-raw")
+    return Accepted(st, oracle, frames, (5, 5), {
+        "function": "__libc_start_call_main", "module": cap.binary,
+        "prologue": lambda p: len(p) >= 4 and not any("push rbp" in i for i in p[:2]),
+    }, (ENDS,))
+
+
+def accept_frameless_syscall(request):
+    """callchain fp static (host) inside glibc's syscall(), a leaf without a frame: FP loses c."""
+    _cap, st, oracle, frames = fp_stop(request, "c-libc")
+    f = st.code.function_at(st.regs.ip)
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "syscall", "start": f.start, "end": f.end,
+        "why_fp": lambda s: s.startswith("syscall sets up no frame pointer"),
+    }, (LOST,))
+
+
+def accept_prologue(request, name: str):
+    """callchain fp static (host) at c's push %rbp, or right after it: FP loses b."""
+    _cap, st, oracle, frames = fp_stop(request, name)
+    setup = st.code.frame_setup(st.code.function_at(st.regs.ip))
+    assert st.regs.ip == setup.push + (name == "c-after-push") < setup.done
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "c", "ip": st.regs.ip, "setup_done": setup.done,
+        "code": lambda c: any(i.endswith("push rbp") for i in c) and c[-1].endswith("mov rbp, rsp"),
+    }, (LOST,))
+
+
+def accept_prologue_frameless_caller(request):
+    """callchain fp static (host) at c's push %rbp with rbp set to what a caller that keeps no
+    frame pointer leaves there (a data address, as __libc_start_call_main's 0x4a16f0 was at a
+    sample at main+0 of a freshly exec'd task): the FP step from the prologue IP ends the walk."""
+    cap = _fixture(request, "fp_stops")
+    snap = cap.snaps["c-push-rbp"]
+    regs = dataclasses.replace(snap.regs, bp=0x4A16F0)
+    st = stack_of(snap, "fp", regs=regs)
+    oracle, frames = cfi_of(st)
+    # FP ends after the IP (fp < sp); CFI steps from c's entry row to b (and no further: b's own
+    # rule is rbp-based, and this rbp is no frame)
+    assert len(st.trace) == 1 and st.trace.stop.reason is StopReason.FP_BELOW_SP and len(frames.ips) >= 2
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "c", "ip": st.regs.ip,
+        "why_fp": lambda w: "rbp still holds the caller's value" in w,
+    }, (ENDS,))
+
+
+def accept_epilogue(request):
+    """callchain fp static (host) at c's ret, after pop %rbp: FP loses b."""
+    _cap, st, oracle, frames = fp_stop(request, "c-ret")
+    assert st.memory.read(st.regs.ip - 1, 2) in (b"\x5d\xc3", b"\xc9\xc3")  # pop %rbp or leave; ret
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "c", "ip": st.regs.ip,
+        "code": lambda c: c[-1].endswith("ret") and c[0].endswith(("pop rbp", "leave")),
+    }, (LOST,))
+
+
+def refuse_fp_stop_lost(request, name: str):
+    """The LOST of b at a callchain fp stop (fp-prologue-ip's or fp-epilogue-ip's case)."""
+    _cap, st, oracle, frames = fp_stop(request, name)
+    return Refused(st, div(st, oracle, frames, LOST, 1, 1))
+
+
+def lose_a(request):
+    """fp_snaps at getppid in c with b's saved rbp (in c's frame record) pointing at a's record:
+    FP takes b's caller from a's record and loses a, a function that sets up its frame."""
+    cap: CauseCapture = _fixture(request, "fp_snaps")
+    snap = cap.snaps["c-raw"]
+    clean = unwind_user(snap.memory(), snap.regs)
+    c_fp, a_fp = clean.frames[0].fp, clean.frames[2].fp
+    st = stack_of(snap, "fp", memory=corrupt(snap, c_fp, a_fp.to_bytes(8, "little")))
+    oracle, frames = cfi_of(st, snap)
+    assert Symbolizer(st.space).functions(st.trace.ips)[:3] == ["c", "b", "main"]
+    assert frames.ips[:5] == tuple(clean.ips)
+    return st, oracle, frames
+
+
+def refuse_lose_a(request):
+    st, oracle, frames = lose_a(request)
+    return Refused(st, div(st, oracle, frames, LOST, 2, 2))
+
+
+def lose_b_in_body(request):
+    """fp_snaps at getppid in c (an IP in c's body: its frame is set up) with b's frame record
+    copied over c's: FP loses b from an IP where it should not."""
+    cap: CauseCapture = _fixture(request, "fp_snaps")
+    snap = cap.snaps["c-raw"]
+    clean = unwind_user(snap.memory(), snap.regs)
+    c_fp, b_fp = clean.frames[0].fp, clean.frames[1].fp
+    st = stack_of(snap, "fp", memory=corrupt(snap, c_fp, snap.memory().read(b_fp, 16)))
+    oracle, frames = cfi_of(st, snap)
+    assert Symbolizer(st.space).functions(st.trace.ips)[:3] == ["c", "a", "main"]
+    return st, oracle, frames
+
+
+def refuse_lose_b_in_body(request):
+    st, oracle, frames = lose_b_in_body(request)
+    return Refused(st, div(st, oracle, frames, LOST, 1, 1))
+
+
+def refuse_fp_ends_at_lscm(request):
+    """FP's end at __libc_start_call_main (fp-frameless-function's case: fp < sp, no limit)."""
+    _cap, st, oracle, frames = fp_stop(request, "c-raw")
+    return Refused(st, div(st, oracle, frames, ENDS, 5, 5))
+
+
+# signal-frame ---------------------------------------------------------------------------------------
+
+def accept_signal_frame(request):
+    """signal.c (fp) at h2's clock_gettime syscall, in the SIGALRM handler: CFI goes through the
+    signal frame to the interrupted IP, FP from __restore_rt follows the interrupted rbp."""
+    cap = _fixture(request, "signal_snaps")
+    st = stack_of(cap.snaps["h2-syscall"], "fp")
+    oracle, frames = cfi_of(st)
+    sym = Symbolizer(st.space)
+    assert sym.functions(frames.ips[:3]) == ["h2", "h1", "on_alarm"]
+    assert sym.name(frames.ips[3]) == "__restore_rt+0x0" and is_signal_trampoline(st.space, frames.ips[3])
+    assert 4 in frames.marks
+    # glibc's FDE of __restore_rt starts at the nop before it (so that ra - 1 is inside): the
+    # function found at the return address - 1 is named by that FDE where no symbol covers it.
+    tramp = st.code.function_at(frames.ips[3], True)
+    assert tramp.start <= frames.ips[3] - 1 < tramp.end
+    return Accepted(st, oracle, frames, (4, 4), {
+        "interrupted_ip": frames.ips[4], "trampoline": lambda s: s in ("__restore_rt", tramp.name),
+    }, (LOST,))
+
+
+def refuse_signal_frame_syscall(request):
+    """glibc's syscall() LOST of c (fp-frameless-function's case: frame #1, no trampoline)."""
+    _cap, st, oracle, frames = fp_stop(request, "c-libc")
+    return Refused(st, div(st, oracle, frames, LOST, 1, 1))
+
+
+# truncated --------------------------------------------------------------------------------------------
+
+def recurse_stack(request, **kw):
+    cap = _fixture(request, "recurse_snaps")
+    st = stack_of(cap.snaps["rec-bottom"], kw.pop("unwinder", "fp"), **kw)
+    oracle, frames = cfi_of(st)
+    return st, oracle, frames
+
+
+def accept_truncated(request, unwinder):
+    """recurse.c 600 at rec(0)'s call of bottom: 606 frames; the walk stops at 510."""
+    st, oracle, frames = recurse_stack(request, unwinder=unwinder)
+    assert st.trace.stop.reason is StopReason.LIMIT and len(frames.ips) > 600
+    return Accepted(st, oracle, frames, (510, 510), {
+        "nr": 510, "max_entries": 510, "oracle_frames": len(frames.ips),
+    }, (ENDS,))
+
+
+def refuse_truncated_other_limit(request):
+    """The same walk cut at 100 entries, delivered by a kernel whose UNWIND_MAX_ENTRIES is 510."""
+    st, oracle, frames = recurse_stack(request, walk_entries=100)
+    assert len(st.trace) == 100 and st.trace.stop.reason is StopReason.LIMIT
+    return Refused(st, div(st, oracle, frames, ENDS, 100, 100))
+
+
+# shadow-in-hooks / shadow-uninstrumented / shadow-hook-window ---------------------------------------
+
+def shadow_stop(request, name: str, unwinder: str = "fp"):
+    cap = _fixture(request, "shadow_snaps")
+    st = stack_of(cap.snaps[name], unwinder)
+    oracle, frames = shadow_of(st, cap.binary)
+    return cap, st, oracle, frames
+
+
+def accept_in_hooks(request, unwinder):
+    """callchain shadow build at the first instruction of __cyg_profile_func_enter, called from a's
+    prologue: the walk has a's caller, the shadow stack has no frame for a yet."""
+    cap, st, oracle, frames = shadow_stop(request, "in-enter", unwinder)
+    f = st.code.function_at(st.regs.ip)
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": HOOK_ENTER, "start": f.start, "end": f.end, "module": cap.binary,
+    }, (EXTRA,))
+
+
+def accept_hook_window(request, unwinder):
+    """callchain shadow build at c's call of the enter hook: c's frame is set up (the walks have
+    b's return address), its shadow frame is not pushed yet."""
+    _cap, st, oracle, frames = shadow_stop(request, "c-hook-call", unwinder)
+    enter = Symbolizer(st.space).address_of(HOOK_ENTER)
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "c", "ip": st.regs.ip,
+        "calls_before_ip": lambda calls: hex(enter) not in calls,
+    }, (EXTRA,))
+
+
+def refuse_shadow(request, name: str, i: int, unwinder: str = "fp"):
+    _cap, st, oracle, frames = shadow_stop(request, name, unwinder)
+    return Refused(st, div(st, oracle, frames, EXTRA, i, 1))
+
+
+def refuse_shadow_pushed(request):
+    """Built by hand: at getppid in c the walk and the shadow stack agree; an EXTRA of frame #1
+    there, where c's shadow frame is pushed (its enter hook's call is behind the IP)."""
+    _cap, st, oracle, frames = shadow_stop(request, "c-raw")
+    assert st.trace.ips == list(frames.ips)
+    return Refused(st, div(st, oracle, frames, EXTRA, 1, 1))
+
+
+def vdso_stop(request, unwinder: str = "fp"):
+    cap = _fixture(request, "vdso_snaps")
+    st = stack_of(cap.snaps["in-vdso"], unwinder)
+    oracle, frames = shadow_of(st, cap.binary)
+    return cap, st, oracle, frames
+
+
+def accept_uninstrumented(request, unwinder):
+    """vdso.c shadow build inside __vdso_clock_gettime, its frame set up: the walk has the vDSO
+    function's return address (into glibc's clock_gettime), the shadow stack goes from the IP to
+    b (read_clock's call site)."""
+    _cap, st, oracle, frames = vdso_stop(request, unwinder)
+    sym = Symbolizer(st.space)
+    assert sym.functions(st.trace.ips[:3]) == ["__vdso_clock_gettime", "__clock_gettime", "b"]
+    assert sym.functions(frames.ips[:2]) == ["__vdso_clock_gettime", "b"]
+    return Accepted(st, oracle, frames, (1, 1), {"function": "__vdso_clock_gettime", "module": "[vdso]"},
+                    (EXTRA,))
+
+
+def refuse_vdso(request):
+    """The vDSO's EXTRA (shadow-uninstrumented's case)."""
+    _cap, st, oracle, frames = vdso_stop(request)
+    return Refused(st, div(st, oracle, frames, EXTRA, 1, 1))
+
+
+def startup_stop(request, unwinder: str = "fp"):
+    """callchain shadow build in glibc's start-up at mprotect: the shadow stack has the IP only;
+    FP from __mprotect (no frame of its own) reads a garbage frame through the rbp glibc left."""
+    cap = _fixture(request, "shadow_startup")
+    st = stack_of(cap.snaps["mprotect"], unwinder)
+    oracle, frames = shadow_of(st, cap.binary)
+    assert frames.ips == (st.regs.ip,) and len(st.trace) >= 2
+    return cap, st, oracle, frames
+
+
+def accept_uninstrumented_startup(request, unwinder):
+    cap, st, oracle, frames = startup_stop(request, unwinder)
+    return Accepted(st, oracle, frames, (1, 1), {"function": "__mprotect", "module": cap.binary}, (EXTRA,))
+
+
+def refuse_shadow_past_end_instrumented(request):
+    """Built by hand: callchain shadow build at getppid in c, the shadow's frames cut after b's
+    return address: a PAST_END from b, which is instrumented (its call site is the shadow's)."""
+    _cap, st, oracle, frames = shadow_stop(request, "c-raw")
+    cut = dataclasses.replace(frames, ips=frames.ips[:2])
+    return Refused(st, div(st, oracle, cut, PAST_END, 2, 2))
+
+
+# cfi-no-fde -------------------------------------------------------------------------------------------
+
+def nofde_stop(request):
+    cap = _fixture(request, "nofde_snaps")
+    st = stack_of(cap.snaps["spin-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_cfi_no_fde(request):
+    """nofde.c at getppid in spin: no FDE covers spin, the CFI walk ends at once (not at the
+    outermost frame); FP goes on."""
+    cap, st, oracle, frames = nofde_stop(request)
+    assert frames.ips == (st.regs.ip,) and not frames.outermost
+    assert len(st.trace) >= 2
+    return Accepted(st, oracle, frames, (1, 1), {
+        "address": st.regs.ip, "module": cap.binary, "unchecked": len(st.trace) - 1,
+    }, (PAST_END,))
+
+
+def refuse_cfi_outermost(request):
+    """Built by hand: the same PAST_END, as if CFI had ended at the outermost frame."""
+    _cap, st, oracle, frames = nofde_stop(request)
+    return Refused(st, div(st, oracle, frames, PAST_END, 1, 1, outermost=True))
+
+
+def refuse_cfi_fde_covers(request):
+    """Built by hand: callchain fp at getppid in c, CFI's frames cut after a's return address (which
+    a's FDE covers) and marked as not outermost; FP goes on to main."""
+    cap: CauseCapture = _fixture(request, "fp_snaps")
+    st = stack_of(cap.snaps["c-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    cut = dataclasses.replace(frames, ips=frames.ips[:3], outermost=False)
+    assert Symbolizer(st.space).name(cut.ips[2]).startswith("a+")
+    return Refused(st, div(st, oracle, cut, PAST_END, 3, 3))
+
+
+# the registers causes --------------------------------------------------------------------------------
+
+def regs_in_entry_asm(request):
+    """callchain fp (host): a request at the getppid syscall entry in c (c-raw) that hit the entry
+    asm, delivered at a later exit of the same run, with the registers at c's ret (c-ret)."""
+    cap = _fixture(request, "fp_stops")
+    want = with_syscall(cap.snaps["c-raw"].regs, SYS_GETPPID)
+    st = stack_of(cap.snaps["c-ret"], "fp", request=Request(want, ENTRY_WINDOW, ENTRY_WINDOW, SYS_GETPPID, "main"))
+    return st, *regs_of(st)
+
+
+def accept_in_entry_asm(request):
+    st, oracle, frames = regs_in_entry_asm(request)
+    return Accepted(st, oracle, frames, (0, 0), {"window": ENTRY_WINDOW}, (REGS,))
+
+
+def regs_signal_delivery(request):
+    """signal.c at on_alarm's entry: the walk starts from the handler's registers; the request was
+    about the registers the signal interrupted (the ones its frame saved)."""
+    cap = _fixture(request, "signal_snaps")
+    snap = cap.snaps["on-alarm"]
+    space, mem = snap.address_space(), snap.memory()
+    pretcode = word(mem, snap.regs.sp)
+    saved = signal_frame_regs(space, mem, pretcode, snap.regs.sp + 8)
+    assert saved is not None and Symbolizer(space).name(pretcode) == "__restore_rt+0x0"
+    st = stack_of(snap, "fp", request=Request(saved, own="main"))
+    return st, *regs_of(st), pretcode
+
+
+def accept_signal_delivery(request):
+    st, oracle, frames, pretcode = regs_signal_delivery(request)
+    return Accepted(st, oracle, frames, (0, 0), {"pretcode": pretcode}, (REGS,))
+
+
+def regs_execve(request):
+    """nofde.c run with exec: the request was about the registers at its execve syscall entry
+    (in-execve); the walk starts from those execve installed, at the new image's _start."""
+    cap = _fixture(request, "nofde_snaps")
+    new = cap.snaps["new-image"]
+    want = with_syscall(cap.snaps["in-execve"].regs, SYS_EXECVE)
+    assert new.regs.ip == cap.start("_start") and new.regs.fresh_exec and not want.fresh_exec
+    st = stack_of(new, "fp", request=Request(want, syscall=SYS_EXECVE, own="main"))
+    return st, *regs_of(st)
+
+
+def accept_execve(request):
+    st, oracle, frames = regs_execve(request)
+    return Accepted(st, oracle, frames, (0, 0), {"syscall": SYS_EXECVE}, (REGS,))
+
+
+def regs_sigreturn(request):
+    """signal.c at the rt_sigreturn syscall entry (IP in __restore_rt, sp at the signal frame): the
+    walk starts from the registers it restores (the interrupted ones, read from the frame)."""
+    cap = _fixture(request, "signal_snaps")
+    snap = cap.snaps["sigreturn"]
+    want = with_syscall(snap.regs, SYS_RT_SIGRETURN)
+    restored = signal_frame_regs(snap.address_space(), snap.memory(), want.ip, want.sp)
+    assert restored is not None and Symbolizer(snap.address_space()).name(want.ip).startswith("__restore_rt+")
+    st = stack_of(snap, "fp", regs=restored, request=Request(want, syscall=SYS_RT_SIGRETURN, own="main"))
+    return st, *regs_of(st)
+
+
+def accept_sigreturn(request):
+    st, oracle, frames = regs_sigreturn(request)
+    return Accepted(st, oracle, frames, (0, 0), {"frame_sp": st.request.want.sp}, (REGS,))
+
+
+def foreign(build):
+    """``build``'s stack as the engine builds it for another task than the program's (its subshell,
+    say): an address space that maps none of its binaries, so no CFI says where a restorer is."""
+    def of_foreign(request):
+        st, *rest = build(request)
+        return (dataclasses.replace(st, space=AddressSpace([], memory=st.memory),
+                                    request=dataclasses.replace(st.request, own=None)), *rest)
+    of_foreign.__doc__ = f"{build.__doc__} As another task: no mapping known."
+    return of_foreign
+
+
+def accept_foreign(build, evidence):
+    def accept(request):
+        st, oracle, frames, *_ = foreign(build)(request)
+        return Accepted(st, oracle, frames, (0, 0), evidence, (REGS,))
+    accept.__doc__ = build.__doc__
+    return accept
+
+
+def own_task_unmapped(build):
+    """``build``'s stack of the program's own task whose space maps no restorer: the space is the
+    task's own and authoritative, so the kernel-layout reading (for other tasks) is not tried."""
+    def refuse(request):
+        st, oracle, frames, *_ = build(request)
+        st = dataclasses.replace(st, space=AddressSpace([], memory=st.memory))
+        return Refused(st, div(st, oracle, frames, REGS, 0, 0))
+    return refuse
+
+
+def restorer_not_rt_sigreturn(build, at):
+    """``build``'s foreign stack over memory where the restorer's first byte differs: the kernel's
+    frame layout is not read for code that is not rt_sigreturn."""
+    def refuse(request):
+        st, oracle, frames, *_ = foreign(build)(request)
+        addr = at(st)
+        mem = corrupt(st.memory, addr, bytes([st.memory.read(addr, 1)[0] ^ 0xFF]))
+        return Refused(dataclasses.replace(st, memory=mem), div(st, oracle, frames, REGS, 0, 0))
+    return refuse
+
+
+def refuse_regs(build):
+    def refuse(request):
+        st, oracle, frames, *_ = build(request)
+        return Refused(st, div(st, oracle, frames, REGS, 0, 0))
+    refuse.__doc__ = build.__doc__
+    return refuse
+
+
+# the kernel's perf callchain ---------------------------------------------------------------------------
+
+def perf_oracle(request, which: str) -> tuple[PerfOracle, list]:
+    """A fresh PerfOracle (``harness perf``'s) over one of the two real captures of
+    tests/unit/perf/test_oracle_fixture.py (callchain fp static, host toolchain, in the default guest, every sample at
+    the getppid syscall in c), and its records."""
+    cap = _fixture(request, "perf_captures")[which]
+    return PerfOracle(cap), cap.records()
+
+
+def perf_fp(request, *, max_stack: int | None = None, dump: int | None = None, cut: int | None = None):
+    """The plain capture's first sample, judged against perf_callchain_user()'s chain: with
+    ``max_stack`` as kernel.perf_event_max_stack and the chain cut there (``cut``), or the stack
+    dump cut to ``dump`` bytes."""
+    o, recs = perf_oracle(request, "plain")
+    s = recs[0]
+    if max_stack is not None:
+        o.source.max_stack = max_stack
+    if dump is not None:
+        s = dataclasses.replace(s, stack=s.stack[:dump])
+    st = o.stack(s, s.user[:cut] if cut else s.user, False)
+    frames = o.perf.frames(st)
+    assert isinstance(frames, OracleFrames), frames
+    return s, st, o.perf, frames
+
+
+def accept_perf_unchecked_fp(request):
+    """Real: the plain capture's first sample.  Our walk stops after __libc_start_call_main
+    (glibc's rbp is an address in .data, below sp); perf_callchain_user() reads on."""
+    _s, st, oracle, frames = perf_fp(request)
+    assert st.trace.stop.reason is StopReason.FP_BELOW_SP and len(frames.ips) == 7 and len(st.trace) == 5
+    return Accepted(st, oracle, frames, (5, 5), {
+        "check": "fp < sp", "fp": st.trace.frames[-1].fp, "return_address": None,  # fp + 8 is not in the dump
+    }, (ENDS,))
+
+
+def accept_perf_max_stack(request):
+    """Built by hand over the real sample: the chain as a kernel with perf_event_max_stack = 4
+    would give it (its first 4 entries); our walk has 5."""
+    _s, st, oracle, frames = perf_fp(request, max_stack=4, cut=4)
+    assert not frames.outermost
+    return Accepted(st, oracle, frames, (4, 4), {"max_stack": 4, "kernel_entries": 4, "unwinder_entries": 5},
+                    (PAST_END,))
+
+
+def accept_perf_ran_off_dump(request):
+    """Built by hand over the real sample: its stack dump cut to 0x48 bytes (as ``--stack 72``
+    would copy): our walk faults reading b's frame record, the kernel read it in live memory."""
+    s, st, oracle, frames = perf_fp(request, dump=0x48)
+    sp = s.regs.sp
+    assert st.trace.stop.reason is StopReason.FAULT
+    return Accepted(st, oracle, frames, (2, 2), {"fault": st.trace.stop.addr, "dump": [sp, sp + 0x48]}, (ENDS,))
+
+
+def perf_deferred(request, k: int):
+    o, recs = perf_oracle(request, "deferred")
+    s = recs[k]
+    assert isinstance(s, Sample) and s.deferred
+    return o, recs, s
+
+
+def accept_perf_exit_unanswered(request):
+    """Built by hand over the real deferred capture: its last entry (sample 18) as if its
+    CALLCHAIN_DEFERRED (record 19) had not come before the task's PERF_RECORD_EXIT (record 20):
+    the stack and the divergence as DeferredChecker builds them for an unanswered entry."""
+    o, recs, s = perf_deferred(request, 18)
+    assert isinstance(recs[20], TaskEvent) and recs[20].kind == "exit"
+    st = o.stack(s, None, True, seq=18, exit_seq=20)
+    frames = o.perf.frames(st)
+    d = Divergence(PERF_UNWINDER, "perf", PAST_END, 0, 0, tuple(st.trace.ips), frames.ips, frames.marks,
+                   frames.outermost)
+    return Accepted(st, o.perf, frames, (0, 0), {"exit": 20}, (PAST_END,), d)
+
+
+def accept_perf_after_callback(request):
+    """Built by hand over the real deferred capture: sample 2 as a later sample of sample 0's
+    entry, after that entry's CALLCHAIN_DEFERRED (record 1), on other registers (its ip moved by
+    one byte: every sample of the capture has the same registers, and the predicate looks only at
+    the order of the records)."""
+    o, recs, s0 = perf_deferred(request, 0)
+    s2 = recs[2]
+    s2 = dataclasses.replace(s2, regs=dataclasses.replace(s2.regs, ip=s2.regs.ip + 1))
+    st = o.stack(s2, None, True, seq=2, record_seq=1, entry_first=s0)
+    r, f = s2.regs, s0.regs
+    d = Divergence(PERF_UNWINDER, "perf", REGS, 0, 0, (r.ip, r.sp, r.bp), (f.ip, f.sp, f.bp))
+    return Accepted(st, o.perf, OracleFrames(()), (0, 0), {"record": 1, "sample": 2}, (REGS,), d)
+
+
+def refuse_perf_deferred_ends(request):
+    """Built by hand: an ENDS of the real deferred sample 0 (answered by record 1): the deferred
+    record is unwind_user() itself, which has the checks."""
+    o, recs, s = perf_deferred(request, 0)
+    st = o.stack(s, recs[1].ips, True, seq=0, record_seq=1)
+    frames = o.perf.frames(st)
+    return Refused(st, div(st, o.perf, frames, ENDS, len(st.trace) - 1, len(st.trace) - 1))
+
+
+def refuse_perf_deferred_past_end(request):
+    """Built by hand: a PAST_END of the real deferred sample 18, answered by its record 19 (not
+    left unanswered at exit, not an FP chain cut at perf_event_max_stack)."""
+    o, recs, s = perf_deferred(request, 18)
+    st = o.stack(s, recs[19].ips, True, seq=18, record_seq=19)
+    frames = o.perf.frames(st)
+    return Refused(st, div(st, o.perf, dataclasses.replace(frames, ips=frames.ips[:3], outermost=False),
+                           PAST_END, 3, 3))
+
+
+def refuse_perf_fp(request, spec: dict):
+    """The plain capture's first sample (``spec``: perf_fp's arguments), the divergence at
+    ``spec["at"]``."""
+    _s, st, oracle, frames = perf_fp(request, **{k: v for k, v in spec.items() if k != "at"})
+    kind, i, j = spec["at"]
+    return Refused(st, div(st, oracle, frames, kind, i, j))
+
+
+def refuse_perf_before_callback(request):
+    """The real deferred sample 0, whose entry's record (1) comes after it: a regs divergence of
+    it (built by hand: its registers are its entry's) is not one after the callback."""
+    o, _recs, s = perf_deferred(request, 0)
+    st = o.stack(s, None, True, seq=0, record_seq=1, entry_first=s)
+    r = s.regs
+    return Refused(st, Divergence(PERF_UNWINDER, "perf", REGS, 0, 0, (r.ip + 1, r.sp, r.bp), (r.ip, r.sp, r.bp)))
+
+
+# --- the tables ---------------------------------------------------------------------------------------
+
+ACCEPT = [
+    *[Case("sframe-tail-call", f"tailcall-nofp-O2-{tc}:die-entry", accept_tail_call, (tc,)) for tc in TOOLCHAINS],
+    *[Case("sframe-tail-call-next-fde", f"tailcall-nofp-O2-{tc}:spin-call", accept_tail_call_next_fde, (tc,))
+      for tc in TOOLCHAINS],
+    *[Case("sframe-function-without-fde", f"callchain-nofp-static-{tc}:c-raw", accept_function_without_fde, (tc,))
+      for tc in TOOLCHAINS],
+    Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
+    *[Case("sframe-module-without-sframe", f"callchain-nofp-dyn-{tc}:c-raw", accept_module_without_sframe, (tc,))
+      for tc in TOOLCHAINS],
+    Case("fp-frameless-function", "callchain-fp-static-host:c-raw:ends", accept_frameless_lscm),
+    Case("fp-frameless-function", "callchain-fp-static-host:c-libc:lost", accept_frameless_syscall),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp", accept_prologue, ("c-push-rbp",)),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-after-push", accept_prologue, ("c-after-push",)),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp:frameless-caller", accept_prologue_frameless_caller),
+    Case("fp-epilogue-ip", "callchain-fp-static-host:c-ret", accept_epilogue),
+    Case("signal-frame", "signal-fp-static-host:h2-syscall", accept_signal_frame),
+    Case("truncated", "recurse-fp-static-host:rec-bottom:fp", accept_truncated, ("fp",)),
+    Case("truncated", "recurse-fp-static-host:rec-bottom:sframe", accept_truncated, ("sframe",)),
+    Case("shadow-in-hooks", "callchain-shadow-host:in-enter:fp", accept_in_hooks, ("fp",)),
+    Case("shadow-in-hooks", "callchain-shadow-host:in-enter:sframe", accept_in_hooks, ("sframe",)),
+    Case("shadow-uninstrumented", "vdso-shadow-host:in-vdso:fp", accept_uninstrumented, ("fp",)),
+    Case("shadow-uninstrumented", "vdso-shadow-host:in-vdso:sframe", accept_uninstrumented, ("sframe",)),
+    Case("shadow-uninstrumented", "callchain-shadow-host:mprotect:fp", accept_uninstrumented_startup, ("fp",)),
+    Case("shadow-uninstrumented", "callchain-shadow-host:mprotect:sframe", accept_uninstrumented_startup,
+         ("sframe",)),
+    Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:fp", accept_hook_window, ("fp",)),
+    Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:sframe", accept_hook_window, ("sframe",)),
+    Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
+    Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
+         accept_foreign(regs_signal_delivery, {"text": lambda t: "its code is rt_sigreturn" in t})),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task",
+         accept_foreign(regs_sigreturn, {"frame_sp": lambda sp: isinstance(sp, int)})),
+    Case("execve-replaced", "nofde-host:in-execve->new-image", accept_execve),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn", accept_sigreturn),
+    Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0", accept_perf_unchecked_fp),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:max-stack-4", accept_perf_max_stack),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:dump-0x48", accept_perf_ran_off_dump),
+    Case("perf-exit-unanswered", "perf-callchain-defer-7.3.4:sample-18:record-19-left-out",
+         accept_perf_exit_unanswered),
+    Case("perf-after-callback", "perf-callchain-defer-7.3.4:sample-2-in-sample-0s-entry",
+         accept_perf_after_callback),
+]
+
+REFUSE = [
+    # a divergence at __libc_start_call_main, a return address that is not its function's end
+    Case("sframe-tail-call", "callchain-nofp-static-sid:c-raw:function-without-fde's",
+         refuse_function_without_fde_case, ("sid",)),
+    Case("sframe-tail-call", "tailcall-nofp-O2-host:spin-call:next-fde's", refuse_tail_spin_call, ("host",)),
+    Case("sframe-tail-call", "vdso-host:in-vdso:corrupt-ra", refuse_vdso_corrupt),
+    # the step that went wrong was FP's, not SFrame's
+    Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-host:die-entry:tail-call's", refuse_tail_die_entry, ("host",)),
+    Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-sid:die-entry:tail-call's", refuse_tail_die_entry, ("sid",)),
+    # a call in tail position (left to sframe-tail-call); a function that keeps rbp; no table at all
+    Case("sframe-function-without-fde", "tailcall-nofp-O2-host:die-entry:tail-call's", refuse_tail_die_entry,
+         ("host",)),
+    Case("sframe-function-without-fde", "tailcall-nofp-O2-sid:die-entry:tail-call's", refuse_tail_die_entry,
+         ("sid",)),
+    Case("sframe-function-without-fde", "vdso-host:in-vdso:corrupt-ra", refuse_vdso_corrupt),
+    Case("sframe-function-without-fde", "callchain-nofp-dyn-trixie:c-raw:module-without-sframe's",
+         refuse_module_without_sframe_case, ("trixie",)),
+    # the module has .sframe; a module without it where FP can step
+    Case("sframe-module-without-sframe", "callchain-nofp-static-trixie:c-raw:function-without-fde's",
+         refuse_function_without_fde_case, ("trixie",)),
+    Case("sframe-module-without-sframe", "vdso-host:in-vdso:corrupt-ra", refuse_vdso_corrupt),
+    # the issue's must-fail case: an FP loss at a function that sets up its frame
+    Case("fp-frameless-function", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
+    Case("fp-frameless-function", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost,
+         ("c-push-rbp",)),
+    Case("fp-frameless-function", "callchain-fp-static-host:c-ret:epilogue's", refuse_fp_stop_lost, ("c-ret",)),
+    # an IP in c's body (frame set up), and the epilogue's ret
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-b", refuse_lose_b_in_body),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-ret:epilogue's", refuse_fp_stop_lost, ("c-ret",)),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
+    Case("fp-epilogue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-b", refuse_lose_b_in_body),
+    Case("fp-epilogue-ip", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
+    # lost frames not below a trampoline
+    Case("signal-frame", "callchain-fp-static-host:c-libc:frameless'", refuse_signal_frame_syscall),
+    Case("signal-frame", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
+    Case("signal-frame", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
+    # a limit that is not the stack's max_entries; an end that is not at a limit
+    Case("truncated", "recurse-fp-static-host:rec-bottom:walk-cut-at-100", refuse_truncated_other_limit),
+    Case("truncated", "callchain-fp-static-host:c-raw:frameless'", refuse_fp_ends_at_lscm),
+    # the shadow stack: the IP outside the hooks, an instrumented function, a pushed frame
+    Case("shadow-in-hooks", "callchain-shadow-host:c-hook-call:hook-window's", refuse_shadow, ("c-hook-call", 1)),
+    Case("shadow-in-hooks", "vdso-shadow-host:in-vdso:uninstrumented's", refuse_vdso),
+    Case("shadow-uninstrumented", "callchain-shadow-host:c-hook-call:hook-window's", refuse_shadow,
+         ("c-hook-call", 1)),
+    Case("shadow-uninstrumented", "callchain-shadow-host:in-enter:sframe:frame-2", refuse_shadow,
+         ("in-enter", 2, "sframe")),
+    Case("shadow-uninstrumented", "callchain-shadow-host:c-raw:cut-past-end-at-b", refuse_shadow_past_end_instrumented),
+    Case("shadow-hook-window", "vdso-shadow-host:in-vdso:uninstrumented's", refuse_vdso),
+    Case("shadow-hook-window", "callchain-shadow-host:in-enter:sframe:frame-2", refuse_shadow,
+         ("in-enter", 2, "sframe")),
+    Case("shadow-hook-window", "callchain-shadow-host:c-raw:pushed", refuse_shadow_pushed),
+    # CFI ended at the outermost frame; an FDE covers CFI's last frame
+    Case("cfi-no-fde", "nofde-host:spin-raw:outermost", refuse_cfi_outermost),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
+    # the registers: each cause on the others' cases
+    Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
+    Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    Case("signal-delivery", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:own-task-unmapped", own_task_unmapped(regs_signal_delivery)),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:own-task-unmapped", own_task_unmapped(regs_sigreturn)),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task:restorer-changed",
+         restorer_not_rt_sigreturn(regs_signal_delivery, lambda st: word(st.memory, st.regs.sp))),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task:restorer-changed",
+         restorer_not_rt_sigreturn(regs_sigreturn, lambda st: st.request.want.ip - 9)),
+    Case("signal-delivery", "callchain-fp-static-host:c-ret:entry-asm's", refuse_regs(regs_in_entry_asm)),
+    Case("signal-delivery", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    Case("execve-replaced", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
+    Case("execve-replaced", "callchain-fp-static-host:c-ret:entry-asm's", refuse_regs(regs_in_entry_asm)),
+    Case("sigreturn-restored", "signal-fp-static-host:on-alarm:signal-delivery's",
+         refuse_regs(regs_signal_delivery)),
+    Case("sigreturn-restored", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    # the kernel's perf callchain
+    Case("perf-unchecked-fp", "perf-callchain-defer-7.3.4:sample-0:deferred", refuse_perf_deferred_ends),
+    Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0:dump-0x48:ran-off-dump's", refuse_perf_fp,
+         ({"dump": 0x48, "at": (ENDS, 2, 2)},)),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:unchecked-fp's", refuse_perf_fp,
+         ({"at": (ENDS, 5, 5)},)),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:cut-at-4-max-stack-127", refuse_perf_fp,
+         ({"cut": 4, "at": (PAST_END, 4, 4)},)),
+    Case("perf-max-stack", "perf-callchain-defer-7.3.4:sample-18:deferred", refuse_perf_deferred_past_end),
+    Case("perf-exit-unanswered", "perf-callchain-defer-7.3.4:sample-18:answered", refuse_perf_deferred_past_end),
+    Case("perf-after-callback", "perf-callchain-defer-7.3.4:sample-0:before-its-record", refuse_perf_before_callback),
+]
+
+
+# --- the tests ------------------------------------------------------------------------------------------
+
+def test_every_cause_has_cases():
+    accepted = {c.cause for c in ACCEPT}
+    refused = {c.cause for c in REFUSE}
+    assert not set(CAUSES) - accepted, f"causes without an accepting case: {sorted(set(CAUSES) - accepted)}"
+    assert not set(CAUSES) - refused, f"causes without a refusing case: {sorted(set(CAUSES) - refused)}"
+    assert accepted | refused <= set(CAUSES), f"cases of unknown causes: {sorted((accepted | refused) - set(CAUSES))}"
+
+
+@pytest.mark.parametrize("case", [c.param() for c in ACCEPT])
+def test_cause_accepts(case: Case, request):
+    a = case.build(request, *case.args)
+    assert isinstance(a, Accepted)
+    if a.divergence is not None:
+        d = explain(a.stack, a.divergence)
+        v = PairVerdict(a.stack.unwinder, a.oracle.name, EXPLAINED if d.explained else FAILURE, [d])
+    else:
+        v = judge(a.stack, a.oracle, a.frames)
+    assert v.verdict == EXPLAINED, describe(v)
+    at = [d for d in v.divergences if (d.got_index, d.want_index) == a.at]
+    assert len(at) == 1, f"no divergence at {a.at}:\n{describe(v)}"
+    d = at[0]
+    assert a.kinds is None or d.kind in a.kinds, describe(v)
+    assert d.cause == case.cause, describe(v)
+    assert d.evidence["text"] and d.text == f"{d.what()}: {d.evidence['text']}"
+    for key, want in a.evidence.items():
+        have = d.evidence.get(key)
+        assert (want(have) if callable(want) else have == want), f"evidence {key!r} is {have!r}:\n{describe(v)}"
+    # the predicate on its own, on the divergence as align built it, gives the same evidence
+    again = CAUSES[case.cause].predicate(a.stack, dataclasses.replace(d, cause=None, evidence=None))
+    assert again == d.evidence
+
+
+@pytest.mark.parametrize("case", [c.param() for c in REFUSE])
+def test_cause_refuses(case: Case, request):
+    r = case.build(request, *case.args)
+    assert isinstance(r, Refused)
+    c = CAUSES[case.cause]
+    assert c.applies(r.divergence), f"{case.cause} is never tried on a {r.divergence.kind} of " \
+                                    f"{r.divergence.unwinder} vs {r.divergence.oracle}: the refusal proves nothing"
+    assert c.predicate(r.stack, r.divergence) is None
+
+
+# No cause may prove these: the walk went wrong where nothing known explains it.
+UNEXPLAINED = [
+    pytest.param(lose_a, 2, id="fp-lost-a-which-sets-up-its-frame"),
+    pytest.param(lose_b_in_body, 1, id="fp-lost-b-from-an-ip-in-cs-body"),
+    pytest.param(vdso_corrupt, 1, id="sframe-fp-fallback-from-a-vdso-function-with-its-frame"),
+]
+
+
+@pytest.mark.parametrize("build, j", UNEXPLAINED)
+def test_an_unexplained_loss_is_a_failure(build, j, request):
+    st, oracle, frames = build(request)
+    v = judge(st, oracle, frames)
+    assert v.verdict == FAILURE, describe(v)
+    first = v.first_unexplained()
+    assert first is not None and first.want_index == j and first.kind in (LOST, DIFFERS), describe(v)
+    # and every cause tried on it refuses, not just the first
+    for c in CAUSES.values():
+        if c.applies(first):
+            assert c.predicate(st, first) is None, c.name
+
+
+def test_shadow_uninstrumented_past_the_shadows_end(request):
+    """The PAST_END story of the start-up stop, which align tries and proves too (its single
+    EXTRA wins the tie): the frames past an uninstrumented function are beyond the shadow stack."""
+    _cap, st, oracle, frames = startup_stop(request)
+    d = div(st, oracle, frames, PAST_END, 1, 1)
+    assert CAUSES["shadow-uninstrumented"].applies(d)
+    ev = CAUSES["shadow-uninstrumented"].predicate(st, d)
+    assert ev is not None and ev["function"] == "__mprotect" and ev["unchecked"] == len(st.trace) - 1
+    assert ev["text"].startswith("the shadow stack ends below __mprotect")
