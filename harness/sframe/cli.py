@@ -3,8 +3,9 @@
     harness sframe check [--binutils X.Y] [--limit N] [--debug] BINARY...
     harness sframe dump [--debug] BINARY
 
-``check`` runs :func:`harness.sframe.check.check_binary` on each binary and prints its findings
-and a summary; ``dump`` prints the section as the toolchain's ``objdump --sframe`` does.
+``check`` runs :func:`harness.sframe.check.check_file` on each binary, object or archive (each
+member) and prints its findings and a summary; ``dump`` prints the section as the toolchain's
+``objdump --sframe`` does (an object's relocations applied where that objdump applies them).
 
 Exit status: 0 clean; 1 a disagreement or violation in some binary; 2 bad usage or input (a
 missing, unreadable or non-ELF file, no .sframe section, a section that does not decode: one
@@ -55,15 +56,17 @@ def _guarded(path: str, debug: bool, work) -> int:
 
 
 def cmd_check(args) -> int:
-    from ..report.sframe import format_check
-    from .check import check_binary
+    from ..report.sframe import format_file_check
+    from .check import check_file
 
     status = EXIT_CLEAN
 
     for path in args.binaries:
         def work(path=path) -> int:
-            r = check_binary(path, expect_binutils=args.binutils)
-            print(format_check(r, limit=args.limit))
+            r = check_file(path, expect_binutils=args.binutils)
+            print(format_file_check(r, limit=args.limit))
+            if r.errors:
+                return EXIT_INPUT
             return EXIT_CLEAN if r.clean else EXIT_FINDINGS
 
         status = max(status, _guarded(path, args.debug, work))
@@ -73,11 +76,18 @@ def cmd_check(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    from ..report.sframe import objdump_sframe
-    from .check import load
+    from ..report.sframe import objdump_sframe, objdump_sframe_archive
+    from .check import is_archive_file, load, load_members
 
     def work() -> int:
-        table, _ = load(args.binary, strict=False)  # a faulty section is shown as it is
+        if is_archive_file(args.binary):
+            members = load_members(args.binary)
+            for _, table in members:
+                if table is not None:
+                    table.section.decode_all()
+            sys.stdout.write(objdump_sframe_archive(args.binary, members))
+            return EXIT_CLEAN
+        table, _ = load(args.binary, strict=False, place=False)  # a faulty section is shown as it is
         table.section.decode_all()
         sys.stdout.write(objdump_sframe(table, args.binary))
         return EXIT_CLEAN

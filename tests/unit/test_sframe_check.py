@@ -214,8 +214,8 @@ def _check_clean(path: Path):
 
 def test_fde_sorted_cleared(copy, capsys):
     copy.data[copy.off + 3] &= ~F.F_FDE_SORTED
-    r = _check(capsys, copy.write(), "header", r"^SFRAME_F_FDE_SORTED is not set")
-    assert _kinds(r) == {"header"}
+    r = _check(capsys, copy.write(), "fdes-unsorted", r"^SFRAME_F_FDE_SORTED is not set")
+    assert _kinds(r) == {"fdes-unsorted"}
 
 
 def test_pcrel_cleared_in_v3(tmp_path, capsys):
