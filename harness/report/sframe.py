@@ -25,7 +25,7 @@ from ..sframe.check import KINDS, BinaryCheck, FileCheck
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
 
-__all__ = ["format_check", "format_file_check", "format_summary", "fre_columns", "objdump_sframe",
+__all__ = ["format_check", "format_file_check", "format_tree", "format_summary", "fre_columns", "objdump_sframe",
            "objdump_sframe_archive"]
 
 
@@ -41,6 +41,44 @@ def format_file_check(fc: FileCheck, *, limit: int | None = None) -> str:
                      f"({sum(not r.clean for r in fc.checks)} with findings), {len(fc.without_sframe)} without, "
                      f"{len(fc.errors)} unreadable")
     return "\n".join(parts)
+
+
+def format_tree(rep, *, limit: int | None = 20) -> str:
+    """A :class:`harness.sframe.tree.TreeReport`: the figures, one line per finding kind, the
+    files that could not be checked, and each package whose files carry SFrame data."""
+    from collections import Counter
+
+    withs = rep.with_sframe
+    versions = Counter(v for r in withs for v in r.versions)
+    vtext = ", ".join(f"V{v}: {n}" for v, n in sorted(versions.items())) or "none"
+    out = [f"{rep.root}: {rep.files} files, {rep.elf_files} ELF files, {rep.archives} archives; "
+           f"{len(withs)} with SFrame data ({vtext} sections), "
+           f"{sum(r.fdes for r in withs)} FDEs, {sum(r.fres for r in withs)} FREs; "
+           f"{rep.wall:.1f} s on {rep.jobs} processes"]
+    findings, files = rep.by_kind()
+    for kind in KINDS:
+        if findings.get(kind):
+            out.append(f"  {kind}: {findings[kind]} findings in {files[kind]} files -- {KINDS[kind]}")
+    if not findings:
+        out.append("  no findings")
+    errors = [r for r in rep.results if r.errors]
+    crashes = [r for r in rep.results if r.crash]
+    if errors:
+        out.append(f"  unreadable: {len(errors)} files (bad input, each its own)")
+        out += [f"    {e}" for r in errors[:limit] for e in r.errors[:1]]
+    if crashes:
+        out.append(f"  checker errors: {len(crashes)} files (not the input's fault)")
+        out += [f"    {r.path}: {r.crash}" for r in crashes[:limit]]
+    if rep.timed_out:
+        out.append(f"  timed out: {rep.timed_out} files not checked within the bound")
+    pkgs = rep.by_package()
+    out.append(f"  packages with SFrame data: {len(pkgs)}")
+    for name in sorted(pkgs):
+        p = pkgs[name]
+        kinds = ", ".join(f"{n} {k}" for k in KINDS for kk, n in p["kinds"].items() if kk == k) or "clean"
+        shown = ", ".join(p["files"][:3]) + (f", ... {len(p['files']) - 3} more" if len(p["files"]) > 3 else "")
+        out.append(f"    {name}: {len(p['files'])} files ({shown}): {kinds}")
+    return "\n".join(out)
 
 
 def format_check(r: BinaryCheck, *, limit: int | None = None) -> str:

@@ -494,8 +494,11 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             reach = fde
     outside: set[int] = set()
     sym_starts = sorted(syms)
+    placed = bool(text) or linked
+    if not placed:
+        out.notes.append("an object without an executable section: where the functions lie is not checked")
     for fde in fdes:
-        if not any(lo <= fde.func_start and fde.func_end <= hi for lo, hi in text):
+        if placed and not any(lo <= fde.func_start and fde.func_end <= hi for lo, hi in text):
             outside.add(fde.index)
             segs = ", ".join(f"[{lo:#x}, {hi:#x})" for lo, hi in text) or "none"
             what = "an executable PT_LOAD segment" if linked else "an executable section (as placed)"

@@ -134,7 +134,8 @@ def place_object(data: bytes, name: str = "<object>") -> Placed:
     """The object ``data`` laid out as if linked alone at :data:`PLACE_BASE`: each SHF_ALLOC
     section at the next address its alignment allows (``sh_addr`` rewritten), each symbol's
     value made absolute, the relocations of :data:`APPLIED` applied and their relocation
-    sections turned into SHT_NULL (so a reader does not apply them again).  Raises
+    sections turned into SHT_NULL (so a reader does not apply them again).  The placement
+    works for any ELF class and byte order; applying relocations for x86-64 only.  Raises
     :class:`SFrameError` where the input is not a readable ELF object or a relocation cannot be
     applied."""
     try:
@@ -144,8 +145,10 @@ def place_object(data: bytes, name: str = "<object>") -> Placed:
         secs = list(elf.iter_sections())
     except ELFError as exc:
         raise SFrameError(f"{name}: not a readable ELF file: {exc}", field="file") from exc
-    if elf.elfclass != 64 or not elf.little_endian:
-        raise SFrameError(f"{name}: objects are placed for ELF64 little-endian only", field="file")
+    order = "<" if elf.little_endian else ">"
+    word = "Q" if elf.elfclass == 64 else "I"
+    # Elf64_Shdr.sh_addr at 16 (Elf32: 12); Elf64_Sym.st_value at 8 (Elf32: 4); sh_type at 4 in both
+    sh_addr_at, st_value_at, sym_size = (16, 8, 24) if elf.elfclass == 64 else (12, 4, 16)
     out = bytearray(data)
     bases: dict[int, int] = {}
     text: list[tuple[int, int]] = []
@@ -170,18 +173,19 @@ def place_object(data: bytes, name: str = "<object>") -> Placed:
         contents = bytearray(s.data())
         _apply(elf, rel, contents, bases, bases.get(i, 0), name, s.name)
         out[s["sh_offset"]:s["sh_offset"] + len(contents)] = contents
-        struct.pack_into("<I", out, _shdr(elf, rel_index) + 4, SHT_NULL)  # Elf64_Shdr.sh_type
+        struct.pack_into(order + "I", out, _shdr(elf, rel_index) + 4, SHT_NULL)  # sh_type
         relocated.append(s.name)
     for i in bases:
-        struct.pack_into("<Q", out, _shdr(elf, i) + 16, bases[i])  # Elf64_Shdr.sh_addr
+        struct.pack_into(order + word, out, _shdr(elf, i) + sh_addr_at, bases[i])
     for s in secs:
         if s["sh_type"] != "SHT_SYMTAB":
             continue
-        entsize = s["sh_entsize"] or 24
+        entsize = s["sh_entsize"] or sym_size
         for k, sym in enumerate(s.iter_symbols()):
             shndx = sym["st_shndx"]
             if isinstance(shndx, int) and shndx in bases:
-                struct.pack_into("<Q", out, s["sh_offset"] + k * entsize + 8, bases[shndx] + sym["st_value"])
+                struct.pack_into(order + word, out, s["sh_offset"] + k * entsize + st_value_at,
+                                 bases[shndx] + sym["st_value"])
     return Placed(bytes(out), bases, text, relocated)
 
 
