@@ -227,7 +227,9 @@ def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | No
             out.without_sframe.append(m.name)  # a non-ELF member (an LTO bitcode file, text)
             continue
         try:
-            if not _has_sframe_section(m.data):
+            # a section named .sframe has its name in the member's bytes (.shstrtab): without
+            # them there is none, and pyelftools (milliseconds a member) need not look
+            if b".sframe" not in m.data or not _has_sframe_section(m.data):
                 out.without_sframe.append(m.name)
                 continue
             table, image = load_data(m.data, source)
@@ -246,7 +248,7 @@ def load_members(path: str | os.PathLike) -> list[tuple[str, SFrameTable | None]
     for m in iter_members(path, _read(path)):
         if m.data[:4] != b"\x7fELF":
             continue
-        if not _has_sframe_section(m.data):
+        if b".sframe" not in m.data or not _has_sframe_section(m.data):
             out.append((m.name, None))
             continue
         out.append((m.name, SFrameTable.from_elf_data(m.data, f"{path}({m.name})", strict=False)))
