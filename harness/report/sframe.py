@@ -75,7 +75,7 @@ def format_tree(rep, *, limit: int | None = 20) -> str:
     out.append(f"  packages with SFrame data: {len(pkgs)}")
     for name in sorted(pkgs):
         p = pkgs[name]
-        kinds = ", ".join(f"{n} {k}" for k in KINDS for kk, n in p["kinds"].items() if kk == k) or "clean"
+        kinds = ", ".join(f"{p['kinds'][k]} {k}" for k in KINDS if p["kinds"].get(k)) or "clean"
         shown = ", ".join(p["files"][:3]) + (f", ... {len(p['files']) - 3} more" if len(p["files"]) > 3 else "")
         out.append(f"    {name}: {len(p['files'])} files ({shown}): {kinds}")
     return "\n".join(out)

@@ -18,9 +18,9 @@ and ``bfd/archive.c`` reads it (also described in FreeBSD's ``ar(5)``):
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from .errors import SFrameError
 
@@ -110,5 +110,5 @@ def _name(path, raw: str, content: bytes, longnames: bytes, pos: int) -> tuple[s
                                f"({len(longnames)} bytes)", pos)
         end = longnames.find(b"\n", off)
         name = longnames[off:end if end >= 0 else len(longnames)].decode("utf-8", "replace")
-        return name[:-1] if name.endswith("/") else name, content
-    return (raw[:-1] if raw.endswith("/") else raw), content
+        return name.removesuffix("/"), content
+    return raw.removesuffix("/"), content

@@ -1,24 +1,39 @@
-"""A static checker of a linked binary's SFrame section: no guest, structured results only.
+"""A static checker of SFrame sections -- linked binaries, relocatable objects, archives: no
+guest, structured results only.
 
 :func:`check_binary` reads one ELF file and returns a :class:`BinaryCheck`: what was checked
 (FDEs, FREs compared with the DWARF CFI) and a list of :class:`Finding`, each of one kind
-from :data:`KINDS`.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
+from :data:`KINDS`; :func:`check_file` does the same for an ELF file or each member of an ``ar``
+archive.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
+
+A relocatable object is read placed (:func:`.reloc.place_object`: its sections at addresses of
+their own, ``.sframe`` and ``.eh_frame`` relocated) and checked by the rules that hold for
+objects: no FDE_SORTED, FDE order or segment rule (the linker sorts; objects have no segments),
+each function inside an executable section instead of a PT_LOAD.  A linked output is checked by
+every rule, and first for what its linker did with the inputs' sections (:data:`LINKER_KINDS`):
+
+* linker -- ``concatenated-not-merged`` (several SFrame sections laid end to end in .sframe,
+  each then checked at its own address), ``pcrel-starts-unflagged`` (V1/V2 starts that land on
+  functions only when read from their own fields: the inputs' relocated values, left as they
+  were; that section is then read so), ``fdes-unsorted`` (no FDE_SORTED), ``no-pt-gnu-sframe``
+  (a .sframe section the kernel's lookup cannot see).
 
 The checks, in the order they run:
 
-* header -- ``FDE_SORTED`` must be set in a linked section; ``FDE_FUNC_START_PCREL`` must be
+* header -- ``FDE_FUNC_START_PCREL`` must be
   set in V3 (gas and ld 2.46+ always set it) and in V2 when the producer is binutils 2.45 or
   later (``expect_binutils``; a V2 section does not say which binutils wrote it, so without
   that hint a V2 section without the flag is accepted as 2.41-2.44 output and a note says so);
   AMD64 fixes the RA at CFA-8 and the FP at no fixed place.
-* FDE table -- in ascending order of function start (``fde-order``) and no two functions
-  overlapping (``fde-overlap``); each function inside an executable PT_LOAD segment
-  (``fde-outside-text``); where a function symbol (``.symtab``/``.dynsym``, STT_FUNC or
-  STT_GNU_IFUNC) starts at the FDE's start its size must be the FDE's (``fde-symbol``), and an FDE
-  must not start inside a sized function symbol that starts elsewhere (``fde-symbol`` too).
-* FREs -- each FRE start inside its function (PCINC: below ``func_size``; PCMASK: below the
-  repetition block) and after the previous one (``fre-start``); FRE data that does not decode
-  (``fre-decode``).
+* FDE table -- in ascending order of function start (``fde-order``, linked outputs) and no two
+  functions overlapping (``fde-overlap``); each function inside an executable PT_LOAD segment
+  (an object's: an executable section) (``fde-outside-text``); where a function symbol
+  (``.symtab``/``.dynsym``, STT_FUNC or STT_GNU_IFUNC) starts at the FDE's start its size must
+  be the FDE's, or another's of the symbols there (``fde-symbol``), and an FDE must not start
+  inside a sized function symbol that starts elsewhere (``fde-symbol`` too).
+* FREs -- each FRE start inside its function (PCINC: below ``func_size``, but a 0-byte
+  function's one FRE at 0, which gas writes; PCMASK: below the repetition block) and after the
+  previous one (``fre-start``); FRE data that does not decode (``fre-decode``).
 * rules -- each FRE's CFA, RA and FP rules equal the ``.eh_frame`` row for every address the
   FRE covers (``cfa``, ``ra``, ``fp``; ``signal`` for V3's signal-frame bit against the CIE's
   "S" augmentation); an FRE covering an address no CFI row describes is ``no-cfi``.  Both sides
@@ -29,7 +44,8 @@ The checks, in the order they run:
   on the PC) at every address of the function.
 
 Input that cannot be read at all -- no such file, not ELF, no SFrame section, a header or FDE
-table that does not decode -- raises :class:`SFrameError` (the CLI's exit code 2).
+table that does not decode, a relocation this reader does not apply -- raises
+:class:`SFrameError` (the CLI's exit code 2); an archive member's is an error of that member.
 """
 
 from __future__ import annotations
@@ -38,12 +54,13 @@ import bisect
 import io
 import itertools
 import os
+import struct
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
-
+from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 from ..rule import UNDEFINED, FrameRule
@@ -51,7 +68,7 @@ from ..unwind.cfi import CFITable, UnsupportedCFI, cfi_table
 from ..unwind.maps import ElfImage, MapsError
 from . import format as F
 from .ar import is_archive, iter_members
-from .elf import PT_GNU_SFRAME, SFrameTable, _p_type
+from .elf import PT_GNU_SFRAME, SFrameTable, segment_type
 from .errors import SFrameError
 from .parse import SFrameFDE, SFrameFRE, SFrameSection
 from .reloc import place_object
@@ -85,6 +102,10 @@ KINDS = {
 }
 RULE_KINDS = ("cfa", "ra", "fp", "signal")
 LINKER_KINDS = ("concatenated-not-merged", "pcrel-starts-unflagged", "fdes-unsorted", "no-pt-gnu-sframe")
+
+# What pyelftools raises on ELF structures that do not decode (a truncated or corrupted file):
+# besides ELFError, construct's and struct's errors and, for absurd offsets and sizes, OverflowError.
+ELF_DECODE_ERRORS = (ELFError, MapsError, ConstructError, struct.error, OverflowError, EOFError)
 
 # The binutils release from which V2 sections carry FDE_FUNC_START_PCREL (errata 1).
 PCREL_V2_SINCE = (2, 45)
@@ -191,8 +212,8 @@ def load_data(data: bytes, source: str, *, strict: bool = False,
             table = SFrameTable.from_placed(placed, source, strict=strict)
         else:
             table = SFrameTable.from_elf_data(data, source, strict=strict)
-    except (ELFError, MapsError) as exc:
-        raise SFrameError(f"{source}: not a readable ELF file: {exc}", field="file") from exc
+    except ELF_DECODE_ERRORS as exc:
+        raise SFrameError(f"{source}: not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
     return table, image
 
 
@@ -204,7 +225,17 @@ def check_binary(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | 
     that cannot be checked at all (see :func:`load`).
     """
     table, image = load(path, strict=False)
-    return check_table(table, image, expect_binutils=expect_binutils)
+    return _check_decoded(table, image, expect_binutils)
+
+
+def _check_decoded(table: SFrameTable, image: ElfImage, expect_binutils) -> BinaryCheck:
+    """:func:`check_table`, where ELF structures that do not decode (the symbol table, the
+    program headers of a corrupted file) are bad input, not a checker failure."""
+    try:
+        return check_table(table, image, expect_binutils=expect_binutils)
+    except ELF_DECODE_ERRORS as exc:
+        raise SFrameError(f"{table.source}: ELF structures do not decode: {type(exc).__name__}: {exc}",
+                          field="file") from exc
 
 
 def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | None = None,
@@ -218,7 +249,7 @@ def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | No
         data = _read(path)
     if not is_archive(data[:8]):
         table, image = load_data(data, str(path))
-        return FileCheck(str(path), False, [check_table(table, image, expect_binutils=expect_binutils)])
+        return FileCheck(str(path), False, [_check_decoded(table, image, expect_binutils)])
     out = FileCheck(str(path), True)
     for m in iter_members(path, data):
         out.members += 1
@@ -233,7 +264,7 @@ def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | No
                 out.without_sframe.append(m.name)
                 continue
             table, image = load_data(m.data, source)
-            out.checks.append(check_table(table, image, expect_binutils=expect_binutils))
+            out.checks.append(_check_decoded(table, image, expect_binutils))
         except SFrameError as exc:
             out.errors.append(str(exc) if source in str(exc) else f"{source}: {exc}")
     return out
@@ -267,8 +298,8 @@ def _has_sframe_section(data: bytes) -> bool:
     try:
         elf = ELFFile(io.BytesIO(data))
         return elf.num_sections() > 0 and elf.get_section_by_name(".sframe") is not None
-    except ELFError as exc:
-        raise SFrameError(f"not a readable ELF file: {exc}", field="file") from exc
+    except ELF_DECODE_ERRORS as exc:
+        raise SFrameError(f"not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
 
 
 def check_table(table: SFrameTable, image: ElfImage, *,
@@ -341,7 +372,7 @@ def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: Binary
     vaddr = sec.section_vaddr
     pieces = [(0, sec)]
     if table.via != "PT_GNU_SFRAME":
-        has_segment = any(_p_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
+        has_segment = any(segment_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
         if not has_segment:
             out.findings.append(Finding("no-pt-gnu-sframe", f"a .sframe section at {vaddr:#x} "
                                         f"({len(sec.data)} bytes) but no PT_GNU_SFRAME program header: the "

@@ -89,7 +89,7 @@ def _check_tree(args) -> int:
     from .tree import check_tree
 
     def work() -> int:
-        rep = check_tree(args.tree, jobs=args.jobs, timeout=args.timeout)
+        rep = check_tree(args.tree, jobs=args.jobs, timeout=args.timeout, expect_binutils=args.binutils)
         print(format_tree(rep, limit=args.limit))
         if rep.timed_out or any(r.crash for r in rep.results):
             return EXIT_INFRA

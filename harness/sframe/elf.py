@@ -81,7 +81,7 @@ class SFrameTable:
                 data = relocated_section(elf, elf.get_section_index(".sframe"), name=source)
                 via = "section, relocations applied"
         else:
-            seg = next((s for s in elf.iter_segments() if _p_type(s) == PT_GNU_SFRAME), None)
+            seg = next((s for s in elf.iter_segments() if segment_type(s) == PT_GNU_SFRAME), None)
             if seg is None:
                 raise SFrameError(f"{source}: no .sframe section and no PT_GNU_SFRAME segment", field=".sframe")
             data, vaddr, via = seg.data(), seg["p_vaddr"], "PT_GNU_SFRAME"
@@ -134,6 +134,6 @@ def _objdump_relocates(data: bytes) -> bool:
     return data[2] >= 3 or bool(flags & 0x4)  # SFRAME_F_FDE_FUNC_START_PCREL: 2.45, unverified
 
 
-def _p_type(seg) -> int | str:
+def segment_type(seg) -> int | str:
     t = seg["p_type"]
     return PT_GNU_SFRAME if t == "PT_GNU_SFRAME" else t

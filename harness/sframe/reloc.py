@@ -34,13 +34,14 @@ from elftools.elf.relocation import RelocationSection
 
 from .errors import SFrameError
 
-# AMD64 psABI table 4.9: type -> (bytes, PC-relative, signed)
+# AMD64 psABI table 4.9: type -> (bytes, PC-relative); the value is written modulo 2**bits, as
+# bfd does once it has reported an overflow (signed and unsigned fields alike)
 R_X86_64 = {
-    1: (8, False, False),   # R_X86_64_64:   S + A
-    2: (4, True, True),     # R_X86_64_PC32: S + A - P
-    10: (4, False, False),  # R_X86_64_32:   S + A
-    11: (4, False, True),   # R_X86_64_32S:  S + A
-    24: (8, True, True),    # R_X86_64_PC64: S + A - P
+    1: (8, False),   # R_X86_64_64:   S + A
+    2: (4, True),     # R_X86_64_PC32: S + A - P
+    10: (4, False),  # R_X86_64_32:   S + A
+    11: (4, False),   # R_X86_64_32S:  S + A
+    24: (8, True),    # R_X86_64_PC64: S + A - P
 }
 R_X86_64_NONE = 0
 SHF_ALLOC = 0x2
@@ -111,7 +112,7 @@ def _apply(elf: ELFFile, rel: RelocationSection, data: bytearray, bases: dict[in
         if sym >= len(values):
             raise SFrameError(f"{name}: {rel.name}: symbol index {sym} past the symbol table", field="relocation",
                               offset=off)
-        size, pcrel, signed = R_X86_64[rtype]
+        size, pcrel = R_X86_64[rtype]
         if off + size > len(data):
             raise SFrameError(f"{name}: {rel.name}: relocation at {off:#x} runs past {secname} "
                               f"({len(data)} bytes)", field="relocation", offset=off)
@@ -175,8 +176,8 @@ def place_object(data: bytes, name: str = "<object>") -> Placed:
         out[s["sh_offset"]:s["sh_offset"] + len(contents)] = contents
         struct.pack_into(order + "I", out, _shdr(elf, rel_index) + 4, SHT_NULL)  # sh_type
         relocated.append(s.name)
-    for i in bases:
-        struct.pack_into(order + word, out, _shdr(elf, i) + sh_addr_at, bases[i])
+    for i, base in bases.items():
+        struct.pack_into(order + word, out, _shdr(elf, i) + sh_addr_at, base)
     for s in secs:
         if s["sh_type"] != "SHT_SYMTAB":
             continue

@@ -21,16 +21,16 @@ import os
 import stat
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as FuturesTimeout
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from .ar import is_archive
-from .check import check_file
-from .elf import PT_GNU_SFRAME, _p_type
+from .check import ELF_DECODE_ERRORS, check_file
+from .elf import PT_GNU_SFRAME, segment_type
 from .errors import SFrameError
 
 NO_PACKAGE = "(no package)"
@@ -126,7 +126,7 @@ def _same_fs(p: Path, dev: int) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_dev == dev
 
 
-def check_one(path: str, archive: bool, root: str) -> FileResult:
+def check_one(path: str, archive: bool, root: str, expect_binutils: tuple[int, int] | None = None) -> FileResult:
     """The worker: one file's :class:`FileResult`, whatever the file holds."""
     inside = "/" + os.path.relpath(path, root)
     r = FileResult(inside, archive)
@@ -135,7 +135,7 @@ def check_one(path: str, archive: bool, root: str) -> FileResult:
             if not _elf_has_sframe(path):
                 return r
             r.has_sframe = True  # from here on, an error is one of a file with SFrame data
-        fc = check_file(path)
+        fc = check_file(path, expect_binutils=expect_binutils)
         r.members = fc.members
         r.errors = [e.replace(path, inside) for e in fc.errors]
         r.checked_members = len(fc.checks)
@@ -148,7 +148,7 @@ def check_one(path: str, archive: bool, root: str) -> FileResult:
                 r.kinds[k] = r.kinds.get(k, 0) + n
     except SFrameError as exc:
         r.errors.append(str(exc).replace(path, inside))
-    except (ELFError, OSError) as exc:
+    except OSError as exc:
         r.errors.append(f"{inside}: {type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 -- one file's checker failure must not end the run; kept apart
         r.crash = f"{type(exc).__name__}: {exc}"
@@ -163,9 +163,8 @@ def _elf_has_sframe(path: str) -> bool:
             elf = ELFFile(f)
             if elf.num_sections() and elf.get_section_by_name(".sframe") is not None:
                 return True
-            return any(_p_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
-    except (ELFError, ValueError, IndexError, KeyError) as exc:
-        # pyelftools raises ELFError, and construct's errors (ValueError kin) on short reads
+            return any(segment_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
+    except ELF_DECODE_ERRORS as exc:
         raise SFrameError(f"{path}: not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
 
 
@@ -198,8 +197,8 @@ def dpkg_packages(root: Path) -> dict[str, str]:
     return out
 
 
-def check_tree(root: str | os.PathLike, *, jobs: int | None = None,
-               timeout: float = DEFAULT_TIMEOUT) -> TreeReport:
+def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT,
+               expect_binutils: tuple[int, int] | None = None) -> TreeReport:
     """Check every ELF file and archive under ``root`` in a pool of ``jobs`` processes (default:
     the cores).  Files not done within ``timeout`` seconds of the start are counted as
     ``timed_out``.  Raises :class:`SFrameError` if ``root`` is not a directory."""
@@ -215,7 +214,7 @@ def check_tree(root: str | os.PathLike, *, jobs: int | None = None,
     # big files first: the pool's tail is then short
     found.sort(key=lambda c: -_size(c[0]))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(check_one, p, a, str(root)) for p, a in found]
+        futures = [pool.submit(check_one, p, a, str(root), expect_binutils) for p, a in found]
         deadline = t0 + timeout
         for fut in futures:
             try:

@@ -24,8 +24,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+
 from harness.images.cache import ImageError
 from harness.images.programs import SOURCES
 from harness.images.toolchain import Toolchain, get_toolchain

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import require
 from elftools.elf.elffile import ELFFile
 
-from conftest import require
 from harness.cli import main
 from harness.images.cache import ImageError
 from harness.images.programs import SOURCES
