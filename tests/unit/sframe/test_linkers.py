@@ -15,6 +15,8 @@ mold and lld.  ``sframe check`` names what each linker did as findings of their 
   flag, so right.  gold also moves main's .text.startup before .text, which leaves the FDEs of
   the first section out of address order (fde-order).
 * Read that way, every FRE of every linker's output agrees with its .eh_frame.
+* ``sframe dump`` of each output equals the objdump --sframe of the binutils that writes its
+  version (which reads the first of concatenated sections only).
 """
 
 from __future__ import annotations
@@ -92,6 +94,27 @@ def objects(tmp_path_factory):
     return get
 
 
+def _objdump(tc_name: str, path: Path) -> str:
+    """``objdump --sframe`` of the binutils that writes the section's version (2.47 cannot read
+    a V1 section), run in its root on a copy named as ours is."""
+    tc = need(tc_name)
+    outer, inner = tc.workdir("linkers-objdump")
+    try:
+        shutil.copy(path, outer / path.name)
+        return tc.run(["objdump", "--sframe", path.name], cwd=inner).stdout
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+
+
+def _our_dump(path: Path) -> str:
+    from harness.report.sframe import objdump_sframe
+    from harness.sframe.check import load
+
+    table, _ = load(path, strict=False, place=False)
+    table.section.decode_all()
+    return objdump_sframe(table, path.name)
+
+
 @pytest.mark.parametrize("version", sorted(GAS))
 @pytest.mark.parametrize("linker", LINKERS)
 def test_each_linker_is_named_for_what_it_did(objects, version, linker, tmp_path):
@@ -103,6 +126,7 @@ def test_each_linker_is_named_for_what_it_did(objects, version, linker, tmp_path
     kinds = set(r.by_kind())
     assert kinds == EXPECTED[(version, linker)], [f.message for f in r.findings]
     assert r.fres_checked == r.num_fres, r.notes  # read as found, every FRE agrees with .eh_frame
+    assert _our_dump(out) == _objdump(GAS[r.version], out)  # the first section, as objdump reads it
     if linker == "bfd":
         if version == 1:
             assert r.version == 1 and r.num_fdes >= 7 and r.pieces == 1
