@@ -53,7 +53,8 @@ def format_tree(rep, *, limit: int | None = 20) -> str:
     vtext = ", ".join(f"V{v}: {n}" for v, n in sorted(versions.items())) or "none"
     out = [f"{rep.root}: {rep.files} files, {rep.elf_files} ELF files, {rep.archives} archives; "
            f"{len(withs)} with SFrame data ({vtext} sections), "
-           f"{sum(r.fdes for r in withs)} FDEs, {sum(r.fres for r in withs)} FREs; "
+           f"{sum(r.fdes for r in withs)} FDEs, {sum(r.fres for r in withs)} FREs, "
+           f"{sum(r.cfi_without_sframe for r in withs)} .eh_frame FDEs without one; "
            f"{rep.wall:.1f} s on {rep.jobs} processes"]
     findings, files = rep.by_kind()
     for kind in KINDS:

@@ -145,6 +145,7 @@ class BinaryCheck:
     notes: list[str] = field(default_factory=list)
     linked: bool = True  # False: a relocatable object, checked by the rules that hold for objects
     pieces: int = 1  # SFrame sections found laid end to end in the one .sframe
+    cfi_without_sframe: int = 0  # .eh_frame FDEs no SFrame FDE covers (a note, not a finding)
 
     @property
     def clean(self) -> bool:
@@ -334,7 +335,29 @@ def check_table(table: SFrameTable, image: ElfImage, *,
         pieces = _linker_findings(table, image, syms, cfi, out)
     for prefix, piece in pieces:
         _check_section(piece, prefix, table, syms, cfi, expect_binutils, out)
+    if cfi is not None:
+        _uncovered(cfi, [p for _, p in pieces], syms, out)
     return out
+
+
+def _uncovered(cfi: CFITable, sections: list[SFrameSection], syms: dict[int, list[_Sym]], out: BinaryCheck) -> None:
+    """Note the functions .eh_frame describes and no SFrame FDE does (gas skipped them, their
+    object had no .sframe, or the linker dropped its input): a fact, not a fault of the section."""
+    covered = sorted((f.func_start, f.func_end) for sec in sections for f in sec.fdes)
+    starts = [lo for lo, _ in covered]
+    reach = list(itertools.accumulate((hi for _, hi in covered), max))  # furthest end so far
+    missing = []
+    for fde in cfi.fdes():
+        pc = fde["initial_location"]
+        i = bisect.bisect_right(starts, pc) - 1
+        if i < 0 or reach[i] <= pc:
+            missing.append(pc)
+    out.cfi_without_sframe = len(missing)
+    if missing:
+        names = [max(syms[pc], key=lambda s: s.size).name if pc in syms else f"{pc:#x}" for pc in missing[:5]]
+        more = f", ... {len(missing) - 5} more" if len(missing) > 5 else ""
+        out.notes.append(f"{len(missing)} of {len(cfi.fdes())} .eh_frame FDEs have no SFrame FDE: "
+                         f"{', '.join(names)}{more}")
 
 
 def _check_section(sec: SFrameSection, prefix: str, table: SFrameTable, syms, cfi, expect_binutils,

@@ -47,6 +47,7 @@ class FileResult:
     versions: list[int] = field(default_factory=list)  # of each checked SFrame section
     fdes: int = 0
     fres: int = 0
+    cfi_without_sframe: int = 0  # .eh_frame FDEs with no SFrame FDE (checker notes)
     kinds: dict[str, int] = field(default_factory=dict)  # finding kind -> count
     errors: list[str] = field(default_factory=list)  # bad input (typed SFrameError), one line each
     crash: str | None = None  # an exception that is not the input's fault: "TypeError: ..."
@@ -144,6 +145,7 @@ def check_one(path: str, archive: bool, root: str, expect_binutils: tuple[int, i
             r.versions.append(c.version)
             r.fdes += c.num_fdes
             r.fres += c.num_fres
+            r.cfi_without_sframe += c.cfi_without_sframe
             for k, n in c.by_kind().items():
                 r.kinds[k] = r.kinds.get(k, 0) + n
     except SFrameError as exc:
