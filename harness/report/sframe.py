@@ -21,19 +21,71 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
 from __future__ import annotations
 
 from ..sframe import format as F
-from ..sframe.check import KINDS, BinaryCheck
+from ..sframe.check import KINDS, BinaryCheck, FileCheck
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
 
-__all__ = ["format_check", "format_summary", "fre_columns", "objdump_sframe"]
+__all__ = ["format_check", "format_file_check", "format_tree", "format_summary", "fre_columns", "objdump_sframe",
+           "objdump_sframe_archive"]
 
 
 # ------------------------------------------------------------------------------------ check
 
 
+def format_file_check(fc: FileCheck, *, limit: int | None = None) -> str:
+    """An ELF file's check, or an archive's: each member's, then a line for the archive."""
+    parts = [format_check(r, limit=limit) for r in fc.checks]
+    if fc.archive:
+        parts += [f"{fc.path}: error: {e}" for e in fc.errors]
+        parts.append(f"{fc.path}: archive of {fc.members} members: {len(fc.checks)} with .sframe checked "
+                     f"({sum(not r.clean for r in fc.checks)} with findings), {len(fc.without_sframe)} without, "
+                     f"{len(fc.errors)} unreadable")
+    return "\n".join(parts)
+
+
+def format_tree(rep, *, limit: int | None = 20) -> str:
+    """A :class:`harness.sframe.tree.TreeReport`: the figures, one line per finding kind, the
+    files that could not be checked, and each package whose files carry SFrame data."""
+    from collections import Counter
+
+    withs = rep.with_sframe
+    versions = Counter(v for r in withs for v in r.versions)
+    vtext = ", ".join(f"V{v}: {n}" for v, n in sorted(versions.items())) or "none"
+    out = [f"{rep.root}: {rep.files} files, {rep.elf_files} ELF files, {rep.archives} archives; "
+           f"{len(withs)} with SFrame data ({vtext} sections), "
+           f"{sum(r.fdes for r in withs)} FDEs, {sum(r.fres for r in withs)} FREs, "
+           f"{sum(r.cfi_without_sframe for r in withs)} .eh_frame FDEs without one; "
+           f"{rep.wall:.1f} s on {rep.jobs} processes"]
+    findings, files = rep.by_kind()
+    for kind in KINDS:
+        if findings.get(kind):
+            out.append(f"  {kind}: {findings[kind]} findings in {files[kind]} files -- {KINDS[kind]}")
+    if not findings:
+        out.append("  no findings")
+    errors = [r for r in rep.results if r.errors]
+    crashes = [r for r in rep.results if r.crash]
+    if errors:
+        out.append(f"  unreadable: {len(errors)} files (bad input, each its own)")
+        out += [f"    {e}" for r in errors[:limit] for e in r.errors[:1]]
+    if crashes:
+        out.append(f"  checker errors: {len(crashes)} files (not the input's fault)")
+        out += [f"    {r.path}: {r.crash}" for r in crashes[:limit]]
+    if rep.timed_out:
+        out.append(f"  timed out: {rep.timed_out} files not checked within the bound")
+    pkgs = rep.by_package()
+    out.append(f"  packages with SFrame data: {len(pkgs)}")
+    for name in sorted(pkgs):
+        p = pkgs[name]
+        kinds = ", ".join(f"{p['kinds'][k]} {k}" for k in KINDS if p["kinds"].get(k)) or "clean"
+        shown = ", ".join(p["files"][:3]) + (f", ... {len(p['files']) - 3} more" if len(p["files"]) > 3 else "")
+        out.append(f"    {name}: {len(p['files'])} files ({shown}): {kinds}")
+    return "\n".join(out)
+
+
 def format_check(r: BinaryCheck, *, limit: int | None = None) -> str:
     """Every finding of one binary (at most ``limit`` of each kind), its notes, then its summary."""
-    out = [f"{r.path}: SFrame V{r.version} ({', '.join(r.flags) or 'no flags'}) via {r.via}"]
+    what = "" if r.linked else " (relocatable object: sections placed, relocations applied)"
+    out = [f"{r.path}: SFrame V{r.version} ({', '.join(r.flags) or 'no flags'}) via {r.via}{what}"]
     shown: dict[str, int] = {}
     for f in r.findings:
         shown[f.kind] = shown.get(f.kind, 0) + 1
@@ -91,6 +143,18 @@ def objdump_sframe(table: SFrameTable, name: str | None = None) -> str:
                 cfa, fp, ra = cols
                 lines.append(f"    {startpc:016x}  {cfa:<10}{fp:<10}{ra:<13}")
     return "\n".join(lines) + "\n"
+
+
+def objdump_sframe_archive(name: str, members: list[tuple[str, SFrameTable | None]]) -> str:
+    """``objdump --sframe NAME`` of an archive: a line naming it, then each ELF member as
+    :func:`objdump_sframe` prints it, or objdump's line for a member without the section."""
+    out = [f"In archive {name}:\n"]
+    for member, table in members:
+        if table is None:
+            out.append(f"\n{member}:     file format elf64-x86-64\n\nNo .sframe section present\n\n")
+        else:
+            out.append(objdump_sframe(table, member))
+    return "".join(out)
 
 
 def _flag_lines(version: int, flags: int) -> list[str]:

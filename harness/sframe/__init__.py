@@ -4,9 +4,13 @@
 * :mod:`.parse` -- :class:`SFrameSection`: decoding, FDE/FRE lookup, :class:`FrameRule` per PC;
 * :mod:`.elf` -- :class:`SFrameTable`: the section of an ELF file (section header or
   PT_GNU_SFRAME) or of bytes read from guest memory;
+* :mod:`.reloc` -- relocatable objects: ``.rela.sframe`` applied, sections placed;
+* :mod:`.ar` -- the members of an ``ar`` archive;
+* :mod:`.check` -- the static checker (linked outputs, objects, archives);
+* :mod:`.tree` -- the checker over a whole directory tree;
 * :mod:`.bench` -- lookup throughput.
 
-Nothing here starts processes or opens sockets.
+Nothing here opens sockets; only :mod:`.tree` starts processes (its pool of checkers).
 """
 
 from .elf import SFrameTable

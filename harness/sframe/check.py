@@ -1,24 +1,39 @@
-"""A static checker of a linked binary's SFrame section: no guest, structured results only.
+"""A static checker of SFrame sections -- linked binaries, relocatable objects, archives: no
+guest, structured results only.
 
 :func:`check_binary` reads one ELF file and returns a :class:`BinaryCheck`: what was checked
 (FDEs, FREs compared with the DWARF CFI) and a list of :class:`Finding`, each of one kind
-from :data:`KINDS`.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
+from :data:`KINDS`; :func:`check_file` does the same for an ELF file or each member of an ``ar``
+archive.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
+
+A relocatable object is read placed (:func:`.reloc.place_object`: its sections at addresses of
+their own, ``.sframe`` and ``.eh_frame`` relocated) and checked by the rules that hold for
+objects: no FDE_SORTED, FDE order or segment rule (the linker sorts; objects have no segments),
+each function inside an executable section instead of a PT_LOAD.  A linked output is checked by
+every rule, and first for what its linker did with the inputs' sections (:data:`LINKER_KINDS`):
+
+* linker -- ``concatenated-not-merged`` (several SFrame sections laid end to end in .sframe,
+  each then checked at its own address), ``pcrel-starts-unflagged`` (V1/V2 starts that land on
+  functions only when read from their own fields: the inputs' relocated values, left as they
+  were; that section is then read so), ``fdes-unsorted`` (no FDE_SORTED), ``no-pt-gnu-sframe``
+  (a .sframe section the kernel's lookup cannot see).
 
 The checks, in the order they run:
 
-* header -- ``FDE_SORTED`` must be set in a linked section; ``FDE_FUNC_START_PCREL`` must be
+* header -- ``FDE_FUNC_START_PCREL`` must be
   set in V3 (gas and ld 2.46+ always set it) and in V2 when the producer is binutils 2.45 or
   later (``expect_binutils``; a V2 section does not say which binutils wrote it, so without
   that hint a V2 section without the flag is accepted as 2.41-2.44 output and a note says so);
   AMD64 fixes the RA at CFA-8 and the FP at no fixed place.
-* FDE table -- in ascending order of function start (``fde-order``) and no two functions
-  overlapping (``fde-overlap``); each function inside an executable PT_LOAD segment
-  (``fde-outside-text``); where a function symbol (``.symtab``/``.dynsym``, STT_FUNC or
-  STT_GNU_IFUNC) starts at the FDE's start its size must be the FDE's (``fde-symbol``), and an FDE
-  must not start inside a sized function symbol that starts elsewhere (``fde-symbol`` too).
-* FREs -- each FRE start inside its function (PCINC: below ``func_size``; PCMASK: below the
-  repetition block) and after the previous one (``fre-start``); FRE data that does not decode
-  (``fre-decode``).
+* FDE table -- in ascending order of function start (``fde-order``, linked outputs) and no two
+  functions overlapping (``fde-overlap``); each function inside an executable PT_LOAD segment
+  (an object's: an executable section) (``fde-outside-text``); where a function symbol
+  (``.symtab``/``.dynsym``, STT_FUNC or STT_GNU_IFUNC) starts at the FDE's start its size must
+  be the FDE's, or another's of the symbols there (``fde-symbol``), and an FDE must not start
+  inside a sized function symbol that starts elsewhere (``fde-symbol`` too).
+* FREs -- each FRE start inside its function (PCINC: below ``func_size``, but a 0-byte
+  function's one FRE at 0, which gas writes; PCMASK: below the repetition block) and after the
+  previous one (``fre-start``); FRE data that does not decode (``fre-decode``).
 * rules -- each FRE's CFA, RA and FP rules equal the ``.eh_frame`` row for every address the
   FRE covers (``cfa``, ``ra``, ``fp``; ``signal`` for V3's signal-frame bit against the CIE's
   "S" augmentation); an FRE covering an address no CFI row describes is ``no-cfi``.  Both sides
@@ -29,34 +44,50 @@ The checks, in the order they run:
   on the PC) at every address of the function.
 
 Input that cannot be read at all -- no such file, not ELF, no SFrame section, a header or FDE
-table that does not decode -- raises :class:`SFrameError` (the CLI's exit code 2).
+table that does not decode, a relocation this reader does not apply -- raises
+:class:`SFrameError` (the CLI's exit code 2); an archive member's is an error of that member.
 """
 
 from __future__ import annotations
 
 import bisect
+import io
 import itertools
 import os
+import struct
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
 
 from ..rule import UNDEFINED, FrameRule
 from ..unwind.cfi import CFITable, UnsupportedCFI, cfi_table
 from ..unwind.maps import ElfImage, MapsError
 from . import format as F
-from .elf import SFrameTable
+from .ar import is_archive, iter_members
+from .elf import PT_GNU_SFRAME, SFrameTable, segment_type
 from .errors import SFrameError
 from .parse import SFrameFDE, SFrameFRE, SFrameSection
+from .reloc import place_object
 
-__all__ = ["KINDS", "RULE_KINDS", "BinaryCheck", "Finding", "check_binary", "check_table", "load"]
+__all__ = ["KINDS", "LINKER_KINDS", "RULE_KINDS", "BinaryCheck", "FileCheck", "Finding", "check_binary",
+           "check_file", "check_table", "load", "load_data"]
 
 
 # Every kind of finding, with a one-line description (the report prints them in this order).
 KINDS = {
-    "header": "header field or flag wrong for a linked section",
+    # what the linker did with its inputs' .sframe sections (linked outputs only)
+    "concatenated-not-merged": "the inputs' .sframe sections laid end to end, one SFrame header each, not merged "
+                               "into one section: a reader sees the first",
+    "pcrel-starts-unflagged": "function starts left PC-relative (the inputs' relocated fields) under a header "
+                              "without FDE_FUNC_START_PCREL, which says section-relative",
+    "fdes-unsorted": "a linked section without FDE_SORTED (its FDEs left in input order)",
+    "no-pt-gnu-sframe": "a .sframe section but no PT_GNU_SFRAME program header: the kernel's lookup sees none",
+    # the section itself
+    "header": "header field or flag wrong",
     "fde-order": "FDEs not in ascending order of function start",
     "fde-overlap": "two FDEs cover the same address",
     "fde-outside-text": "function not inside an executable PT_LOAD segment",
@@ -70,6 +101,11 @@ KINDS = {
     "no-cfi": "SFrame describes an address .eh_frame does not",
 }
 RULE_KINDS = ("cfa", "ra", "fp", "signal")
+LINKER_KINDS = ("concatenated-not-merged", "pcrel-starts-unflagged", "fdes-unsorted", "no-pt-gnu-sframe")
+
+# What pyelftools raises on ELF structures that do not decode (a truncated or corrupted file):
+# besides ELFError, construct's and struct's errors and, for absurd offsets and sizes, OverflowError.
+ELF_DECODE_ERRORS = (ELFError, MapsError, ConstructError, struct.error, OverflowError, EOFError)
 
 # The binutils release from which V2 sections carry FDE_FUNC_START_PCREL (errata 1).
 PCREL_V2_SINCE = (2, 45)
@@ -107,6 +143,9 @@ class BinaryCheck:
     addresses_compared: int = 0
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    linked: bool = True  # False: a relocatable object, checked by the rules that hold for objects
+    pieces: int = 1  # SFrame sections found laid end to end in the one .sframe
+    cfi_without_sframe: int = 0  # .eh_frame FDEs no SFrame FDE covers (a note, not a finding)
 
     @property
     def clean(self) -> bool:
@@ -119,26 +158,63 @@ class BinaryCheck:
         return [f for f in self.findings if f.kind == kind]
 
 
-def load(path: str | os.PathLike, *, strict: bool = False) -> tuple[SFrameTable, ElfImage]:
-    """The SFrame table and ELF image of the file at ``path``.
+@dataclass
+class FileCheck:
+    """One file: an ELF file (one check) or an archive (one per member with .sframe)."""
+
+    path: str
+    archive: bool
+    checks: list[BinaryCheck] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # members that could not be checked, one line each
+    members: int = 0  # archive members (0 for an ELF file)
+    without_sframe: list[str] = field(default_factory=list)  # archive members with no .sframe
+
+    @property
+    def clean(self) -> bool:
+        return not self.errors and all(c.clean for c in self.checks)
+
+
+def load(path: str | os.PathLike, *, strict: bool = False, place: bool = True) -> tuple[SFrameTable, ElfImage]:
+    """The SFrame table and ELF image of the file at ``path`` (``place``: see :func:`load_data`).
 
     Raises :class:`SFrameError` naming what is wrong with the input: no such file, not a
     regular file, unreadable, not ELF, no SFrame section, a header or FDE table that does not
     decode.  Other OS errors (an I/O error, ...) propagate: they are not the input's fault.
     """
     path = Path(path)
+    return load_data(_read(path), str(path), strict=strict, place=place)
+
+
+def _read(path: Path) -> bytes:
     if not path.exists():
         raise SFrameError(f"{path}: no such file", field="file")
     if not path.is_file():
         raise SFrameError(f"{path}: not a regular file", field="file")
     try:
-        table = SFrameTable.from_elf(path, strict=strict)
-        image = ElfImage.from_path(path)
-        image.elf  # noqa: B018 -- parse the ELF header now: a failure is bad input
+        return path.read_bytes()
     except PermissionError as exc:
         raise SFrameError(f"{path}: cannot read: {exc.strerror}", field="file") from exc
-    except (ELFError, MapsError) as exc:
-        raise SFrameError(f"{path}: not a readable ELF file: {exc}", field="file") from exc
+
+
+def load_data(data: bytes, source: str, *, strict: bool = False,
+              place: bool = True) -> tuple[SFrameTable, ElfImage]:
+    """:func:`load` of an ELF file's bytes.  With ``place``, a relocatable object is placed
+    (:func:`.reloc.place_object`): its sections at addresses of their own, its ``.sframe`` and
+    ``.eh_frame`` relocated, so that both name the functions' addresses -- what the checker
+    reads.  Without, the section is read as its version's objdump shows it
+    (:meth:`SFrameTable.from_elf`) -- what ``dump`` prints."""
+    try:
+        image = ElfImage(source, data)
+        elf = image.elf
+        if elf["e_type"] == "ET_REL" and place:
+            placed = place_object(data, source)
+            image = ElfImage(source, placed.data)
+            image.elf  # noqa: B018
+            table = SFrameTable.from_placed(placed, source, strict=strict)
+        else:
+            table = SFrameTable.from_elf_data(data, source, strict=strict)
+    except ELF_DECODE_ERRORS as exc:
+        raise SFrameError(f"{source}: not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
     return table, image
 
 
@@ -150,46 +226,258 @@ def check_binary(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | 
     that cannot be checked at all (see :func:`load`).
     """
     table, image = load(path, strict=False)
-    return check_table(table, image, expect_binutils=expect_binutils)
+    return _check_decoded(table, image, expect_binutils)
+
+
+def _check_decoded(table: SFrameTable, image: ElfImage, expect_binutils) -> BinaryCheck:
+    """:func:`check_table`, where ELF structures that do not decode (the symbol table, the
+    program headers of a corrupted file) are bad input, not a checker failure."""
+    try:
+        return check_table(table, image, expect_binutils=expect_binutils)
+    except ELF_DECODE_ERRORS as exc:
+        raise SFrameError(f"{table.source}: ELF structures do not decode: {type(exc).__name__}: {exc}",
+                          field="file") from exc
+
+
+def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | None = None,
+               data: bytes | None = None) -> FileCheck:
+    """:func:`check_binary` of an ELF file, or of each member of an ``ar`` archive that has an
+    SFrame section (members without one are listed, members that cannot be read are errors of
+    the archive's, one line each).  Raises :class:`SFrameError` for an ELF file that cannot be
+    checked, or an archive that cannot be read at all."""
+    path = Path(path)
+    if data is None:
+        data = _read(path)
+    if not is_archive(data[:8]):
+        table, image = load_data(data, str(path))
+        return FileCheck(str(path), False, [_check_decoded(table, image, expect_binutils)])
+    out = FileCheck(str(path), True)
+    for m in iter_members(path, data):
+        out.members += 1
+        source = f"{path}({m.name})"
+        if m.data[:4] != b"\x7fELF":
+            out.without_sframe.append(m.name)  # a non-ELF member (an LTO bitcode file, text)
+            continue
+        try:
+            # a section named .sframe has its name in the member's bytes (.shstrtab): without
+            # them there is none, and pyelftools (milliseconds a member) need not look
+            if b".sframe" not in m.data or not _has_sframe_section(m.data):
+                out.without_sframe.append(m.name)
+                continue
+            table, image = load_data(m.data, source)
+            out.checks.append(_check_decoded(table, image, expect_binutils))
+        except SFrameError as exc:
+            out.errors.append(str(exc) if source in str(exc) else f"{source}: {exc}")
+    return out
+
+
+def load_members(path: str | os.PathLike) -> list[tuple[str, SFrameTable | None]]:
+    """What ``dump`` shows of an archive: each ELF member's name and SFrame table as objdump
+    reads it (unplaced), None for a member without a .sframe section.  Raises
+    :class:`SFrameError` for an archive that cannot be read or a member that does not decode."""
+    path = Path(path)
+    out: list[tuple[str, SFrameTable | None]] = []
+    for m in iter_members(path, _read(path)):
+        if m.data[:4] != b"\x7fELF":
+            continue
+        if b".sframe" not in m.data or not _has_sframe_section(m.data):
+            out.append((m.name, None))
+            continue
+        out.append((m.name, SFrameTable.from_elf_data(m.data, f"{path}({m.name})", strict=False)))
+    return out
+
+
+def is_archive_file(path: str | os.PathLike) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return is_archive(f.read(8))
+    except OSError:
+        return False  # load() says what is wrong with it
+
+
+def _has_sframe_section(data: bytes) -> bool:
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        return elf.num_sections() > 0 and elf.get_section_by_name(".sframe") is not None
+    except ELF_DECODE_ERRORS as exc:
+        raise SFrameError(f"not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
 
 
 def check_table(table: SFrameTable, image: ElfImage, *,
                 expect_binutils: tuple[int, int] | None = None) -> BinaryCheck:
-    """The checks over an already parsed (``strict=False``) table and its ELF image."""
+    """The checks over an already parsed (``strict=False``) table and its ELF image.
+
+    A linked output (ET_EXEC, ET_DYN) is checked by every rule, and what its linker did with
+    the inputs' sections is named first (:data:`LINKER_KINDS`): several SFrame sections laid end
+    to end are each checked at their own address, with their function starts read the way the
+    FDEs bear out.  A relocatable object (placed by :func:`load_data`) is checked by the rules
+    that hold for objects: its FDEs need not be sorted, and there are no segments."""
     sec = table.section
     h = sec.header
-    out = BinaryCheck(table.source, h.version, h.flag_names(), table.via, h.num_fdes, h.num_fres)
-    _check_header(sec, out, expect_binutils)
-    outside = _check_fdes(sec, table.text_ranges, _function_symbols(image), out)
-    if h.abi_arch != F.ABI_AMD64_ENDIAN_LITTLE:
+    linked = image.elf["e_type"] != "ET_REL"
+    out = BinaryCheck(table.source, h.version, h.flag_names(), table.via, h.num_fdes, h.num_fres, linked=linked)
+    syms = _function_symbols(image)
+    cfi = None
+    if h.abi_arch == F.ABI_AMD64_ENDIAN_LITTLE:
+        cfi = cfi_table(image)
+        if cfi.error is not None:
+            out.notes.append(f"rules not compared: {cfi.error}")
+        if not len(cfi):
+            out.notes.append("rules not compared: no .eh_frame or .debug_frame FDEs")
+            cfi = None
+        elif cfi.error is not None:
+            cfi = None
+    else:
         out.notes.append(f"rules not compared: frame rules are modelled for AMD64 only, not "
                          f"{F.ABI_NAMES[h.abi_arch]}")
-        _check_fres_only(sec, out)
-        return out
-    cfi = cfi_table(image)
-    if cfi.error is not None:
-        out.notes.append(f"rules not compared: {cfi.error}")
-    if not len(cfi):
-        out.notes.append("rules not compared: no .eh_frame or .debug_frame FDEs")
-        cfi = None
+    pieces = [("", sec)]
+    if linked:
+        pieces = _linker_findings(table, image, syms, cfi, out)
+    for prefix, piece in pieces:
+        _check_section(piece, prefix, table, syms, cfi, expect_binutils, out)
+    if cfi is not None:
+        _uncovered(cfi, [p for _, p in pieces], syms, out)
+    return out
+
+
+def _uncovered(cfi: CFITable, sections: list[SFrameSection], syms: dict[int, list[_Sym]], out: BinaryCheck) -> None:
+    """Note the functions .eh_frame describes and no SFrame FDE does (gas skipped them, their
+    object had no .sframe, or the linker dropped its input): a fact, not a fault of the section."""
+    covered = sorted((f.func_start, f.func_end) for sec in sections for f in sec.fdes)
+    starts = [lo for lo, _ in covered]
+    reach = list(itertools.accumulate((hi for _, hi in covered), max))  # furthest end so far
+    missing = []
+    for fde in cfi.fdes():
+        pc = fde["initial_location"]
+        i = bisect.bisect_right(starts, pc) - 1
+        if i < 0 or reach[i] <= pc:
+            missing.append(pc)
+    out.cfi_without_sframe = len(missing)
+    if missing:
+        names = [max(syms[pc], key=lambda s: s.size).name if pc in syms else f"{pc:#x}" for pc in missing[:5]]
+        more = f", ... {len(missing) - 5} more" if len(missing) > 5 else ""
+        out.notes.append(f"{len(missing)} of {len(cfi.fdes())} .eh_frame FDEs have no SFrame FDE: "
+                         f"{', '.join(names)}{more}")
+
+
+def _check_section(sec: SFrameSection, prefix: str, table: SFrameTable, syms, cfi, expect_binutils,
+                   out: BinaryCheck) -> None:
+    n = len(out.findings)
+    _check_header(sec, out, expect_binutils, out.linked)
+    outside = _check_fdes(sec, table.text_ranges, syms, out, out.linked)
     for fde in sec.fdes:
         fres = _fres(sec, fde, out)
         if fres is None:
             continue
         _check_fre_starts(fde, fres, out)
-        if cfi is not None and fde.index not in outside and cfi.error is None:
+        if cfi is not None and fde.index not in outside:
             _compare_rules(sec, fde, fres, cfi, out)
-    return out
+    if prefix:
+        out.findings[n:] = [replace(f, message=prefix + f.message) for f in out.findings[n:]]
+
+
+# ------------------------------------------------------------------------------------ linkers
+
+
+def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: BinaryCheck) -> list:
+    """What the linker did with its inputs' .sframe sections; returns the SFrame sections to
+    check as (message prefix, section), each with its function starts read as its FDEs bear out.
+
+    * ld.bfd merges the inputs into one section, sorts it, rewrites V1/V2 starts relative to
+      the section, and adds PT_GNU_SFRAME;
+    * a linker that does not know SFrame (gold, mold, lld at the versions Debian 12 ships)
+      treats .sframe as any allocated section: the inputs' sections laid end to end, each with
+      its own header, its relocations applied -- leaving each start as S + A - P, its function's
+      distance from the field, which V1/V2 headers without FDE_FUNC_START_PCREL say is from the
+      section -- and no program header for it."""
+    sec = table.section
+    elf = image.elf
+    vaddr = sec.section_vaddr
+    pieces = [(0, sec)]
+    if table.via != "PT_GNU_SFRAME":
+        has_segment = any(segment_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
+        if not has_segment:
+            out.findings.append(Finding("no-pt-gnu-sframe", f"a .sframe section at {vaddr:#x} "
+                                        f"({len(sec.data)} bytes) but no PT_GNU_SFRAME program header: the "
+                                        f"kernel finds a module's SFrame data through that segment only, so its "
+                                        f"lookup sees none", addr=vaddr, end=vaddr + len(sec.data)))
+        pieces = _pieces(sec, out)
+        if len(pieces) > 1:
+            counts = ", ".join(f"{p.header.num_fdes}" for _, p in pieces)
+            out.findings.append(Finding(
+                "concatenated-not-merged",
+                f"{len(pieces)} SFrame sections laid end to end in .sframe (at +"
+                f"{', +'.join(f'{off:#x}' for off, _ in pieces)}; {counts} FDEs), not merged into one: the header "
+                f"at the start accounts for its own {pieces[0][1].header.num_fdes} FDEs, and a reader sees no "
+                f"others", addr=vaddr, end=vaddr + len(sec.data)))
+            out.pieces = len(pieces)
+            out.num_fdes = sum(p.header.num_fdes for _, p in pieces)
+            out.num_fres = sum(p.header.num_fres for _, p in pieces)
+    result = []
+    for k, (off, piece) in enumerate(pieces):
+        prefix = f"section {k + 1}/{len(pieces)} at +{off:#x}: " if len(pieces) > 1 else ""
+        h = piece.header
+        if not h.pcrel and h.version < F.SFRAME_VERSION_3 and piece.fdes:
+            as_pcrel = SFrameSection.parse(piece.data, piece.section_vaddr, strict=False, pcrel=True)
+            hits_sec, hits_pc = _start_hits(piece, syms, cfi), _start_hits(as_pcrel, syms, cfi)
+            if hits_pc > hits_sec:
+                off0 = piece.fdes[0].offset
+                out.findings.append(Finding(
+                    "pcrel-starts-unflagged",
+                    f"{prefix}the function starts are PC-relative -- read from their own fields, "
+                    f"{hits_pc} of {len(piece.fdes)} FDEs start at a function, read from the section as the "
+                    f"header says (no SFRAME_F_FDE_FUNC_START_PCREL), {hits_sec} do: FDE 0's field at "
+                    f"{piece.section_vaddr + off0:#x} holds {as_pcrel.fdes[0].func_start - piece.section_vaddr - off0:#x}"
+                    f", the input's relocated value, not rewritten", addr=piece.section_vaddr,
+                    end=piece.section_vaddr + h.end))
+                piece = as_pcrel
+        if not h.sorted:
+            out.findings.append(Finding("fdes-unsorted", f"{prefix}SFRAME_F_FDE_SORTED is not set: a linked "
+                                        f"section's FDEs must be sorted (ld sorts them and sets the flag)"))
+        result.append((prefix, piece))
+    return result
+
+
+def _pieces(sec: SFrameSection, out: BinaryCheck) -> list[tuple[int, SFrameSection]]:
+    """The SFrame sections laid end to end in ``sec``'s bytes: after each one's data, the next
+    header at the next 8-byte boundary (gas aligns .sframe to 8), until the bytes run out."""
+    pieces = [(0, sec)]
+    data = sec.data
+    pos = sec.header.end
+    while pos < len(data):
+        nxt = (pos + 7) // 8 * 8
+        if data[pos:nxt].strip(b"\0") or nxt + F.HEADER_SIZE > len(data):
+            break
+        try:
+            piece = SFrameSection.parse(data[nxt:], sec.section_vaddr + nxt, strict=False)
+        except SFrameError as exc:
+            out.notes.append(f"{len(data) - nxt} bytes after the SFrame data at +{nxt:#x} do not decode as "
+                             f"another section: {exc}")
+            return pieces
+        pieces.append((nxt, piece))
+        pos = nxt + piece.header.end
+    if pos < len(data) and data[pos:].strip(b"\0"):
+        out.notes.append(f"{len(data) - pos} bytes after the SFrame data at +{pos:#x}, not another section")
+    return pieces
+
+
+def _start_hits(sec: SFrameSection, syms: dict, cfi) -> int:
+    """FDEs whose function start is a function symbol's or an .eh_frame FDE's."""
+    n = 0
+    for fde in sec.fdes:
+        if fde.func_start in syms:
+            n += 1
+        elif cfi is not None:
+            e = cfi.fde_for(fde.func_start)
+            n += e is not None and e["initial_location"] == fde.func_start
+    return n
 
 
 # ------------------------------------------------------------------------------------ header
 
 
-def _check_header(sec: SFrameSection, out: BinaryCheck, expect_binutils) -> None:
+def _check_header(sec: SFrameSection, out: BinaryCheck, expect_binutils, linked: bool) -> None:
     h = sec.header
-    if not h.sorted:
-        out.findings.append(Finding("header", "SFRAME_F_FDE_SORTED is not set: a linked section's FDEs must be "
-                                              "sorted (ld sorts them and sets the flag)"))
     if h.version == F.SFRAME_VERSION_3 and not h.pcrel:
         out.findings.append(Finding("header", "SFRAME_F_FDE_FUNC_START_PCREL is not set: every V3 section has "
                                               "PC-relative function starts"))
@@ -198,7 +486,7 @@ def _check_header(sec: SFrameSection, out: BinaryCheck, expect_binutils) -> None
             out.findings.append(Finding(
                 "header", f"SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils "
                           f"{'.'.join(map(str, expect_binutils))} writes V2 with it (from 2.45 on)"))
-        elif expect_binutils is None:
+        elif expect_binutils is None and linked:
             out.notes.append("V2 without SFRAME_F_FDE_FUNC_START_PCREL: the layout of binutils 2.41-2.44 "
                              "(2.45+ set it; pass the producer's version to require it)")
     if h.abi_arch == F.ABI_AMD64_ENDIAN_LITTLE:
@@ -241,11 +529,12 @@ def _fde_where(fde: SFrameFDE) -> str:
 
 
 def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int, list[_Sym]],
-                out: BinaryCheck) -> set[int]:
-    """Order, overlap, placement and symbols.  Returns the indexes of FDEs outside the text."""
+                out: BinaryCheck, linked: bool = True) -> set[int]:
+    """Order (linked outputs), overlap, placement and symbols.  Returns the indexes of FDEs
+    outside the text (executable PT_LOADs; an object's executable sections, as placed)."""
     fdes = sec.fdes
     for prev, fde in itertools.pairwise(fdes):
-        if fde.func_start < prev.func_start:
+        if linked and fde.func_start < prev.func_start:
             out.findings.append(Finding(
                 "fde-order", f"{_fde_where(fde)} starts before FDE {prev.index} ({prev.func_start:#x})",
                 fde.index, addr=fde.func_start, end=fde.func_end))
@@ -261,18 +550,23 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             reach = fde
     outside: set[int] = set()
     sym_starts = sorted(syms)
+    placed = bool(text) or linked
+    if not placed:
+        out.notes.append("an object without an executable section: where the functions lie is not checked")
     for fde in fdes:
-        if not any(lo <= fde.func_start and fde.func_end <= hi for lo, hi in text):
+        if placed and not any(lo <= fde.func_start and fde.func_end <= hi for lo, hi in text):
             outside.add(fde.index)
             segs = ", ".join(f"[{lo:#x}, {hi:#x})" for lo, hi in text) or "none"
+            what = "an executable PT_LOAD segment" if linked else "an executable section (as placed)"
             out.findings.append(Finding(
-                "fde-outside-text", f"{_fde_where(fde)} is not inside an executable PT_LOAD segment "
-                                    f"(those: {segs})", fde.index, addr=fde.func_start, end=fde.func_end))
+                "fde-outside-text", f"{_fde_where(fde)} is not inside {what} (those: {segs})", fde.index,
+                addr=fde.func_start, end=fde.func_end))
             continue
         at = syms.get(fde.func_start)
         if at:
             sized = [s for s in at if s.size]
-            if sized and not any(s.size == fde.func_size for s in sized):
+            # two symbols may share an address (a function of 0 bytes, then the next one)
+            if sized and not any(s.size == fde.func_size for s in at):
                 names = ", ".join(f"{s.name} ({s.size} bytes)" for s in sized)
                 out.findings.append(Finding(
                     "fde-symbol", f"{_fde_where(fde)}: {fde.func_size} bytes, the function symbol at its start "
@@ -317,7 +611,7 @@ def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck) -
         (fde.func_size, f"the function's {fde.func_size} bytes")
     prev = None
     for k, fre in enumerate(fres):
-        if fre.start >= limit:
+        if fre.start >= limit and not (limit == 0 and fre.start == 0):  # gas gives a 0-byte function one FRE at 0
             addr = fde.func_start + fre.start
             out.findings.append(Finding(
                 "fre-start", f"{_fde_where(fde)}: FRE {k} starts at +{fre.start:#x} ({addr:#x}), past {what}",

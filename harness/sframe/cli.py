@@ -1,10 +1,12 @@
 """``harness sframe``: the SFrame section of a binary, checked or dumped, without a guest.
 
     harness sframe check [--binutils X.Y] [--limit N] [--debug] BINARY...
+    harness sframe check --tree DIR [--jobs N] [--timeout S]
     harness sframe dump [--debug] BINARY
 
-``check`` runs :func:`harness.sframe.check.check_binary` on each binary and prints its findings
-and a summary; ``dump`` prints the section as the toolchain's ``objdump --sframe`` does.
+``check`` runs :func:`harness.sframe.check.check_file` on each binary, object or archive (each
+member) and prints its findings and a summary; ``dump`` prints the section as the toolchain's
+``objdump --sframe`` does (an object's relocations applied where that objdump applies them).
 
 Exit status: 0 clean; 1 a disagreement or violation in some binary; 2 bad usage or input (a
 missing, unreadable or non-ELF file, no .sframe section, a section that does not decode: one
@@ -55,15 +57,25 @@ def _guarded(path: str, debug: bool, work) -> int:
 
 
 def cmd_check(args) -> int:
-    from ..report.sframe import format_check
-    from .check import check_binary
+    from ..report.sframe import format_file_check
+    from .check import check_file
 
     status = EXIT_CLEAN
+    if args.tree is not None:
+        if args.binaries:
+            print("harness sframe: check takes BINARY... or --tree DIR, not both", file=sys.stderr)
+            return EXIT_INPUT
+        return _check_tree(args)
+    if not args.binaries:
+        print("harness sframe: check needs BINARY... or --tree DIR", file=sys.stderr)
+        return EXIT_INPUT
 
     for path in args.binaries:
         def work(path=path) -> int:
-            r = check_binary(path, expect_binutils=args.binutils)
-            print(format_check(r, limit=args.limit))
+            r = check_file(path, expect_binutils=args.binutils)
+            print(format_file_check(r, limit=args.limit))
+            if r.errors:
+                return EXIT_INPUT
             return EXIT_CLEAN if r.clean else EXIT_FINDINGS
 
         status = max(status, _guarded(path, args.debug, work))
@@ -72,12 +84,35 @@ def cmd_check(args) -> int:
     return status
 
 
-def cmd_dump(args) -> int:
-    from ..report.sframe import objdump_sframe
-    from .check import load
+def _check_tree(args) -> int:
+    from ..report.sframe import format_tree
+    from .tree import check_tree
 
     def work() -> int:
-        table, _ = load(args.binary, strict=False)  # a faulty section is shown as it is
+        rep = check_tree(args.tree, jobs=args.jobs, timeout=args.timeout, expect_binutils=args.binutils)
+        print(format_tree(rep, limit=args.limit))
+        if rep.timed_out or any(r.crash for r in rep.results):
+            return EXIT_INFRA
+        if any(r.errors for r in rep.results):
+            return EXIT_INPUT
+        return EXIT_FINDINGS if any(r.kinds for r in rep.results) else EXIT_CLEAN
+
+    return _guarded(args.tree, args.debug, work)
+
+
+def cmd_dump(args) -> int:
+    from ..report.sframe import objdump_sframe, objdump_sframe_archive
+    from .check import is_archive_file, load, load_members
+
+    def work() -> int:
+        if is_archive_file(args.binary):
+            members = load_members(args.binary)
+            for _, table in members:
+                if table is not None:
+                    table.section.decode_all()
+            sys.stdout.write(objdump_sframe_archive(args.binary, members))
+            return EXIT_CLEAN
+        table, _ = load(args.binary, strict=False, place=False)  # a faulty section is shown as it is
         table.section.decode_all()
         sys.stdout.write(objdump_sframe(table, args.binary))
         return EXIT_CLEAN
@@ -95,7 +130,12 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
                                    "inside their functions, every FRE's CFA/RA/FP rule equal to the DWARF "
                                    "CFI (.eh_frame) row for the same addresses.  Exit 0 clean, 1 findings, "
                                    "2 bad input, 3 infrastructure.")
-    c.add_argument("binaries", nargs="+", metavar="BINARY")
+    c.add_argument("binaries", nargs="*", metavar="BINARY", help="ELF files, objects or ar archives")
+    c.add_argument("--tree", metavar="DIR", help="every ELF file and archive under DIR, checked in parallel: one "
+                                                 "line per finding kind, and the Debian packages (dpkg's lists "
+                                                 "under DIR) whose files carry SFrame data")
+    c.add_argument("--jobs", type=int, default=None, help="--tree: processes (default: the cores)")
+    c.add_argument("--timeout", type=float, default=1800.0, help="--tree: seconds the whole run may take")
     c.add_argument("--binutils", type=_binutils, metavar="X.Y",
                    help="the binutils that linked the binaries: from 2.45 a V2 section must carry "
                         "SFRAME_F_FDE_FUNC_START_PCREL")

@@ -217,7 +217,7 @@ class SFrameSection:
 
     @classmethod
     def parse(cls, data: bytes | bytearray | memoryview, section_vaddr: int, *,
-              strict: bool = True) -> "SFrameSection":
+              strict: bool = True, pcrel: bool | None = None) -> "SFrameSection":
         """Decode the header and FDEs of ``data``, a section whose first byte is at ``section_vaddr``.
 
         Trailing bytes past the FRE sub-section are ignored (PT_GNU_SFRAME segments are often
@@ -226,11 +226,16 @@ class SFrameSection:
         ``strict=False`` decodes what is decodable and leaves the semantic rules to the caller
         (:mod:`.check` reports them): FDEs out of order under FDE_SORTED, FRE starts out of order
         or past their function's end.  Bounds are checked either way.
+
+        ``pcrel``: read the function starts as relative to their own field (True) or to the
+        section (False) whatever the header's FDE_FUNC_START_PCREL says; None follows the flag.
+        An object's relocated starts are PC-relative in every version (:mod:`.reloc`), and so
+        are those of a linker that concatenates the inputs' sections without rewriting them.
         """
         data = bytes(data)
         header = _parse_header(data)
         lay = F.LITTLE if header.byte_order == "<" else F.BIG
-        fdes = _parse_fdes(data, header, lay, section_vaddr, strict)
+        fdes = _parse_fdes(data, header, lay, section_vaddr, strict, header.pcrel if pcrel is None else pcrel)
         return cls(data, section_vaddr, header, fdes, strict)
 
     def fres(self, fde: SFrameFDE) -> list[SFrameFRE]:
@@ -403,13 +408,12 @@ def _parse_header(data: bytes) -> SFrameHeader:
     return h
 
 
-def _parse_fdes(data: bytes, h: SFrameHeader, lay: F.Layouts, vaddr: int, strict: bool = True) -> list[SFrameFDE]:
+def _parse_fdes(data: bytes, h: SFrameHeader, lay: F.Layouts, vaddr: int, strict: bool, pcrel: bool) -> list[SFrameFDE]:
     fdes: list[SFrameFDE] = []
     version = h.version
     size = h.fde_size
     fres_base = h.fres_start
     fres_end = h.end
-    pcrel = h.pcrel
     total_fres = 0
     prev_start = None
     for i in range(h.num_fdes):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..sframe import SFrameError, SFrameTable
+from ..sframe.elf import PT_GNU_SFRAME
 from .maps import VDSO, AddressSpace, MappedElf
 from .user import RuleProvider
 
@@ -24,6 +25,10 @@ def sframe_table(elf: MappedElf) -> RuleProvider | None:
             if sec is None:
                 return None
             return SFrameTable.from_bytes_at(sec.data(), sec["sh_addr"] + elf.bias)
+        if not any(seg.p_type in ("PT_GNU_SFRAME", PT_GNU_SFRAME) for seg in elf.image.segments):
+            # The kernel registers a module's SFrame data through PT_GNU_SFRAME only: a .sframe
+            # section without it (gold, mold, lld leave the segment out) is not looked up.
+            return None
         return SFrameTable.from_elf(elf.image.name, load_bias=elf.bias)
     except SFrameError:
         return None

@@ -342,6 +342,43 @@ def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:
         fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
 
 
+def _sframe_section_only(stack: Stack, addr: int) -> tuple[int, int] | None:
+    """(address, size) of the .sframe section of the ELF mapped at ``addr`` when it has one but
+    no PT_GNU_SFRAME program header (gold, mold, lld), else None."""
+    e = stack.space.elf_at(addr)
+    if e is None:
+        return None
+    try:
+        elf = e.image.elf
+        sec = elf.get_section_by_name(".sframe") if elf.num_sections() else None
+        if sec is None or any(s["p_type"] in ("PT_GNU_SFRAME", PT_GNU_SFRAME) for s in elf.iter_segments()):
+            return None
+        return sec["sh_addr"], sec["sh_size"]
+    except ELFError:
+        return None
+
+
+@cause("sframe-module-without-pt-gnu-sframe", (LOST, ENDS, DIFFERS),
+       "the module has a .sframe section but no PT_GNU_SFRAME: the kernel's lookup sees none; the FP "
+       "fallback cannot step", unwinders={"sframe"})
+def _sframe_no_segment(stack: Stack, d: Divergence) -> dict | None:
+    found = _sframe_fallback(stack, d)
+    if found is None:
+        return None
+    addr, is_ip, fp = found
+    sec = _sframe_section_only(stack, addr)
+    if sec is None:
+        return None
+    e = stack.space.elf_at(addr)
+    return evidence(
+        f"{e.path} has a .sframe section ({sec[1]} bytes at {sec[0]:#x}) but no PT_GNU_SFRAME program header "
+        f"(its linker did not make one): the kernel finds a module's SFrame data through that segment only, so "
+        f"its lookup sees none, and the walk falls back to frame pointers at {_where(addr, is_ip)}: "
+        f"{fp['why_fp']}, and the fallback {_outcome(stack, d)}",
+        module=e.path, address=addr, sframe_section=list(sec), fp_fallback=fp["why_fp"],
+        prologue=fp.get("prologue", []), function=fp.get("function", ""))
+
+
 @cause("sframe-module-without-sframe", (LOST, ENDS, DIFFERS),
        "the module has no .sframe at all; the FP fallback cannot step", unwinders={"sframe"})
 def _sframe_no_section(stack: Stack, d: Divergence) -> dict | None:

@@ -178,6 +178,30 @@ def nofp_snaps(tmp_path_factory) -> dict[tuple[str, bool], CauseCapture | str]:
 
 
 @pytest.fixture(scope="session")
+def gold_snaps(tmp_path_factory) -> CauseCapture:
+    """callchain.c -O1 without frame pointers, SFrame, static, linked by the host's gold (which
+    keeps .sframe as a plain section and writes no PT_GNU_SFRAME), at the getppid in c."""
+    from harness.images.programs import SOURCES, Program, cflags
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    require(shutil.which("ld.gold") is not None, "ld.gold is not installed (binutils)")
+    root = tmp_path_factory.mktemp("gold")
+    v = Variant(frame_pointers=False)
+    try:
+        tc = get_toolchain("host")
+        tc.run(["gcc", *cflags(tc, v), "-fuse-ld=gold", "-o", str(root / "callchain"), str(SOURCES / "callchain.c")],
+               cwd=str(root))
+        prog = Program("callchain", "host", v, root / "callchain", ())
+        paths = capture_program(prog, [ITER, "raw"], [StopPoint("c-raw", "syscall", syscall="getppid")], root / "cap")
+    except (ImageError, CaptureError) as exc:
+        require(False, f"gold-linked callchain: {exc}")
+        raise
+    return CauseCapture("callchain", "host", v, str(prog.path), {n: Snapshot.load(p) for n, p in paths.items()},
+                        function_symbols(prog.path, ()))
+
+
+@pytest.fixture(scope="session")
 def signal_snaps(tmp_path_factory) -> CauseCapture:
     """signal.c raw (host, fp, static): on_alarm's first instruction (sp at the signal frame's
     pretcode), h2's first clock_gettime syscall instruction, and the rt_sigreturn syscall entry
@@ -519,6 +543,36 @@ def accept_module_without_sframe(request, tc):
         "module": libc.path, "address": ra, "function": st.code.function_at(ra, True).name,
         "fp_fallback": lambda s: "sets up no frame pointer" in s,
     }, (ENDS, DIFFERS))
+
+
+def gold_c_raw(request):
+    cap = _fixture(request, "gold_snaps")
+    st = stack_of(cap.snaps["c-raw"], "sframe")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_module_without_pt_gnu_sframe(request):
+    """callchain nofp static linked by gold at getppid in c: the binary has .sframe but no
+    PT_GNU_SFRAME, so the kernel's lookup sees none and the FP fallback at c (no frame pointer)
+    ends the walk at once."""
+    cap, st, oracle, frames = gold_c_raw(request)
+    with open(cap.binary, "rb") as f:
+        elf = ELFFile(f)
+        sec = elf.get_section_by_name(".sframe")
+        assert sec is not None and not any(s["p_type"] == "PT_GNU_SFRAME" for s in elf.iter_segments())
+    assert len(st.trace.ips) == 1 and len(frames.ips) > 4
+    return Accepted(st, oracle, frames, (1, 1), {
+        "module": cap.binary, "address": st.trace.ips[0], "function": "c",
+        "sframe_section": [sec["sh_addr"], sec["sh_size"]],
+        "fp_fallback": lambda s: "sets up no frame pointer" in s,
+    }, (ENDS,))
+
+
+def refuse_gold_case(request):
+    """The gold-linked binary's divergence (it has a .sframe section: not 'without sframe')."""
+    _cap, st, oracle, frames = gold_c_raw(request)
+    return Refused(st, div(st, oracle, frames, ENDS, 1, 1))
 
 
 def vdso_corrupt(request):
@@ -1085,6 +1139,8 @@ ACCEPT = [
     Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
     *[Case("sframe-module-without-sframe", f"callchain-nofp-dyn-{tc}:c-raw", accept_module_without_sframe, (tc,))
       for tc in TOOLCHAINS],
+    Case("sframe-module-without-pt-gnu-sframe", "callchain-nofp-static-gold-host:c-raw",
+         accept_module_without_pt_gnu_sframe),
     Case("fp-frameless-function", "callchain-fp-static-host:c-raw:ends", accept_frameless_lscm),
     Case("fp-frameless-function", "callchain-fp-static-host:c-libc:lost", accept_frameless_syscall),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp", accept_prologue, ("c-push-rbp",)),
@@ -1142,6 +1198,11 @@ REFUSE = [
     Case("sframe-module-without-sframe", "callchain-nofp-static-trixie:c-raw:function-without-fde's",
          refuse_function_without_fde_case, ("trixie",)),
     Case("sframe-module-without-sframe", "vdso-host:in-vdso:corrupt-ra", refuse_vdso_corrupt),
+    # a module with .sframe and no PT_GNU_SFRAME, and one with neither
+    Case("sframe-module-without-sframe", "callchain-nofp-static-gold-host:c-raw:no-pt-gnu-sframe's",
+         refuse_gold_case),
+    Case("sframe-module-without-pt-gnu-sframe", "callchain-nofp-dyn-trixie:c-raw:module-without-sframe's",
+         refuse_module_without_sframe_case, ("trixie",)),
     # the issue's must-fail case: an FP loss at a function that sets up its frame
     Case("fp-frameless-function", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
     Case("fp-frameless-function", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost,

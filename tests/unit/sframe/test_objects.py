@@ -1,0 +1,289 @@
+"""``harness sframe dump`` and ``check`` of gas output: objects and archives, V1, V2 and V3.
+
+The sources are ours (guest_programs/sframe_cases/*.s: a plain frame, 2-byte offsets, a signal
+trampoline, the outermost frame, ``.cfi_remember_state`` at entry, a function of 0 bytes, a CFA
+SFrame cannot express, a function in a text section of its own, DRAP stack realignment; and the
+guest programs callchain.c and sframe_odd.c compiled with -ffunction-sections); each
+toolchain root's own ``as --gsframe`` assembles them and its own ``ar`` archives them, and its
+own ``objdump --sframe`` is the oracle: our dump equals its text byte for byte.  The checker
+reads the same objects placed (each section at an address of its own, relocations applied):
+every FDE lands on its function's symbol, and the findings are the ones each gas really has.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import require
+from elftools.elf.elffile import ELFFile
+
+from harness.cli import main
+from harness.images.cache import ImageError
+from harness.images.programs import SOURCES
+from harness.images.toolchain import Toolchain, get_toolchain
+from harness.rule import UNDEFINED, ValueRule
+from harness.sframe import SFrameError
+from harness.sframe.ar import iter_members
+from harness.sframe.check import check_file, load
+
+CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
+CASES = sorted(p.stem for p in CASES_DIR.glob("*.s"))
+# guest programs compiled as objects too: sframe_odd.c's inline asm (a signal trampoline, DRAP,
+# the outermost frame), callchain.c; -ffunction-sections puts each function in a section of its own
+C_SOURCES = ("callchain", "sframe_odd")
+TOOLCHAINS = ("host", "trixie", "sid")
+VERSION = {"host": 1, "trixie": 2, "sid": 3}
+
+
+@functools.cache
+def toolchain(name: str) -> Toolchain | ImageError:
+    try:
+        return get_toolchain(name)
+    except ImageError as exc:
+        return exc
+
+
+def need(name: str) -> Toolchain:
+    tc = toolchain(name)
+    require(isinstance(tc, Toolchain), f"toolchain {name} unavailable: {tc}")
+    return tc  # type: ignore[return-value]
+
+
+@dataclass
+class Built:
+    dir: Path  # the objects, the archive and objdump's text of each
+    warnings: dict[str, str]  # case -> what gas printed on stderr
+
+    def objdump(self, name: str) -> str:
+        return (self.dir / f"{name}.objdump").read_text()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    made: dict[str, Built] = {}
+
+    def get(tc_name: str) -> Built:
+        if tc_name not in made:
+            made[tc_name] = _build(need(tc_name), tmp_path_factory.mktemp(f"sframe-cases-{tc_name}"))
+        return made[tc_name]
+
+    return get
+
+
+def _build(tc: Toolchain, dest: Path) -> Built:
+    """Assemble every case with the root's ``as --gsframe`` (and frames.s without, as a member
+    with no .sframe), archive them with its ``ar``, and keep its ``objdump --sframe`` of each."""
+    outer, inner = tc.workdir("sframe-cases")
+    warnings = {}
+    try:
+        for case in CASES:
+            shutil.copy(CASES_DIR / f"{case}.s", outer / f"{case}.s")
+            warnings[case] = tc.run(["as", "--gsframe", f"{case}.s", "-o", f"{case}.o"], cwd=inner).stderr
+        for src in C_SOURCES:  # C with inline asm, compiled by the root's gcc, one section a function
+            for f in (SOURCES / f"{src}.c", *SOURCES.glob("*.h")):
+                shutil.copy(f, outer / f.name)
+            tc.run(["gcc", "-O2", "-fomit-frame-pointer", "-ffunction-sections", "-Wa,--gsframe", "-c", f"{src}.c",
+                    "-o", f"{src}.o"], cwd=inner)
+        tc.run(["as", "frames.s", "-o", "nosframe.o"], cwd=inner)
+        tc.run(["ar", "rc", "libcases.a", *[f"{c}.o" for c in CASES], "nosframe.o"], cwd=inner)
+        for name in [*(f"{c}.o" for c in (*CASES, *C_SOURCES)), "libcases.a"]:
+            # objdump exits 1 for an archive with a member without .sframe: keep its text anyway
+            tc.run(["sh", "-c", f"objdump --sframe {name} > {name.rsplit('.', 1)[0]}.objdump 2>/dev/null; true"],
+                   cwd=inner)
+        for f in outer.iterdir():
+            if f.suffix in (".o", ".a", ".objdump"):
+                shutil.copy(f, dest / f.name)
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    return Built(dest, warnings)
+
+
+def our_dump(capsys, monkeypatch, where: Path, name: str) -> str:
+    monkeypatch.chdir(where)  # objdump prints the name as given on its command line
+    capsys.readouterr()
+    rc = main(["sframe", "dump", name])
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == "", err
+    return out
+
+
+# ------------------------------------------------------------------------------ dump = objdump
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+@pytest.mark.parametrize("name", [*(f"{c}.o" for c in (*CASES, *C_SOURCES)), "libcases.a"])
+def test_dump_equals_the_toolchains_objdump(built, tc_name, name, capsys, monkeypatch):
+    b = built(tc_name)
+    theirs = b.objdump(name.rsplit(".", 1)[0])
+    assert "Contents of the SFrame section .sframe:" in theirs
+    assert our_dump(capsys, monkeypatch, b.dir, name) == theirs  # byte for byte
+
+
+def test_v3_objdump_shows_relocated_starts_and_v1_v2_the_raw_field(built):
+    """What the oracle itself does, so the equality above means something: binutils 2.46+ apply
+    .rela.sframe (each function at its offset in its section), 2.40 and 2.44 print the field (0)."""
+    starts = {tc: [line.split("pc = ")[1].split(",")[0] for line in built(tc).objdump("frames").splitlines()
+                   if "func idx" in line] for tc in TOOLCHAINS}
+    assert set(starts["host"]) == {"0x0"} and set(starts["trixie"]) == {"0x0"}
+    assert starts["sid"] == ["0x0", "0xb", "0x1c", "0x25", "0x2d", "0x3a", "0x3a", "0x0"]
+
+
+# ------------------------------------------------------------------------------ what gas emits
+
+
+# The functions of frames.s each gas writes an FDE for, and what it says about the others.
+FDES = {
+    # 2.40 drops `remember` silently, and describes `inexpressible`'s rbx-based CFA as SP-based
+    "host": ["plain", "leaf", "sigtramp", "outermost", "empty", "inexpressible", "own_section"],
+    "trixie": ["plain", "leaf", "sigtramp", "outermost", "empty", "own_section"],
+    "sid": ["plain", "leaf", "sigtramp", "outermost", "remember", "empty", "inexpressible", "own_section"],
+}
+WARNINGS = {
+    "host": {"frames": [], "drap": []},
+    "trixie": {"frames": ["skipping SFrame FDE; .cfi_remember_state without prior SFrame FRE state",
+                          "skipping SFrame FDE; non-SP/FP register 3 in .cfi_def_cfa_register"],
+               "drap": ["skipping SFrame FDE; non-SP/FP register 10 in .cfi_def_cfa"]},
+    "sid": {"frames": [], "drap": []},
+}
+
+
+def _addresses(path: Path) -> dict[str, int]:
+    """Symbol addresses in the placed image the checker reads."""
+    _, image = load(path)
+    return {s.name: s["st_value"] for s in image.elf.get_section_by_name(".symtab").iter_symbols()}
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_each_gas_warns_and_describes_what_it_does(built, tc_name):
+    b = built(tc_name)
+    for case, expected in WARNINGS[tc_name].items():
+        got = [line.split("Warning: ", 1)[1] for line in b.warnings[case].splitlines() if "Warning: " in line]
+        assert got == expected, b.warnings[case]
+    table, image = load(b.dir / "frames.o")
+    assert table.header.version == VERSION[tc_name]
+    names = {}
+    for s in image.elf.get_section_by_name(".symtab").iter_symbols():
+        if s["st_info"]["type"] == "STT_FUNC":
+            names.setdefault(s["st_value"], []).append(s.name)
+    # every FDE starts at its function's symbol: the relocation placed it, in .text or .text.own
+    got = []
+    for fde in table.fdes:
+        at = names.get(fde.func_start, [])
+        got.append("empty" if "empty" in at and fde.func_size == 0 else next(n for n in at if n != "empty"))
+    assert got == FDES[tc_name]
+    own = table.fdes[-1]
+    assert own.func_start != table.fdes[0].func_start  # two text sections, two places
+    # what gas skipped, the checker notes (.eh_frame describes `empty`'s 0 bytes with no FDE)
+    skipped = {"host": ["remember"], "trixie": ["remember", "inexpressible"], "sid": []}[tc_name]
+    r = check_file(b.dir / "frames.o").checks[0]
+    assert r.cfi_without_sframe == len(skipped)
+    if skipped:
+        assert f"{len(skipped)} of 7 .eh_frame FDEs have no SFrame FDE: {', '.join(skipped)}" in r.notes
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_objects_check_by_the_rules_of_objects(built, tc_name):
+    """No FDE_SORTED, PT_LOAD or PT_GNU_SFRAME finding: those are rules of linked outputs.  The
+    findings are gas's own: 2.40 and 2.44 ignore `.cfi_undefined rip` (RA at CFA-8 where the CFI
+    says undefined); 2.40 takes `inexpressible`'s rbx-based CFA for SP-based."""
+    b = built(tc_name)
+    fc = check_file(b.dir / "frames.o")
+    (r,) = fc.checks
+    assert not r.linked and r.version == VERSION[tc_name]
+    addr = _addresses(b.dir / "frames.o")
+    got = sorted((f.kind, f.addr, getattr(f.sframe, f.kind), getattr(f.cfi, f.kind)) for f in r.findings)
+    expected = []
+    if tc_name in ("host", "trixie"):
+        expected.append(("ra", addr["outermost"], ValueRule("cfa", -8, True), ValueRule(UNDEFINED)))
+    if tc_name == "host":
+        expected.append(("cfa", addr["inexpressible"] + 3, ValueRule("sp", 8), ValueRule("r3", 8)))
+    assert got == sorted(expected), [f.message for f in r.findings]
+    # every FRE met a CFI row but the 0-byte function's one, which covers no address
+    assert r.fres_checked == r.num_fres - 1, r.notes
+    drap = check_file(b.dir / "drap.o").checks[0]
+    assert drap.clean and drap.fres_checked == drap.num_fres, [f.message for f in drap.findings]
+    if tc_name == "sid":
+        table, _ = load(b.dir / "drap.o")
+        assert table.fdes[0].flex and table.section.rule_for(table.fdes[0].func_start + 30).cfa.deref
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
+    b = built(tc_name)
+    lib = b.dir / "libcases.a"
+    fc = check_file(lib)
+    assert fc.archive and fc.members == len(CASES) + 1 and fc.without_sframe == ["nosframe.o"]
+    assert [r.path for r in fc.checks] == [f"{lib}({c}.o)" for c in CASES]
+    for case, r in zip(CASES, fc.checks):
+        alone = check_file(b.dir / f"{case}.o").checks[0]
+        assert [f.message for f in r.findings] == [f.message for f in alone.findings]
+    rc = main(["sframe", "check", str(lib)])
+    out, _ = capsys.readouterr()
+    assert rc == (0 if tc_name == "sid" else 1)
+    assert out.rstrip().endswith(f"{lib}: archive of {len(CASES) + 1} members: {len(CASES)} with .sframe checked "
+                                 f"({0 if tc_name == 'sid' else 1} with findings), 1 without, 0 unreadable")
+
+
+# ------------------------------------------------------------------------------ the ar reader
+
+
+def test_ar_reader_agrees_with_ar_t_on_long_and_thin_archives(built, tmp_path):
+    """GNU long names (over 15 characters: the // table) and thin archives (!<thin>, members
+    named, not copied), listed by binutils' own `ar t`."""
+    tc = need("host")
+    b = built("host")
+    long_name = "a_member_name_longer_than_fifteen.o"
+    shutil.copy(b.dir / "frames.o", tmp_path / long_name)
+    shutil.copy(b.dir / "drap.o", tmp_path / "drap.o")
+    tc.run(["ar", "rc", "long.a", long_name, "drap.o"], cwd=str(tmp_path))
+    tc.run(["ar", "rcT", "thin.a", long_name, "drap.o"], cwd=str(tmp_path))
+    for lib in ("long.a", "thin.a"):
+        listed = tc.run(["ar", "t", lib], cwd=str(tmp_path)).stdout.split()
+        members = list(iter_members(tmp_path / lib))
+        assert [m.name for m in members] == listed == [long_name, "drap.o"]
+        assert members[0].data == (tmp_path / long_name).read_bytes()
+        assert len(check_file(tmp_path / lib).checks) == 2
+
+
+def test_bad_archives_are_typed_errors(built, tmp_path):
+    good = (built("host").dir / "libcases.a").read_bytes()
+    cut = tmp_path / "cut.a"
+    cut.write_bytes(good[:len(good) // 2])
+    with pytest.raises(SFrameError) as e:
+        check_file(cut)
+    assert e.value.field == "archive" and "runs past the end" in str(e.value)
+    bad = bytearray(good)
+    bad[8 + 58] = ord("x")  # the first member header's `\n terminator
+    (tmp_path / "bad.a").write_bytes(bytes(bad))
+    with pytest.raises(SFrameError, match="terminator"):
+        check_file(tmp_path / "bad.a")
+    # a member whose .sframe does not decode is an error of that member, the others are checked
+    lib = bytearray(good)
+    first = next(iter_members(tmp_path / "libcases.a", good))
+    off = ELFFile(io.BytesIO(first.data)).get_section_by_name(".sframe")["sh_offset"]
+    lib[first.offset + 60 + off] ^= 0xFF  # the magic
+    (tmp_path / "one-bad.a").write_bytes(bytes(lib))
+    fc = check_file(tmp_path / "one-bad.a")
+    assert len(fc.errors) == 1 and "bad magic" in fc.errors[0] and len(fc.checks) == len(CASES) - 1
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_compiled_objects_check_clean_but_for_gas_own_fault(built, tc_name):
+    """callchain.o and sframe_odd.o, one text section a function: every FDE placed at its own
+    function, every FRE met a CFI row; the one finding is gas 2.40/2.44 ignoring sframe_odd's
+    `.cfi_undefined rip` (after its one-byte nop)."""
+    b = built(tc_name)
+    for src in C_SOURCES:
+        (r,) = check_file(b.dir / f"{src}.o").checks
+        assert r.num_fdes >= 4 and r.fres_checked == r.num_fres, r.notes
+        got = [(f.kind, f.addr, getattr(f.sframe, f.kind), getattr(f.cfi, f.kind)) for f in r.findings]
+        expected = []
+        if src == "sframe_odd" and tc_name != "sid":
+            expected = [("ra", _addresses(b.dir / f"{src}.o")["outermost"] + 1, ValueRule("cfa", -8, True),
+                         ValueRule(UNDEFINED))]
+        assert got == expected, [f.message for f in r.findings]
