@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import require
+from tests.support.gating import require
 
 from harness.images.cache import ImageError
 from harness.images.programs import SOURCES

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import require
+from tests.support.gating import require
 from elftools.elf.elffile import ELFFile
 
 from harness.cli import main
