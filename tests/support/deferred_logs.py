@@ -61,7 +61,7 @@ def stack_log(end: bool = True) -> list[dict]:
     work = UnwindWork(callback, "perf")
     model.init(work)
     task = model.spawn(pid=42)
-    for stack, verdicts in zip(STACKS, VERDICTS):
+    for stack, verdicts in zip(STACKS, VERDICTS, strict=True):
         current[0] = stack
         model.enter_kernel(task)
         model.request(work, task, 0, Context(IRQ))

@@ -78,7 +78,7 @@ def objdump_texts(tc_name: str) -> dict[str, str]:
     assert all(at >= 0 for at in heads.values()), [n for n, at in heads.items() if at < 0]
     order = sorted(files, key=heads.get)
     ends = [heads[n] for n in order[1:]] + [len(text)]
-    return {name: text[heads[name]:end] for name, end in zip(order, ends)}
+    return {name: text[heads[name]:end] for name, end in zip(order, ends, strict=True)}
 
 
 def first_difference(theirs: str, ours: str) -> str:

@@ -104,7 +104,7 @@ def test_lookup_at_every_pc_matches_objdump_rows(tc_name, prog):
     listed = functions(objdump(tc_name, p.path))
     assert [(f.pc, f.size) for f in listed] == [(f.func_start, f.func_size) for f in sec.fdes]
     checked = 0
-    for fde, fn in zip(sec.fdes, listed):
+    for fde, fn in zip(sec.fdes, listed, strict=True):
         for pc in range(fn.pc, fn.pc + fn.size):
             key = (pc - fn.pc) % fde.rep_size if fn.pcmask else pc
             rows = [k for k, start in enumerate(fn.starts) if start <= key]
@@ -113,13 +113,15 @@ def test_lookup_at_every_pc_matches_objdump_rows(tc_name, prog):
                 assert m is None, hex(pc)
                 continue
             assert m is not None and m.fde is fde, hex(pc)
-            assert m.fre is sec.fres(fde)[rows[-1]], f"{pc:#x}: FRE {sec.fres(fde).index(m.fre)}, objdump's row {rows[-1]}"
+            assert m.fre is sec.fres(fde)[rows[-1]], \
+                f"{pc:#x}: FRE {sec.fres(fde).index(m.fre)}, objdump's row {rows[-1]}"
             assert sec.rule_for(pc) is not None
             checked += 1
     assert checked > 300
 
 
-PINNED_BUILDS = {"v1": ("host", "callchain", Variant(static=False)), "v2": ("trixie", "callchain", Variant(static=False)),
+PINNED_BUILDS = {"v1": ("host", "callchain", Variant(static=False)),
+                 "v2": ("trixie", "callchain", Variant(static=False)),
                  "v3": ("sid", "callchain", Variant(static=False)),
                  "v3odd": ("sid", "sframe_odd", Variant(frame_pointers=False, static=False))}
 

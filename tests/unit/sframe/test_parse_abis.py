@@ -160,6 +160,6 @@ def test_dump_differs_from_objdump_only_in_the_file_format_it_names(name):
     makes this test go."""
     theirs = (DATA / f"{name}.objdump").read_text().splitlines(keepends=True)
     ours = printed(name)
-    diff = [(k, t, o) for k, (t, o) in enumerate(zip(theirs, ours)) if t != o]
     assert len(ours) == len(theirs)
+    diff = [(k, t, o) for k, (t, o) in enumerate(zip(theirs, ours, strict=True)) if t != o]
     assert diff == [(1, file_format(name) + "\n", f"{name}.o:     file format elf64-x86-64\n")]
