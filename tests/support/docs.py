@@ -172,7 +172,7 @@ def tokens(page: Path):
 
 @functools.lru_cache(maxsize=None)
 def _parse(text: str):
-    return MarkdownIt("commonmark").parse(text)
+    return MarkdownIt("commonmark").enable("table").parse(text)  # GitHub renders GFM tables
 
 
 def fences(page: Path) -> list[tuple[str, str, int, Mark | None]]:

@@ -9,6 +9,8 @@ tests/support/docs.py and docs/development.md.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,6 +143,16 @@ def test_the_cause_table_is_the_registry():
     listed = set(re.findall(r"`([a-z0-9-]+)`", " ".join(rows)))
     assert listed == set(CAUSES), (f"only in docs/causes.md: {sorted(listed - set(CAUSES))}; "
                                    f"only in the registry: {sorted(set(CAUSES) - listed)}")
+
+
+def test_the_plugins_options_are_pytests(tmp_path):
+    """docs/pytest-plugin.md names every --uh-* option pytest lists once the plugin is in, and no other."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--help"], cwd=tmp_path,
+                       env=docs.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:]
+    listed = set(re.findall(r"(--uh-[a-z-]+)", r.stdout))
+    documented = set(re.findall(r"(--uh-[a-z-]+)", (docs.DOCS / "pytest-plugin.md").read_text()))
+    assert listed and documented == listed, (sorted(documented), sorted(listed))
 
 
 # --- the checks themselves fail where they should -------------------------------------------
