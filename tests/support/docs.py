@@ -350,7 +350,7 @@ def check_argv(argv: list[str]) -> None:
     option its ``--help`` does not list. Arguments after ``--args`` are the program's."""
     args = [a for a in argv if a != "--debug"]
     top = help_text()
-    if args in (["--help"], ["-h"]):
+    if args in ([], ["--help"], ["-h"]):  # `harness --debug ...` names the global option
         return
     subs = _choices(top)
     assert args and args[0] in subs, f"harness {shlex.join(argv)}: no subcommand {args[:1]} (harness has {subs})"
@@ -360,7 +360,7 @@ def check_argv(argv: list[str]) -> None:
     choices = _choices(help_)
     if choices:
         positional = next((a for a in rest if not a.startswith("-")), None)
-        if positional is not None or "--help" not in rest:
+        if positional is not None or (rest and "--help" not in rest):  # `harness bench` alone names it
             assert positional in choices, f"harness {shlex.join(argv)}: {positional!r} is not one of {choices}"
             if "{" + ",".join(choices) + "} ..." in help_:  # argparse's usage of subcommands
                 path.append(positional)  # a sub-subcommand with its own options
@@ -373,3 +373,25 @@ def check_argv(argv: list[str]) -> None:
         if a.startswith("-") and len(a) > 1:
             opt = a.split("=", 1)[0]
             assert opt in known, f"harness {shlex.join(argv)}: `harness {' '.join(path)}` has no option {opt}"
+
+
+def prose_argvs(page: Path) -> list[tuple[str, list[str]]]:
+    """The ``harness SUBCOMMAND ...`` code spans of the page's text, as argument lists: a
+    synopsis's brackets dropped, ``a|b`` taken as its first choice, ``...`` left out. A span whose
+    subcommand word ends with a colon quotes a message, not a command line."""
+    found = []
+    for tok in tokens(page):
+        for child in tok.children or ():
+            if child.type != "code_inline" or not re.match(r"(\.venv/bin/)?harness [a-z-]", child.content):
+                continue
+            words = child.content.split()[1:]
+            if words[0].endswith(":"):
+                continue
+            argv = []
+            for w in words:
+                w = w.strip("[]")
+                if not w or w.startswith("..."):
+                    continue
+                argv.append(w.split("|")[0] if "|" in w and not w.startswith("-") else w)
+            found.append((child.content, argv))
+    return found

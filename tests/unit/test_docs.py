@@ -35,6 +35,17 @@ def test_documented_command_line_exists(example, argv):
     docs.check_argv(argv)
 
 
+@pytest.mark.parametrize("page", docs.pages(), ids=lambda p: str(p.relative_to(docs.REPO)))
+def test_command_lines_in_the_text_exist(page):
+    """`harness run --report`, `harness kernel-diff --replay FILE`, ... in a page's sentences."""
+    spans = docs.prose_argvs(page)
+    for span, argv in spans:
+        try:
+            docs.check_argv(argv)
+        except AssertionError as exc:
+            raise AssertionError(f"{docs.rel(page)}: `{span}`: {exc}") from None
+
+
 def test_the_pages_have_examples_of_each_kind():
     """The parser found what the pages hold (a parser that finds nothing would pass everything)."""
     suites = {s: sum(e.suite == s for e in EXAMPLES) for s in ("unit", "qemu", "skip")}
