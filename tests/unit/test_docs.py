@@ -2,7 +2,7 @@
 ``harness`` command line of every example names a subcommand and options that exist, README is a
 front page (within 250 lines, every page in its table of contents) and every link resolves.
 
-The examples that boot a guest run in tests/qemu/test_docs_guest.py; the format of the marks is in
+The examples that boot a guest run in tests/qemu/test_docs.py; the format of the marks is in
 tests/support/docs.py and docs/development.md.
 """
 

@@ -4,7 +4,7 @@ run as a user runs them and compared with the output the page shows.
 Kept to four short ones (a 20-request run, a shell --batch script, gdb in batch mode, the pytest
 plugin's example: each one boot and seconds of sampling); the longer examples are marked not run,
 with the reason, and their command lines are still checked against --help by tests/unit/test_docs.py.
-(Named test_docs_guest.py, not test_docs.py: until tests/ and tests/qemu/ are packages, two test
+(Named test_docs.py, not test_docs.py: until tests/ and tests/qemu/ are packages, two test
 modules may not share a base name.)
 """
 
