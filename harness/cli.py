@@ -461,11 +461,13 @@ def cmd_report(args) -> int:
     from pathlib import Path
 
     from .report.run import RunDirError, read_run
+    from .scenarios.catalog import CATALOG
 
     t0 = time.monotonic()
     try:
         progress = None if getattr(args, "quiet", False) else (lambda line: print(f"report: {line}", file=sys.stderr))
-        run = read_run(Path(args.run_dir), keep_samples=args.format == "perf-script", progress=progress)
+        run = read_run(Path(args.run_dir), keep_samples=args.format == "perf-script", progress=progress,
+                       order=list(CATALOG))
     except RunDirError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
@@ -506,7 +508,7 @@ def cmd_bench(args) -> int:
         args.smp = 2 if args.what == "soak" else 1
     if args.what == "transport":
         from .session import Session
-        from .transport.bench import bench_transport, format_bench
+        from .bench.transport import bench_transport, format_bench
 
         with Session(_spec(args)) as sess:
             sess.target.close()
@@ -517,8 +519,8 @@ def cmd_bench(args) -> int:
     if args.what == "unwind":
         from .images.programs import build_program
         from .images.toolchain import get_toolchain
-        from .sframe.bench import bench_lookups
-        from .unwind.bench import bench_fp, bench_mixed
+        from .bench.sframe import bench_lookups
+        from .bench.unwind import bench_fp, bench_mixed
 
         bench_fp()
         bench_mixed()
@@ -532,7 +534,7 @@ def cmd_bench(args) -> int:
 
         from .perf.capture import PERFCC, CaptureError, PerfSpec, capture
         from .perf.rate import deferred_rate
-        from .perf.records import PerfFormatError, parse_capture
+        from .perfparse.records import PerfFormatError, parse_capture
         from .progress import sampling_reporter
         from .scenarios.catalog import CATALOG, programs_for
         from .scenarios.engine import Engine, raw_stop_rate

@@ -18,7 +18,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
 
  |   `Exception`
  |    +-- `HarnessError`
- |         +-- `ImageError`                    images: harness/images/cache.py
+ |         +-- `ImageError`                    images: harness/images/errors.py
  |         |    +-- `QemuImageError`           harness/images/qemu.py
  |         |    +-- `ProgramError`             harness/images/programs.py
  |         |    +-- `KernelInputError`         harness/images/kernel.py
@@ -64,9 +64,9 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `LogFormatError`                deferred: harness/deferred/log.py
  |         +-- `LogWriteError`                 deferred: harness/deferred/log.py
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
- |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
+ |         +-- `PerfFormatError` [ValueError]  perfparse: harness/perfparse/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
- |         +-- `ScriptFormatError` [ValueError]  perf: harness/perf/script.py
+ |         +-- `ScriptFormatError` [ValueError]  perfparse: harness/perfparse/script.py
  |         +-- `DebianRunError`                perf: harness/perf/debian_run.py
  |         +-- `DebianFilesError`              perf: harness/perf/debian_run.py
  |         +-- `DeferIgnored`                  perf: harness/perf/debian_run.py

@@ -230,7 +230,7 @@ class GuestPool:
     def _usable_declared(self, kind: str) -> list:
         """The declared programs that can be put in a guest: one that cannot (no such file, not
         x86, a build that fails) fails only the tests that run it, not every guest's boot."""
-        from .images.cache import ImageError
+        from .images.errors import ImageError
         from .images.programs import build_program, user_program
         from .images.toolchain import get_toolchain
 

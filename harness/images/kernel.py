@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .apt import Package, PrivateApt
-from .cache import ImageError, cached_dir, content_key, sha256_file
+from .errors import ImageError
+from .cache import cached_dir, content_key, sha256_file
 from .lock import write_atomic
 
 # Named kernels: (suite, meta package).  The meta package's dependency names the image package.

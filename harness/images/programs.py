@@ -16,7 +16,8 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .cache import ImageError, cached_dir, content_key, repo_root
+from .errors import ImageError
+from .cache import cached_dir, content_key, repo_root
 from .toolchain import Toolchain
 
 SOURCES = repo_root() / "guest_programs"

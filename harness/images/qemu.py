@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .apt import Package, PrivateApt, run_tool, unpack_closure
-from .cache import ImageError, cached_dir, content_key, progress
+from .errors import ImageError
+from .cache import cached_dir, content_key, progress
 from .lock import write_atomic
 
 QEMU_CHOICES = ("auto", "host", "backports")

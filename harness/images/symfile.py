@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from ..kernel.kallsyms import Kallsyms
-from .cache import ImageError, cache_root
+from .errors import ImageError
+from .cache import cache_root
 from .lock import cache_lock
 
 __all__ = ["KERNEL_LOW", "kernel_symbol_file", "symbol_file_source"]

@@ -17,7 +17,7 @@ The live engine has no perf samples: its :class:`~harness.oracles.base.Setup` ca
 ``perf`` source, and :meth:`PerfCallchainOracle.create` returns None there.  The causes that
 prove a difference from the kernel's walk (:mod:`harness.verdicts.causes`, ``oracles={"perf"}``)
 look at the sample with the helpers below: which bytes the dump holds, the signal frame at the
-sampled sp.  Parsing stays in :mod:`harness.perf.records`.
+sampled sp.  Parsing stays in :mod:`harness.perfparse.records`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..memory import BufferMemory, Memory
-from ..perf.records import Sample
+from ..perfparse.records import Sample
 from ..regs import UserRegs
 from ..unwind.user import StopReason, Trace
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register

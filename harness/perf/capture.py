@@ -1,7 +1,7 @@
 """Running ``guest_programs/perfcc.c`` in a booted guest and fetching its capture file.
 
 This is orchestration (it drives a :class:`~harness.session.Session`); the parser
-(:mod:`.records`) and the oracle (:mod:`.oracle`) never see the guest.  The guest must run while
+(:mod:`harness.perfparse.records`) and the oracle (:mod:`.oracle`) never see the guest.  The guest must run while
 perfcc samples: a debugger that holds it stopped is resumed for the run and the guest is stopped
 again afterwards.  The file comes back through the ``/init`` dump port, gzipped in the guest first
 (busybox gzip): the stack dumps compress about 30 times, and the port moves ~0.5 MB/s under TCG.
@@ -20,7 +20,7 @@ from ..progress import step
 from ..session import Session
 from ..unwind.maps import Resolver
 from .oracle import PerfReport, check_capture
-from .records import parse_capture
+from ..perfparse.records import parse_capture
 
 PERFCC = ("perfcc", "host", Variant())  # (source, toolchain, variant) for GuestSpec.programs
 GUEST_OUT = "/tmp/perfcc.out"

@@ -64,8 +64,8 @@ def _print_report(report, examples: int, header: str) -> int:
 def load_resolve(text: str, source: str = "resolve.json") -> dict[str, str | None]:
     """The table ``--save`` writes beside a capture (``FILE.resolve.json``): a JSON object from
     guest paths to host paths (or null where the guest file has no host copy).  Anything else
-    raises :class:`~harness.perf.records.PerfFormatError` naming what is wrong."""
-    from .records import PerfFormatError
+    raises :class:`~harness.perfparse.records.PerfFormatError` naming what is wrong."""
+    from ..perfparse.records import PerfFormatError
 
     try:
         table = json.loads(text)
@@ -87,7 +87,7 @@ def load_resolve(text: str, source: str = "resolve.json") -> dict[str, str | Non
 
 def _check_file(args) -> int:
     from .oracle import check_capture
-    from .records import PerfFormatError, parse_capture
+    from ..perfparse.records import PerfFormatError, parse_capture
 
     path = Path(args.check)
     try:
@@ -119,7 +119,7 @@ def cmd_perf(args, spec_for) -> int:
     from ..session import Session
     from .capture import PERFCC, CaptureError, PerfSpec, capture, resolver
     from .oracle import check_capture
-    from .records import PerfFormatError, parse_capture
+    from ..perfparse.records import PerfFormatError, parse_capture
 
     user = os.sep in args.program
     variant = Variant.parse(args.variant)

@@ -3,12 +3,12 @@
 Inputs, all from one guest run (:mod:`.debian_run` makes them):
 
 * ``perf.data`` of ``perf record -e cpu-clock --call-graph fp,defer --user-regs=ip,sp,bp``
-  (:mod:`.perfdata`): samples whose callchain ends in ``PERF_CONTEXT_USER_DEFERRED`` + cookie,
+  (:mod:`harness.perfparse.perfdata`): samples whose callchain ends in ``PERF_CONTEXT_USER_DEFERRED`` + cookie,
   and the ``PERF_RECORD_CALLCHAIN_DEFERRED`` records that carry the user stacks;
 * ``perf script`` text of that file, merged (the default) and with ``--no-merge-callchains``
-  (:mod:`.script`);
+  (:mod:`harness.perfparse.script`);
 * optionally the ``perfcc -d`` capture of the same program, sampled at the same time
-  (:mod:`.records`): perfcc was perf record's workload and ran the program, so both sample the
+  (:mod:`harness.perfparse.records`): perfcc was perf record's workload and ran the program, so both sample the
   same tasks.
 
 (a) Our stitcher (:mod:`harness.deferred.stitch`) joins perf.data's samples with its deferred
@@ -49,9 +49,9 @@ from ..verdicts.align import judge
 from ..verdicts.causes import explain
 from ..verdicts.types import AGREE, FAILURE, REGS, Divergence, PairVerdict
 from .oracle import UNWINDER, PerfOracle
-from .perfdata import PerfData
-from .records import CallchainDeferred, Capture, Lost, Sample
-from .script import ScriptEntry
+from ..perfparse.perfdata import PerfData
+from ..perfparse.records import CallchainDeferred, Capture, Lost, Sample
+from ..perfparse.script import ScriptEntry
 
 __all__ = ["STACK_WRITTEN", "DebianReport", "compare", "total", "written_during_entry"]
 

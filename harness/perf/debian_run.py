@@ -36,9 +36,9 @@ from ..progress import step
 from ..session import Session
 from .capture import PERFCC, PerfSpec, _guest_running, resolver
 from .debian import DebianReport, compare
-from .perfdata import parse_perf_data
-from .records import parse_capture
-from .script import parse_script
+from ..perfparse.perfdata import parse_perf_data
+from ..perfparse.records import parse_capture
+from ..perfparse.script import parse_script
 
 __all__ = ["DebianFiles", "DebianFilesError", "DeferIgnored", "DebianRunError", "FILES", "deferred_unsupported", "run_debian_perf",
            "check_files"]

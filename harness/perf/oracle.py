@@ -77,7 +77,7 @@ from ..unwind.user import (
 from ..verdicts.align import judge
 from ..verdicts.causes import explain
 from ..verdicts.types import AGREE, FAILURE, PAST_END, REGS, Divergence, PairVerdict
-from .records import (
+from ..perfparse.records import (
     PERF_SAMPLE_REGS_ABI_NONE,
     CallchainDeferred,
     Capture,

@@ -1,7 +1,7 @@
 """Text for ``harness sframe``: the checker's report, and a decoded section in the layout of
 ``objdump --sframe``.
 
-:func:`format_check` renders a :class:`harness.sframe.check.BinaryCheck`; :func:`objdump_sframe`
+:func:`format_check` renders a :class:`harness.unwind.sframe_check.BinaryCheck`; :func:`objdump_sframe`
 renders an :class:`harness.sframe.SFrameTable` as the objdump of the binutils that writes its
 version prints it (libsframe ``sframe-dump.c``; checked line for line against binutils 2.40 for
 V1, 2.44 for V2 and 2.47 for V3, tests/unit/test_sframe_check.py):
@@ -21,7 +21,7 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/test_sframe_check.py):
 from __future__ import annotations
 
 from ..sframe import format as F
-from ..sframe.check import KINDS, BinaryCheck
+from ..unwind.sframe_check import KINDS, BinaryCheck
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
 

@@ -4,7 +4,9 @@
 * :mod:`.parse` -- :class:`SFrameSection`: decoding, FDE/FRE lookup, :class:`FrameRule` per PC;
 * :mod:`.elf` -- :class:`SFrameTable`: the section of an ELF file (section header or
   PT_GNU_SFRAME) or of bytes read from guest memory;
-* :mod:`.bench` -- lookup throughput.
+
+The checker of a linked binary's section against its DWARF CFI is
+:mod:`harness.unwind.sframe_check` (it reads both), its lookup benchmark :mod:`harness.bench.sframe`.
 
 Nothing here starts processes or opens sockets.
 """

@@ -3,7 +3,7 @@
     harness sframe check [--binutils X.Y] [--limit N] [--debug] BINARY...
     harness sframe dump [--debug] BINARY
 
-``check`` runs :func:`harness.sframe.check.check_binary` on each binary and prints its findings
+``check`` runs :func:`harness.unwind.sframe_check.check_binary` on each binary and prints its findings
 and a summary; ``dump`` prints the section as the toolchain's ``objdump --sframe`` does.
 
 Exit status: 0 clean; 1 a disagreement or violation in some binary; 2 bad usage or input (a
@@ -56,7 +56,7 @@ def _guarded(path: str, debug: bool, work) -> int:
 
 def cmd_check(args) -> int:
     from ..report.sframe import format_check
-    from .check import check_binary
+    from ..unwind.sframe_check import check_binary
 
     status = EXIT_CLEAN
 
@@ -74,7 +74,7 @@ def cmd_check(args) -> int:
 
 def cmd_dump(args) -> int:
     from ..report.sframe import objdump_sframe
-    from .check import load
+    from ..unwind.sframe_check import load
 
     def work() -> int:
         table, _ = load(args.binary, strict=False)  # a faulty section is shown as it is

@@ -224,7 +224,7 @@ class SFrameSection:
         longer than the section).  Raises :class:`SFrameError` on anything malformed.
 
         ``strict=False`` decodes what is decodable and leaves the semantic rules to the caller
-        (:mod:`.check` reports them): FDEs out of order under FDE_SORTED, FRE starts out of order
+        (:mod:`harness.unwind.sframe_check` reports them): FDEs out of order under FDE_SORTED, FRE starts out of order
         or past their function's end.  Bounds are checked either way.
         """
         data = bytes(data)

@@ -12,13 +12,13 @@ The targets, and what of the harness each one covers:
 * ``log_check`` -- ``harness check LOG``: the whole file (UTF-8 text) through
   :func:`harness.deferred.check.check_lines` and :func:`~harness.deferred.check.render`;
 * ``perf_check`` -- ``harness perf --check FILE``: the capture file through
-  :func:`harness.perf.records.parse_capture` and the oracle (:func:`~harness.perf.oracle.check_capture`),
+  :func:`harness.perfparse.records.parse_capture` and the oracle (:func:`~harness.perf.oracle.check_capture`),
   its maps section, rings and records included;
 * ``perf_resolve`` -- the ``FILE.resolve.json`` beside a capture: the text through
   :func:`harness.perf.cli.load_resolve`, then the oracle over a real capture with that table (the
   table's host paths are mapped onto a few fixed local files: a missing one, a directory, a text
   file, a truncated ELF, a real ELF; a fuzzer must not make the harness read /dev/zero);
-* ``perf_records`` -- :func:`harness.perf.records.parse_records` (and ``Attr.parse``);
+* ``perf_records`` -- :func:`harness.perfparse.records.parse_records` (and ``Attr.parse``);
 * ``sframe`` -- :meth:`harness.sframe.SFrameSection.parse` strict and not, every FRE decoded,
   lookups, frame rules, the objdump-style dump;
 * ``btf`` -- :class:`harness.kernel.btf.Btf` and every query on every type;
@@ -44,9 +44,9 @@ DATA = HERE.parent / "unit" / "data"
 # importing all of them for every target would cost each run seconds of start-up).
 MODULES = {
     "log_check": ["harness.deferred.check"],
-    "perf_check": ["harness.perf.records", "harness.perf.oracle"],
-    "perf_resolve": ["harness.perf.records", "harness.perf.oracle", "harness.perf.cli"],
-    "perf_records": ["harness.perf.records"],
+    "perf_check": ["harness.perfparse.records", "harness.perf.oracle"],
+    "perf_resolve": ["harness.perfparse.records", "harness.perf.oracle", "harness.perf.cli"],
+    "perf_records": ["harness.perfparse.records"],
     "sframe": ["harness.sframe", "harness.report.sframe"],
     "btf": ["harness.kernel.btf"],
     "kallsyms": ["harness.kernel.kallsyms"],
@@ -87,7 +87,7 @@ def _real_captures() -> list[bytes]:
 
 def perf_check(data: bytes) -> None:
     from harness.perf.oracle import check_capture
-    from harness.perf.records import parse_capture
+    from harness.perfparse.records import parse_capture
 
     cap = parse_capture(data)
     report = check_capture(cap, None)
@@ -126,7 +126,7 @@ def _first_records(cap, n: int):
     the records; what the resolve table changes shows in the first few samples)."""
     from dataclasses import replace
 
-    from harness.perf.records import Ring, parse_record
+    from harness.perfparse.records import Ring, parse_record
 
     rings = []
     for ring in cap.rings:
@@ -142,7 +142,7 @@ def _first_records(cap, n: int):
 def perf_resolve(data: bytes) -> None:
     from harness.perf import cli as perf_cli
     from harness.perf.oracle import check_capture
-    from harness.perf.records import parse_capture
+    from harness.perfparse.records import parse_capture
 
     global _files, _captures
     if _files is None:
@@ -165,7 +165,7 @@ _ATTRS: list | None = None
 def perf_records(data: bytes) -> None:
     """Byte 0 < 0x80: the attr of a real capture, the records after it.  Else an attr of
     64 + 8 * (byte0 & 0x1f) bytes follows byte 0, then the records."""
-    from harness.perf.records import Attr, parse_capture, parse_records
+    from harness.perfparse.records import Attr, parse_capture, parse_records
 
     global _ATTRS
     if _ATTRS is None:

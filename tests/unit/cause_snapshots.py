@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Variant
 from harness.memory import Memory, MemoryFault
 from harness.sframe.elf import SFrameTable

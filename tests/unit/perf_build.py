@@ -1,7 +1,7 @@
 """Crafting perf records and perfcc capture files with struct, for the parser's and oracle's tests.
 
 Layouts as include/uapi/linux/perf_event.h declares them; written here independently of
-harness.perf.records (which reads them), so a test compares two renderings of the header.
+harness.perfparse.records (which reads them), so a test compares two renderings of the header.
 """
 
 from __future__ import annotations

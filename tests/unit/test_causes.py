@@ -60,7 +60,7 @@ from cause_snapshots import (  # noqa: F401  (the fixtures are found by name in 
 from conftest import require
 from elftools.elf.elffile import ELFFile
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Variant, build_program
 from harness.memory import Memory
 from harness.oracles.base import Oracle, OracleFrames, Request, Stack
@@ -69,7 +69,7 @@ from harness.oracles.regs import RegsOracle
 from harness.oracles.shadow import HOOK_ENTER, ShadowOracle, shadow_symbol
 from harness.perf.oracle import UNWINDER as PERF_UNWINDER
 from harness.perf.oracle import PerfOracle
-from harness.perf.records import Sample, TaskEvent, parse_capture
+from harness.perfparse.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
 from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Variant
 from harness.memory import BufferMemory, CapturedMemory, MemoryFault, SnapshotMiss
 from harness.scenarios.snapshot import DeliveryFileError, load, loaded_digest, replay

@@ -11,7 +11,7 @@ from harness.deferred.check import check_lines
 from harness.deferred.log import LogFormatError
 from harness.errors import HarnessError
 from harness.perf.cli import load_resolve
-from harness.perf.records import PerfFormatError
+from harness.perfparse.records import PerfFormatError
 from harness.transport.errors import TargetError
 from harness.transport.rsp import parse_target_xml
 

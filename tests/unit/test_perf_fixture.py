@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness.perf.oracle import check_capture
-from harness.perf.records import (
+from harness.perfparse.records import (
     PERF_RECORD_MISC_KERNEL,
     PERF_RECORD_MISC_USER,
     CallchainDeferred,

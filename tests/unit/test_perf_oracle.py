@@ -16,7 +16,7 @@ from harness.perf.oracle import (
     check_capture,
     deferred_log,
 )
-from harness.perf.records import parse_capture
+from harness.perfparse.records import parse_capture
 from harness.unwind.maps import load_image
 from harness.unwind.symbolize import Location
 
@@ -175,7 +175,7 @@ def test_lost_events_unjoin_without_violations():
 
 
 def test_deferred_log_translation():
-    from harness.perf.records import Attr, parse_records
+    from harness.perfparse.records import Attr, parse_records
 
     attr = Attr.parse(pb.attr(flags=("sample_id_all", "defer_callchain")))
     recs = parse_records(dsample(C1, 1) + dsample(C1, 2) + drec(C1, WALK, 3) + dsample(C2, 4) + pb.lost(1, 5)

@@ -1,4 +1,4 @@
-"""The perf record parser (harness.perf.records) on records crafted with struct, on random bytes,
+"""The perf record parser (harness.perfparse.records) on records crafted with struct, on random bytes,
 and on a real capture from the guest (tests/unit/data/, see test_perf_fixture.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.perf.records import (
+from harness.perfparse.records import (
     PERF_CONTEXT_USER_DEFERRED,
     Attr,
     CallchainDeferred,

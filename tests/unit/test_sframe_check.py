@@ -24,13 +24,13 @@ from elftools.elf.elffile import ELFFile
 
 from conftest import require
 from harness.cli import main
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import SOURCES, Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from harness.sframe.check import check_binary
+from harness.unwind.sframe_check import check_binary
 from objdump_sframe import parse_objdump_sframe
 
 TOOLCHAINS = ("host", "trixie", "sid")
@@ -430,7 +430,7 @@ def test_dump_prints_flags_as_each_objdump_does(tc_name, flags, tmp_path, capsys
 def test_an_io_error_is_infrastructure(monkeypatch, capsys):
     import errno
 
-    from harness.sframe import check
+    from harness.unwind import sframe_check as check
 
     def fail(path, **kw):
         raise OSError(errno.EIO, "Input/output error", str(path))

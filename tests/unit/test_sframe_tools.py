@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
 from harness.sframe import SFrameError, SFrameTable
@@ -190,7 +190,7 @@ def test_32_bit_has_no_sframe(tc_name):
 def test_bench_lookups_reports_its_figures():
     """The benchmark runs and reports; its speed is printed (`harness bench unwind`), not asserted:
     a timed assertion flakes on a loaded machine."""
-    from harness.sframe.bench import bench_lookups
+    from harness.bench.sframe import bench_lookups
 
     p = program("sframe_many", "sid", Variant(frame_pointers=False, static=True))
     r = bench_lookups(p.path, 50_000)

@@ -1,7 +1,7 @@
 """The benchmark runs and reports its figures (the target, 200k FP frames/s, is printed by `harness
 bench unwind`, not asserted: a timed assertion flakes on a loaded machine)."""
 
-from harness.unwind.bench import bench_fp, bench_mixed
+from harness.bench.unwind import bench_fp, bench_mixed
 
 
 def test_bench_fp_and_mixed_run():

@@ -37,7 +37,7 @@ from elftools.dwarf.structs import DWARFStructs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.regs import USER_CS_64
 from harness.rule import (
     SAME,

@@ -23,7 +23,7 @@ import pytest
 from captured import get, walk
 from conftest import require
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer

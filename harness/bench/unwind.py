@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 
-from .synth import fp_chain, mixed_chain
-from .user import UnwindConfig, UserUnwinder
+from ..sframe.elf import SFrameTable
+from ..sframe.encode import FDEData, FREData, encode_section
+from ..unwind.synth import fp_chain, mixed_chain
+from ..unwind.user import UnwindConfig, UserUnwinder
 
 
 def _run(name: str, memory, regs, config: UnwindConfig, expect: int, min_seconds: float,
@@ -59,9 +61,6 @@ def bench_mixed(depth: int = 500, min_seconds: float = 1.0, verbose: bool = True
 
 def _sframe_table(spec, funcs, locals_size: int, func_size: int = 0x100):
     """The SFrame section gas would emit for mixed_chain's functions (SP-based CFA, RA at -8)."""
-    from ..sframe.elf import SFrameTable
-    from ..sframe.encode import FDEData, FREData, encode_section
-
     fdes = []
     for (kind, has_table), start in zip(spec, funcs):
         if not has_table:

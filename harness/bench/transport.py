@@ -13,9 +13,11 @@ import statistics
 import time
 from collections.abc import Callable
 
-from . import make_target
-from .errors import GuestError
-from .qemu import Machine
+from ..images.programs import Variant, build_program
+from ..images.toolchain import get_toolchain
+from ..transport import make_target
+from ..transport.errors import GuestError
+from ..transport.qemu import Machine
 
 WARMUP_STOPS = 5
 
@@ -44,9 +46,6 @@ def _symbol(machine: Machine, name: str) -> int:
 
 
 def _default_program() -> str:
-    from ..images.programs import Variant, build_program
-    from ..images.toolchain import get_toolchain
-
     return build_program("callchain", get_toolchain("host"), Variant()).guest_path
 
 

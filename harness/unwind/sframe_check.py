@@ -2,7 +2,9 @@
 
 :func:`check_binary` reads one ELF file and returns a :class:`BinaryCheck`: what was checked
 (FDEs, FREs compared with the DWARF CFI) and a list of :class:`Finding`, each of one kind
-from :data:`KINDS`.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
+from :data:`KINDS`.  Rendering lives in :mod:`harness.report.sframe`, the command in
+:mod:`harness.commands.sframe`.  It lives in unwind/, above sframe/, because it reads both sides:
+the SFrame section (:mod:`harness.sframe`) and the DWARF CFI (:mod:`.cfi`).
 
 The checks, in the order they run:
 
@@ -44,12 +46,12 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 
 from ..rule import UNDEFINED, FrameRule
-from ..unwind.cfi import CFITable, UnsupportedCFI, cfi_table
-from ..unwind.maps import ElfImage, MapsError
-from . import format as F
-from .elf import SFrameTable
-from .errors import SFrameError
-from .parse import SFrameFDE, SFrameFRE, SFrameSection
+from ..sframe import format as F
+from ..sframe.elf import SFrameTable
+from ..sframe.errors import SFrameError
+from ..sframe.parse import SFrameFDE, SFrameFRE, SFrameSection
+from .cfi import CFITable, UnsupportedCFI, cfi_table
+from .maps import ElfImage, MapsError
 
 __all__ = ["KINDS", "RULE_KINDS", "BinaryCheck", "Finding", "check_binary", "check_table", "load"]
 
