@@ -111,7 +111,9 @@ def _spec(args, programs=None):
 
 
 def _print_qemu(q) -> None:
-    print(f"qemu {q.name}: {q.banner}" + (f" [{q.package}]" if q.package else "") + f" ({q.why})")
+    from .report.text import qemu_line
+
+    print(qemu_line(q))
 
 
 def cmd_images_build(args) -> int:
@@ -390,7 +392,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     from .report.junit import junit_xml
     from .report.summary import run_exit_code, summary
     from .progress import sampling_reporter
-    from .report.text import cause_table, format_table, scenario_rows, stack_failures
+    from .report.text import run_lines
     from .scenarios.engine import run_scenarios
     from .session import Session
 
@@ -422,22 +424,8 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
             raise
         results[-1].errors.append(str(exc))
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
-    print(format_table(scenario_rows(results)))
-    print("\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):")
-    print(cause_table(results))
-    for r in results:
-        print(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
-        if r.program_output:
-            print(f"{r.scenario.name}: program output in {out / r.program_output}")
-        for (oracle, reason), n in sorted(r.not_checked.items()):
-            print(f"{r.scenario.name}: {oracle} did not check {n} stack(s): {reason}")
-        for rec in r.failures[:5]:
-            for text in stack_failures(rec):
-                print(f"\nFAILURE {text}")
-        for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]:
-            print(f"\n{r.scenario.name}: {f}")
-        for note in r.notes:
-            print(f"{r.scenario.name}: note: {note}")
+    for line in run_lines(results, out):
+        print(line)
     code, why = run_exit_code(results)
     if len(results) < len(scenarios):
         code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
@@ -508,13 +496,14 @@ def cmd_bench(args) -> int:
         args.smp = 2 if args.what == "soak" else 1
     if args.what == "transport":
         from .session import Session
-        from .bench.transport import bench_transport, format_bench
+        from .bench.transport import bench_transport
+        from .report.bench import transport_table
 
         with Session(_spec(args)) as sess:
             sess.target.close()
             sess.target = None
             _print_qemu(sess.qemu)
-            print(format_bench(bench_transport(sess.machine, program=sess.program("callchain").guest_path)))
+            print(transport_table(bench_transport(sess.machine, program=sess.program("callchain").guest_path)))
         return 0
     if args.what == "unwind":
         from .images.programs import build_program
@@ -522,12 +511,12 @@ def cmd_bench(args) -> int:
         from .bench.sframe import bench_lookups
         from .bench.unwind import bench_fp, bench_mixed
 
-        bench_fp()
-        bench_mixed()
+        from .report.bench import sframe_line, unwind_line
+
+        print(unwind_line(bench_fp()))
+        print(unwind_line(bench_mixed()))
         big = build_program("sframe_many", get_toolchain("sid"), Variant(frame_pointers=False))
-        r = bench_lookups(big.path)
-        print("sframe lookups (sframe_many, sid, V3): " + ", ".join(
-            f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        print(sframe_line(bench_lookups(big.path), "sframe_many, sid, V3"))
         return 0
     if args.what == "deferred":
         import dataclasses
@@ -536,6 +525,7 @@ def cmd_bench(args) -> int:
         from .perf.rate import deferred_rate
         from .perfparse.records import PerfFormatError, parse_capture
         from .progress import sampling_reporter
+        from .report.bench import deferred_lines
         from .scenarios.catalog import CATALOG, programs_for
         from .scenarios.engine import Engine, raw_stop_rate
         from .session import Session
@@ -561,33 +551,12 @@ def cmd_bench(args) -> int:
                 why = ""
             except (CaptureError, PerfFormatError) as exc:
                 kernel, why = None, str(exc).splitlines()[0]
-        rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
-        goal = 0.8 * floor / 2
-        for e in r.errors + r.problems:
-            print(f"error in the sampling run: {e}")
-        print(f"raw stop rate (floor):        {floor:8.1f} stops/s")
-        if kernel is not None:
-            print(f"guest kernel's deferred rate: {kernel.per_second:8.1f} deferred callchains/s "
-                  f"({kernel.deferred} in {kernel.seconds:.1f}s; perf at {pspec.freq} Hz with defer_callchain: "
-                  f"{kernel.samples} samples, {kernel.cookies} with a cookie)")
-        else:
-            print(f"guest kernel's deferred rate:      n/a ({why})")
-        print(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
-        print(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
-        print(f"NMI stops left at once:       {r.continued:8d} (passed over, their guesses missed: {r.passed_over})")
-        if trips is not None:
-            print(f"stub round trips per trace:   {trips / max(r.stacks, 1):8.2f}")
-        if ov["deliveries"]:
-            print(f"checks while the guest runs:  {1000 * ov['seconds'] / ov['deliveries']:8.2f} ms per delivery; "
-                  f"the next stop was already waiting after {ov['late']} of {ov['deliveries']}")
-        print(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
-              f" ({rate / goal if goal else 0:.2f} of it)")
+        for line in deferred_lines(r, floor, kernel, why, pspec.freq, trips, ov):
+            print(line)
         # A rate is only worth its stacks: the exit code says whether they held (README, exit codes).
         if r.errors or r.problems:
             return 3
         if r.failed_stacks or r.invariant_violations:
-            print(f"failed stacks in the sampling run: {r.failed_stacks}; invariant violations: "
-                  f"{len(r.invariant_violations)}")
             return 1
         return 0
     if args.what == "soak":

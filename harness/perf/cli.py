@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ..images.programs import Variant
+from ..report.perf import debian_lines, nothing_compared, perf_lines
 
 # Arguments per guest program when --args is not given: callchain makes raw syscalls (samples in
 # kernel mode too); the others run as the engine's catalog runs them.
@@ -37,28 +38,9 @@ def _default_args(name: str) -> list[str]:
 
 
 def _print_report(report, examples: int, header: str) -> int:
-    print(header)
-    print(report.table())
-    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
-        print(f"\nexample of '{kind}':\n{text}")
-    for f in report.failures[:5]:
-        print(f"\nFAILURE: {f}")
-    if len(report.failures) > 5:
-        print(f"\n... and {len(report.failures) - 5} more failures")
-    d = report.deferred
-    if d is not None:
-        for kind, text in sorted(d.examples.items()) if examples > 0 else ():
-            print(f"\nexample of deferred '{kind}':\n{text}")
-        for f in d.failures[:5]:
-            print(f"\nDEFERRED FAILURE: {f}")
-        for v in d.violations[:10]:
-            print(f"\nDEFERRED VIOLATION: {v}")
-    for n in report.notes:
-        print(f"note: {n}")
-    nothing = report.compared == 0 and (d is None or d.compared == 0)
-    if nothing:
-        print("\nnothing was compared: no sample had a user callchain and user registers")
-    return 0 if report.ok and not nothing else 1
+    for line in perf_lines(report, examples, header):
+        print(line)
+    return 0 if report.ok and not nothing_compared(report) else 1
 
 
 def load_resolve(text: str, source: str = "resolve.json") -> dict[str, str | None]:
@@ -169,14 +151,8 @@ DEBIAN_DEFAULT = ("fp-syscall", "fp-dynamic", "threads", "forkexec", "signal", "
 
 
 def _print_debian(report, examples: int, header: str) -> None:
-    print(header)
-    print(report.table())
-    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
-        print(f"\nexample of '{kind}':\n{text}")
-    for f in report.unexplained[:5]:
-        print(f"\nUNEXPLAINED: {f}")
-    if len(report.unexplained) > 5:
-        print(f"\n... and {len(report.unexplained) - 5} more")
+    for line in debian_lines(report, examples, header):
+        print(line)
 
 
 def cmd_debian_perf(args, spec_for) -> int:

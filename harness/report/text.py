@@ -12,8 +12,8 @@ import collections
 from ..oracles.base import ORACLES, load_all
 from ..verdicts.causes import CAUSES
 
-__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_columns",
-           "stack_failures"]
+__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_columns", "qemu_line",
+           "stack_failures", "run_lines"]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -159,3 +159,28 @@ def stack_failures(rec: dict) -> list[str]:
             out.append(f"{rec.get('scenario', '')} pid {rec['task']}: {v['unwinder']} vs {v['oracle']}: "
                        f"{v.get('reason') or '; '.join(d['text'] for d in v['divergences'])}")
     return out
+
+
+def qemu_line(q) -> str:
+    """One line naming the QEMU a session runs (:class:`harness.images.qemu.Qemu`)."""
+    return f"qemu {q.name}: {q.banner}" + (f" [{q.package}]" if q.package else "") + f" ({q.why})"
+
+
+def run_lines(results, out) -> list[str]:
+    """What ``harness run`` prints after its scenarios: the summary table, the divergences per
+    cause, then per scenario its oracles, what was not checked, its first failures, problems and
+    notes (``out``: the run directory)."""
+    lines = [format_table(scenario_rows(results)),
+             "\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):",
+             cause_table(results)]
+    for r in results:
+        lines.append(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
+        if r.program_output:
+            lines.append(f"{r.scenario.name}: program output in {out / r.program_output}")
+        for (oracle, reason), n in sorted(r.not_checked.items()):
+            lines.append(f"{r.scenario.name}: {oracle} did not check {n} stack(s): {reason}")
+        for rec in r.failures[:5]:
+            lines += [f"\nFAILURE {text}" for text in stack_failures(rec)]
+        lines += [f"\n{r.scenario.name}: {f}" for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]]
+        lines += [f"{r.scenario.name}: note: {note}" for note in r.notes]
+    return lines

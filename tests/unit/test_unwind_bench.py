@@ -5,8 +5,8 @@ from harness.bench.unwind import bench_fp, bench_mixed
 
 
 def test_bench_fp_and_mixed_run():
-    fp = bench_fp(depth=200, min_seconds=0.2, verbose=False)
-    mixed = bench_mixed(depth=200, min_seconds=0.2, verbose=False)
+    fp = bench_fp(depth=200, min_seconds=0.2)
+    mixed = bench_mixed(depth=200, min_seconds=0.2)
     for r in (fp, mixed):
         assert r["frames"] == r["walks"] * 200
         assert r["frames_per_s"] > 0
