@@ -74,7 +74,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `RunDirTaken`                   report: harness/report/rundir.py
  |         +-- `DeliveryFileError` [ValueError] scenarios: harness/scenarios/snapshot.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
- |         +-- `UsageError`                    cli: harness/cli.py
+ |         +-- `UsageError`                    commands: harness/commands/__init__.py
  |         +-- `UnknownScenario`               scenarios: harness/scenarios/catalog.py
 
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
@@ -85,7 +85,14 @@ exceptions (names starting with ``_``), which never leave their module.
 
 from __future__ import annotations
 
-__all__ = ["HarnessError"]
+__all__ = ["EXIT_FAILURES", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "HarnessError"]
+
+#: The exit codes of every subcommand (harness/cli.py): named here, the ground floor, so that the
+#: error classes of every layer and the commands that choose a code say which one they mean.
+EXIT_OK = 0  # every stack agrees or is explained; the command did what it was asked
+EXIT_FAILURES = 1  # failures or invariant violations
+EXIT_USAGE = 2  # bad usage or input
+EXIT_INFRA = 3  # the infrastructure failed (guest timeout, QEMU died, disk full, interrupted)
 
 
 class HarnessError(Exception):
@@ -96,4 +103,4 @@ class HarnessError(Exception):
     3 unless a class says the error is about its input (a file, a binary, a log, an argument),
     which sets 2."""
 
-    exit_code = 3
+    exit_code = EXIT_INFRA

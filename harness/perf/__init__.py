@@ -8,6 +8,6 @@
 * :mod:`.rate`: the guest kernel's own deferred-unwinding rate.
 
 The parsers of what perf writes (its ring-buffer records and perfcc's capture file, ``perf.data``,
-``perf script`` text) are in :mod:`harness.perfparse`, on the
+``perf script`` text, the resolve table ``--save`` writes) are in :mod:`harness.perfparse`, on the
 domain floor, because the oracle of :mod:`harness.oracles.perf` reads their records too.
 """

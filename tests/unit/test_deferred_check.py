@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import random
@@ -19,12 +18,12 @@ from harness.deferred import (
     LogFormatError,
     UnwindWork,
     check_lines,
-    main_check,
     mainline,
     seed_v10,
 )
+from harness.cli import main
+from harness.commands import build_parser, load
 from harness.deferred.check import Checker, check_events
-from harness.deferred.cli import add_cli
 
 
 def generated_log(profile, seed: int = 7, steps: int = 300) -> str:
@@ -248,6 +247,10 @@ def test_check_events_accepts_dicts_without_line_numbers():
 END = {"ev": "end", "reason": "complete", "stacks": 0, "failures": 0, "causes": {}, "requests": 3, "errors": []}
 
 
+def main_check(argv: list[str]) -> int:
+    return main(["check", *argv])
+
+
 def test_main_check_exit_codes(tmp_path, capsys):
     good = tmp_path / "good.jsonl"
     good.write_text("\n".join(to_text(scenario() + [END])) + "\n")
@@ -272,14 +275,14 @@ def test_main_check_exit_codes(tmp_path, capsys):
     assert main_check([str(tmp_path / "bin.jsonl")]) == 2
 
 
-def test_add_cli_registers_check(tmp_path):
-    parser = argparse.ArgumentParser(prog="harness")
-    add_cli(parser.add_subparsers(dest="command"))
+def test_the_registry_has_check(tmp_path):
+    load()
+    parser = build_parser("harness")
     good = tmp_path / "good.jsonl"
     good.write_text("\n".join(to_text(scenario() + [END])) + "\n")
     args = parser.parse_args(["check", str(good)])
-    assert args.command == "check" and args.func(args) == 0
+    assert args.cmd == "check" and args.command.func(args) == 0
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(to_text(scenario())) + "\n")  # a log written before end records existed
     args = parser.parse_args(["check", str(cut)])
-    assert args.func(args) == 1
+    assert args.command.func(args) == 1

@@ -11,7 +11,9 @@ from collections import Counter
 import pytest
 
 from harness.deferred import IRQ, Context, DeferredModel, EventLog, LogFormatError, UnwindWork, mainline
-from harness.deferred.check import StackFailure, _run_check, check_events, check_lines, render
+from harness.cli import main
+from harness.deferred.check import StackFailure, check_events, check_lines
+from harness.report.check import verdict_lines
 from harness.deferred.log import parse_line, stack_counts
 
 STACKS = ([0x401000, 0x401100, 0x401200], [0x401000, 0x401180], [0x402000, 0x401100, 0x401200, 0x7F0000])
@@ -130,7 +132,7 @@ def test_failure_free_complete_log_is_ok_and_exits_0(tmp_path, capsys):
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
     assert check_lines(text(events)).ok
-    assert _run_check(str(log)) == 0
+    assert main(["check", str(log)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{log}: 3 stack(s), 0 with a failure verdict"
     assert f"{log}: fp/cfi: agree 2, explained 1" in out
@@ -142,7 +144,7 @@ def test_cli_prints_summary_and_failures_and_exits_1_on_a_failure(tmp_path, caps
     events = stack_log()
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     out = capsys.readouterr().out.splitlines()
     line = index(events, "stack", 2) + 1
     assert out == [
@@ -164,7 +166,7 @@ def test_run_that_ended_in_error_exits_1_and_prints_its_errors(tmp_path, capsys)
                       errors=["guest died at request 3"])
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     out = capsys.readouterr().out
     assert "run ended: error, 3 request(s), 1 error(s)" in out and "error: guest died at request 3" in out
 
@@ -179,7 +181,7 @@ def test_log_cut_before_its_end_record_is_incomplete(tmp_path, capsys):
     assert v.incomplete == f"no end record; the log stops after line {len(events)}"
     log = tmp_path / "cut.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == f"{log}: incomplete: no end record; the log stops after line {len(events)}"
 
@@ -189,7 +191,7 @@ def test_empty_log_is_incomplete(tmp_path, capsys):
     assert not v.complete and v.incomplete == "no end record; the log is empty"
     log = tmp_path / "empty.jsonl"
     log.write_text("")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == f"{log}: incomplete: no end record; the log is empty"
 
 
@@ -447,7 +449,7 @@ def test_cli_reports_a_malformed_record_in_one_line_and_exits_2(tmp_path, capsys
     events.insert(4, bad)
     log = tmp_path / "bad.jsonl"
     log.write_text("\n".join(events) + "\n")
-    assert _run_check(str(log)) == 2
+    assert main(["check", str(log)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and err.startswith(f"harness check: {log}: line 5: ")
@@ -458,7 +460,7 @@ def test_cli_reports_a_line_cut_in_the_middle_as_unreadable(tmp_path, capsys):
     data = "\n".join(text(stack_log())) + "\n"
     log = tmp_path / "cut.jsonl"
     log.write_text(data[: data.rindex('"reason"')])
-    assert _run_check(str(log)) == 2
+    assert main(["check", str(log)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not JSON" in err
 
@@ -468,7 +470,7 @@ def test_cli_reports_a_line_cut_in_the_middle_as_unreadable(tmp_path, capsys):
 
 def test_render_keeps_the_verdict_apart_from_its_text():
     v = check_events(stack_log())
-    lines = render(v, "x")
+    lines = verdict_lines(v, "x")
     assert lines[0] == "x: 3 stack(s), 1 with a failure verdict" and lines[-1] == "x: clean (31 events)"
     assert [ln for ln in lines if ln.startswith("x: failure: ")] == [f"x: failure: {v.failures[0]}"]
 

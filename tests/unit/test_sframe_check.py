@@ -430,11 +430,11 @@ def test_dump_prints_flags_as_each_objdump_does(tc_name, flags, tmp_path, capsys
 def test_an_io_error_is_infrastructure(monkeypatch, capsys):
     import errno
 
-    from harness.unwind import sframe_check as check
+    from harness.commands import sframe
 
     def fail(path, **kw):
         raise OSError(errno.EIO, "Input/output error", str(path))
 
-    monkeypatch.setattr(check, "check_binary", fail)
+    monkeypatch.setattr(sframe, "check_binary", fail)
     rc, out, err = run_cli(capsys, "check", "/some/binary")
     assert rc == 3 and out == "" and err.startswith("harness sframe: ") and "Input/output error" in err

@@ -1,0 +1,103 @@
+"""``harness sframe``: the SFrame section of a binary, checked or dumped, without a guest.
+
+    harness sframe check [--binutils X.Y] [--limit N] [--debug] BINARY...
+    harness sframe dump [--debug] BINARY
+
+``check`` runs :func:`harness.unwind.sframe_check.check_binary` on each binary and prints its
+findings and a summary; ``dump`` prints the section as the toolchain's ``objdump --sframe`` does.
+
+Exit status: 0 clean; 1 a disagreement or violation in some binary; 2 bad usage or input (a
+missing, unreadable or non-ELF file, no .sframe section, a section that does not decode: one
+line naming it, ``--debug`` for the traceback; every other binary is still checked); 3
+infrastructure (an I/O error, interrupted).  The highest applies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
+from ..report.sframe import format_check, objdump_sframe
+from ..sframe.errors import SFrameError
+from ..unwind.sframe_check import check_binary, load
+from . import arg, command, group
+
+
+def _binutils(text: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(x) for x in text.split(".")[:2])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a binutils version (X.Y): {text!r}") from None
+    return major, minor
+
+
+def _one_line(path: str, exc: BaseException) -> str:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, SFrameError) and exc.offset is None and msg.startswith(f"{exc.field}: "):
+        msg = msg[len(exc.field) + 2:]  # the field adds nothing where the message names the file
+    return msg if path in msg else f"{path}: {msg}"
+
+
+def _guarded(path: str, debug: bool, work) -> int:
+    """Run ``work()``; map what it raises to an exit status and one line on stderr."""
+    try:
+        return work()
+    except SFrameError as exc:
+        if debug:
+            raise
+        print(f"harness sframe: {_one_line(path, exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, KeyboardInterrupt) as exc:
+        if debug:
+            raise
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else _one_line(path, exc)
+        print(f"harness sframe: {what}", file=sys.stderr)
+        return EXIT_INFRA
+
+
+_DEBUG = arg("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of a bad input")
+
+group("sframe", help="check or dump a binary's SFrame section (no guest)", description=__doc__.split("\n\n")[0])
+
+
+@command("check", parent="sframe", help="header, FDE table, FREs and rules against .eh_frame",
+         description="Check each binary's .sframe: header flags, FDEs sorted, non-overlapping, inside executable "
+                     "segments and matching function symbols, FRE starts inside their functions, every FRE's "
+                     "CFA/RA/FP rule equal to the DWARF CFI (.eh_frame) row for the same addresses.  Exit 0 clean, "
+                     "1 findings, 2 bad input, 3 infrastructure.",
+         args=[
+             arg("binaries", nargs="+", metavar="BINARY"),
+             arg("--binutils", type=_binutils, metavar="X.Y",
+                 help="the binutils that linked the binaries: from 2.45 a V2 section must carry "
+                      "SFRAME_F_FDE_FUNC_START_PCREL"),
+             arg("--limit", type=int, default=20, help="findings printed per kind and binary (default 20)"),
+             _DEBUG,
+         ])
+def cmd_check(args) -> int:
+    status = EXIT_OK
+
+    for path in args.binaries:
+        def work(path=path) -> int:
+            r = check_binary(path, expect_binutils=args.binutils)
+            print(format_check(r, limit=args.limit))
+            return EXIT_OK if r.clean else EXIT_FAILURES
+
+        status = max(status, _guarded(path, args.debug, work))
+        if status == EXIT_INFRA:
+            break
+    return status
+
+
+@command("dump", parent="sframe", help="the decoded section in the layout of objdump --sframe",
+         description="Print the .sframe section as the objdump --sframe of the binutils that writes its version "
+                     "does (2.40 for V1, 2.44 for V2, 2.46+ for V3).",
+         args=[arg("binary", metavar="BINARY"), _DEBUG])
+def cmd_dump(args) -> int:
+    def work() -> int:
+        table, _ = load(args.binary, strict=False)  # a faulty section is shown as it is
+        table.section.decode_all()
+        sys.stdout.write(objdump_sframe(table, args.binary))
+        return EXIT_OK
+
+    return _guarded(args.binary, args.debug, work)
