@@ -59,7 +59,7 @@ def bench_mixed(depth: int = 500, min_seconds: float = 1.0, real_sframe: bool = 
 def _sframe_table(spec, funcs, locals_size: int, func_size: int = 0x100):
     """The SFrame section gas would emit for mixed_chain's functions (SP-based CFA, RA at -8)."""
     fdes = []
-    for (kind, has_table), start in zip(spec, funcs):
+    for (kind, has_table), start in zip(spec, funcs, strict=True):
         if not has_table:
             continue
         words = [locals_size + 16, -16] if kind == "fp" else [locals_size + 8]

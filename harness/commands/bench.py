@@ -41,7 +41,8 @@ BENCH_SAMPLES = 1000
     arg("--perf-seconds", type=positive_float, default=2.0,
         help="bench deferred: seconds of perf sampling for the guest kernel's own deferred rate"),
     *GUEST_ARGS,
-    arg("--requests", type=positive_int, default=10_000, help="bench soak: requests on the program's tasks (default 10000)"),
+    arg("--requests", type=positive_int, default=10_000,
+        help="bench soak: requests on the program's tasks (default 10000)"),
     arg("--tasks", type=positive_int, default=8, help="bench soak: worker tasks (default 8)"),
     arg("--cancel-every", type=positive_int, default=100,
         help="bench soak: requests between two cancel + re-register cycles (default 100)"),
@@ -79,7 +80,8 @@ def _bench_deferred(args) -> int:
     with Session(guest_spec(args, [*programs_for([sc]), PERFCC])) as sess:
         print(qemu_line(sess.qemu))
         print(f"cpus: {sess.pinned or 'not pinned (--pin puts the vCPU threads and the harness on different CPUs)'}")
-        print(f"stub: {sess.realtime or 'normal priority (--rt: QEMU main loop at SCHED_FIFO, answers before the harness work)'}")
+        normal = "normal priority (--rt: QEMU main loop at SCHED_FIFO, answers before the harness work)"
+        print(f"stub: {sess.realtime or normal}")
         prog = sess.program(sc.program, sc.toolchain, sc.variant)
         floor = raw_stop_rate(sess, prog)
         target = sess.target

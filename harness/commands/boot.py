@@ -54,7 +54,8 @@ def _gdb_command(loader, socket) -> list[str]:
 
 @command("boot", help="boot a guest and leave gdb and QMP sockets open", args=[
     *GUEST_ARGS,
-    arg("--gdb", action="store_true", help="run gdb attached to the guest, with kernel symbols and the harness's commands"),
+    arg("--gdb", action="store_true",
+        help="run gdb attached to the guest, with kernel symbols and the harness's commands"),
     arg("--batch", action="store_true", help="with --gdb: run the -ex commands and exit"),
     arg("-ex", dest="ex", action="append", metavar="CMD", help="with --gdb: a gdb command (repeatable)"),
     arg("--start", action="append", metavar="SCENARIO|PATH",

@@ -29,7 +29,8 @@ def cmd_doctor(args) -> int:
         ok = False
         print(f"{'qemu choice':20} {exc}")
     kvm = os.path.exists("/dev/kvm")
-    print(f"{'/dev/kvm':20} {'present' if kvm else 'absent'} (whether it boots a kernel is probed at boot; verdicts below)")
+    print(f"{'/dev/kvm':20} {'present' if kvm else 'absent'} "
+          "(whether it boots a kernel is probed at boot; verdicts below)")
     probe = cache_root() / "kvm-probe.json"
     if probe.exists():
         for key, (usable, why) in json.loads(probe.read_text()).items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import EXIT_OK
 from ..images.initramfs import build_initramfs
 from ..images.kernel import get_kernel
 from ..images.programs import Variant, build_program
@@ -9,7 +10,6 @@ from ..images.qemu import DEFAULT_CHOICE, resolve_qemu
 from ..images.toolchain import get_toolchain
 from ..report.text import qemu_line
 from ..session import GuestSpec, Session, kallsyms_path
-from ..errors import EXIT_OK
 from . import arg, command, group
 
 group("images", help="fetch and build kernels, toolchain roots, programs, initramfs")
@@ -32,8 +32,10 @@ def cmd_images_build(args) -> int:
     progs = []
     for tc_name in args.toolchains or ["host", "trixie", "sid"]:
         tc = get_toolchain(tc_name)
-        print(f"toolchain {tc_name}: binutils {tc.binutils_version} (SFrame V{tc.sframe_version()}), gcc {tc.gcc_version}")
-        for v in (Variant(), Variant(frame_pointers=False), Variant(bits=32), Variant(static=False), Variant(shadow=True)):
+        print(f"toolchain {tc_name}: binutils {tc.binutils_version} (SFrame V{tc.sframe_version()}), "
+              f"gcc {tc.gcc_version}")
+        for v in (Variant(), Variant(frame_pointers=False), Variant(bits=32), Variant(static=False),
+                  Variant(shadow=True)):
             progs.append(build_program("callchain", tc, v))
     print(f"initramfs: {build_initramfs(progs)}")
     for name in args.kallsyms or []:

@@ -135,7 +135,8 @@ def cmd_kernel_diff_replay(args) -> int:
     events, header = read_recording(Path(args.replay))
     profile = args.profile or header.get("profile", "mainline")
     tracers = {int(k): v for k, v in (header.get("tracers") or {}).items()}
-    summary = replay(events, get_profile(profile), tracers, {int(k): v for k, v in header.get("percpu_ctr", {}).items()})
+    percpu_ctr = {int(k): v for k, v in header.get("percpu_ctr", {}).items()}
+    summary = replay(events, get_profile(profile), tracers, percpu_ctr)
     for line in summary.lines(show=args.show):
         print(line)
     code, why = _exit_code(summary, profile, [])

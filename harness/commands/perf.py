@@ -83,12 +83,14 @@ def _check_file(args) -> int:
     except PerfFormatError as exc:
         print(f"harness perf: {path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return _print_report(report, args.examples, f"{path}: {cap.info.get('argv', '?')} on {cap.info.get('release', '?')}")
+    header = f"{path}: {cap.info.get('argv', '?')} on {cap.info.get('release', '?')}"
+    return _print_report(report, args.examples, header)
 
 
 @command("perf", help="the guest kernel's perf callchains against our unwinder", description=__doc__.split("\n\n")[0],
          args=[
-    arg("--program", default="callchain", help="a guest program (guest_programs/NAME.c) or the path of your own binary"),
+    arg("--program", default="callchain",
+        help="a guest program (guest_programs/NAME.c) or the path of your own binary"),
     arg("--toolchain", default="host", help="toolchain of a guest program (host, trixie, sid)"),
     arg("--variant", default=Variant(shadow=True).tag, help="variant tag of a guest program"),
     arg("--args", nargs=argparse.REMAINDER, help="the program's arguments (the rest of the line)"),

@@ -16,7 +16,8 @@ from ._guest import GUEST_ARGS, shell_spec
 
 @command("shell", help="boot a guest and open a Python REPL with a live `guest` object", args=[
     *GUEST_ARGS,
-    arg("--program", action="append", metavar="PATH", help="put this host binary (and its libraries) in the guest (repeatable)"),
+    arg("--program", action="append", metavar="PATH",
+        help="put this host binary (and its libraries) in the guest (repeatable)"),
     arg("--scenario", action="append", help="also put this scenario's program in the guest"),
     arg("--batch", metavar="FILE.py", help="run this script with `guest` in scope and exit"),
 ])

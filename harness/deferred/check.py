@@ -41,10 +41,10 @@ complete with no failure, 1 violations, failures or an incomplete log, 2 unreada
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from .log import VERDICTS, LogFormatError, read_events, stack_causes, stack_failed, trace_hash
+from .log import read_events, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 

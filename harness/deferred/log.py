@@ -76,8 +76,9 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from ..errors import HarnessError
 from ..verdicts.types import KINDS as DIVERGENCE_KINDS
@@ -158,7 +159,7 @@ class JsonlFile:
             fd, self.fd = self.fd, None
             os.close(fd)
 
-    def __enter__(self) -> "JsonlFile":
+    def __enter__(self) -> JsonlFile:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -55,8 +55,8 @@ A difference is printed with both sides; under a profile other than the kernel's
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Iterable, Mapping
 
 from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
@@ -144,11 +144,12 @@ class Event:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["trace"] = list(self.trace)
-        return {k: v for k, v in d.items() if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
+        return {k: v for k, v in d.items()
+                if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
                 or (k == "cache_nr" and v is not None)}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Event":
+    def from_dict(cls, d: Mapping) -> Event:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -232,7 +233,7 @@ class Summary:
     def expected(self) -> list[Difference]:
         return [d for d in self.differences if d.expected]
 
-    def merge(self, other: "Summary") -> None:
+    def merge(self, other: Summary) -> None:
         self.compared.update(other.compared)
         self.equal.update(other.equal)
         self.differences.extend(other.differences)
@@ -508,7 +509,7 @@ class Lockstep:
         self._compare(w.seq, "walks", st, w.kernel_walks, w.model_walks)
         self._compare(w.seq, "callbacks", st, [(n, c) for n, c, _ in w.kernel_callbacks],
                       [(n, c) for n, c, _ in w.model_callbacks])
-        for (kn, _, kt), (mn, _, mt) in zip(w.kernel_callbacks, w.model_callbacks):
+        for (kn, _, kt), (mn, _, mt) in zip(w.kernel_callbacks, w.model_callbacks, strict=False):
             if kn == mn:
                 self._compare(w.seq, "trace", st, list(kt), list(mt))
 

@@ -117,7 +117,7 @@ def sigreturn_regs(sample: Sample) -> UserRegs | None:
     if len(sample.stack) < need:
         return None
     values = struct.unpack_from(f"<{len(SIGCONTEXT_64)}Q", sample.stack, UC_MCONTEXT)
-    return UserRegs(**dict(zip(SIGCONTEXT_64, values)), cs=sample.regs.cs, ss=sample.regs.ss)
+    return UserRegs(**dict(zip(SIGCONTEXT_64, values, strict=True)), cs=sample.regs.cs, ss=sample.regs.ss)
 
 
 def chain_agrees(sample: Sample, trace: Trace, chain) -> str | None:

@@ -418,7 +418,7 @@ def split_callchain(chain: tuple[int, ...], offset: int) -> tuple[tuple[int, ...
 
 def _regs(names: tuple[str, ...], values: tuple[int, ...]) -> UserRegs:
     fields = UserRegs.__dataclass_fields__
-    return UserRegs(**{n: v for n, v in zip(names, values) if n in fields})
+    return UserRegs(**{n: v for n, v in zip(names, values, strict=False) if n in fields})
 
 
 def _sample(r: _Reader, attr: Attr, offset: int, misc: int) -> Sample:

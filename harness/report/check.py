@@ -17,7 +17,8 @@ def verdict_lines(verdict: Verdict, path: str) -> list[str]:
         shown = ", ".join(f"{name} {counts[name]}" for name in VERDICTS if counts[name])
         out.append(f"{unwinder}/{oracle}: {shown}")
     if verdict.causes:
-        out.append("causes: " + ", ".join(f"{c} {n}" for c, n in sorted(verdict.causes.items(), key=lambda x: (-x[1], x[0]))))
+        by_count = sorted(verdict.causes.items(), key=lambda x: (-x[1], x[0]))
+        out.append("causes: " + ", ".join(f"{c} {n}" for c, n in by_count))
     out += [f"failure: {f}" for f in verdict.failures]
     if verdict.end_reason is not None:
         requests = f", {verdict.requests} request(s)" if verdict.requests is not None else ""

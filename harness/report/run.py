@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ..errors import HarnessError
 
-__all__ = ["TIMELINE_COLUMNS", "compact_timeline", "EXAMPLES_PER_CAUSE", "FAILURES_KEPT", "Example", "RunData", "RunDirError", "ScenarioRun",
-           "fold_frames", "read_run", "read_scenario"]
+__all__ = ["TIMELINE_COLUMNS", "compact_timeline", "EXAMPLES_PER_CAUSE", "FAILURES_KEPT", "Example", "RunData",
+           "RunDirError", "ScenarioRun", "fold_frames", "read_run", "read_scenario"]
 
 log = logging.getLogger(__name__)
 

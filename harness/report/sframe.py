@@ -21,9 +21,9 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/test_sframe_check.py):
 from __future__ import annotations
 
 from ..sframe import format as F
-from ..unwind.sframe_check import KINDS, BinaryCheck
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
+from ..unwind.sframe_check import KINDS, BinaryCheck
 
 __all__ = ["format_check", "format_summary", "fre_columns", "objdump_sframe"]
 

@@ -110,7 +110,7 @@ def stack_columns(rec: dict, width: int = 48) -> str:
     names = list(rec["frames"])
     cols = [rec["frames"][n] for n in names]
     widths = [min(width, max([len(f[2] or hex(f[0])) for f in c] + [len(_frame(c[0])) if c else 0, len(n)])) + 2
-              for n, c in zip(names, cols)]
+              for n, c in zip(names, cols, strict=True)]
 
     def cell(text: str, w: int) -> str:
         return (text if len(text) <= w - 2 else text[: w - 3] + "~").ljust(w)
@@ -121,7 +121,7 @@ def stack_columns(rec: dict, width: int = 48) -> str:
     regs = rec.get("regs")
     if regs:
         lines.append("  regs: " + " ".join(f"{k}={v:#x}" for k, v in regs.items()))
-    lines.append("       " + "".join(cell(n, w) for n, w in zip(names, widths)).rstrip())
+    lines.append("       " + "".join(cell(n, w) for n, w in zip(names, widths, strict=True)).rstrip())
     def short(col: list, i: int) -> str:
         # The module once per run of frames in it: the columns stay narrow.
         if i >= len(col):
@@ -135,7 +135,7 @@ def stack_columns(rec: dict, width: int = 48) -> str:
         row = [c[i] if i < len(c) else None for c in cols]
         addrs = {f[0] if f else None for f in row}
         mark = "  " if len(addrs) == 1 else "!!"
-        text = "".join(cell(short(c, i), w) for c, w in zip(cols, widths))
+        text = "".join(cell(short(c, i), w) for c, w in zip(cols, widths, strict=True))
         lines.append(f"  {mark} #{i:<3}{text}".rstrip())
     for n, why in rec.get("stops", {}).items():
         lines.append(f"  {n} stopped: {why}")

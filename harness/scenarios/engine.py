@@ -673,7 +673,7 @@ class Engine:
         # The oracles that will judge this stack (another task's: only the request's registers).
         oracles = self.oracles if own is not None else [o for o in self.oracles if o.registers]
         mem = CapturedMemory(backing=self._own_backing if own is not None else self._vdso, live=self.memory)
-        for (addr, _), got in zip(ranges, self.s.read_many(ranges)):
+        for (addr, _), got in zip(ranges, self.s.read_many(ranges), strict=True):
             mem.add(addr, got.data)
             if got.fault is not None:
                 mem.add_fault(got.fault)

@@ -263,9 +263,10 @@ class KernelDiff:
 
     def _leave(self):
         """Step the stopped vCPU off its breakpoint (as Target.resume would) and look where the
-        step went.  A step that did not move is repeated.  A step that lands in an interrupt's entry (``asm_*``) did not execute the
-        instruction: it runs after the interrupt returns and hits the same breakpoint again, with
-        the same registers; that second stop is no event of the kernel's and is dropped (counted).
+        step went.  A step that did not move is repeated.  A step that lands in an interrupt's entry
+        (``asm_*``) did not execute the instruction: it runs after the interrupt returns and hits the
+        same breakpoint again, with the same registers; that second stop is no event of the kernel's
+        and is dropped (counted).
         Returns the step's stop when it landed on another point of ours (to handle as a stop)."""
         t = self.s.target
         if t.stop_cpu is not None and t.stop_cpu != t.cpu:
@@ -462,7 +463,8 @@ class KernelDiff:
                     kill_sent = True
                     drain_limit = stops + 20000
                 if kill_sent and stops >= drain_limit:
-                    self.errors.append(f"the program did not end within {stops - drain_limit + 20000} stops of the kill")
+                    self.errors.append(f"the program did not end within {stops - drain_limit + 20000} stops "
+                                       "of the kill")
                     break
                 landed = self._leave()
                 try:

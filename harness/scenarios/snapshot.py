@@ -261,7 +261,8 @@ def load(path: str | os.PathLike) -> tuple[StopSnapshot, dict, str, dict]:
     except (OSError, ValueError) as exc:
         raise DeliveryFileError(f"{p}: not a readable delivery snapshot ({exc})") from exc
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise DeliveryFileError(f"{p}: format {doc.get('format')!r} v{doc.get('version')}, expected {FORMAT} v{VERSION}")
+        raise DeliveryFileError(f"{p}: format {doc.get('format')!r} v{doc.get('version')}, "
+                                f"expected {FORMAT} v{VERSION}")
     try:
         req = doc["request"]
         request = Request(UserRegs(**req["want"]) if req["want"] else None, req["window"], req["where"],

@@ -37,7 +37,7 @@ class SFrameTable:
     via: str = "bytes"  # "section", "PT_GNU_SFRAME" or "bytes"
 
     @classmethod
-    def from_elf(cls, path: str | os.PathLike, load_bias: int = 0, *, strict: bool = True) -> "SFrameTable":
+    def from_elf(cls, path: str | os.PathLike, load_bias: int = 0, *, strict: bool = True) -> SFrameTable:
         """Parse the SFrame data of the ELF file at ``path``, relocated by ``load_bias``.
 
         ``strict``: as for :meth:`SFrameSection.parse` (False for the checker, which reports
@@ -67,7 +67,7 @@ class SFrameTable:
         return cls(SFrameSection.parse(data, vaddr + load_bias, strict=strict), str(path), load_bias, text, via)
 
     @classmethod
-    def from_bytes_at(cls, data: bytes, vaddr: int) -> "SFrameTable":
+    def from_bytes_at(cls, data: bytes, vaddr: int) -> SFrameTable:
         """An SFrame section read from (guest) memory at ``vaddr``."""
         return cls(SFrameSection.parse(data, vaddr), f"<memory at {vaddr:#x}>", 0, [], "bytes")
 

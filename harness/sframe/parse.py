@@ -217,7 +217,7 @@ class SFrameSection:
 
     @classmethod
     def parse(cls, data: bytes | bytearray | memoryview, section_vaddr: int, *,
-              strict: bool = True) -> "SFrameSection":
+              strict: bool = True) -> SFrameSection:
         """Decode the header and FDEs of ``data``, a section whose first byte is at ``section_vaddr``.
 
         Trailing bytes past the FRE sub-section are ignored (PT_GNU_SFRAME segments are often
@@ -237,7 +237,7 @@ class SFrameSection:
         """The FREs of ``fde`` (decoded and cached)."""
         return self._decode(self._position(fde)).fres
 
-    def decode_all(self) -> "SFrameSection":
+    def decode_all(self) -> SFrameSection:
         """Decode every FRE now (validating the whole section); returns self."""
         for i in range(len(self._by_start)):
             self._decode(i)

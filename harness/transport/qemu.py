@@ -306,7 +306,7 @@ class _SocketReader:
             while True:
                 try:
                     data = self.sock.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     break
@@ -557,7 +557,7 @@ class Machine:
     def pid(self) -> int | None:
         return self.child.pid if self.child else None
 
-    def start(self) -> "Machine":
+    def start(self) -> Machine:
         cmd = self.config.command(self.workdir)
         (self.workdir / "cmdline").write_text(shlex.join(cmd) + "\n")
         start = time.monotonic()
@@ -629,7 +629,7 @@ class Machine:
         # The legacy wrapper has no public handle on that listener, hence _qmp.
         self.qmp._qmp.events.event_filter = lambda event: False
 
-    def __enter__(self) -> "Machine":
+    def __enter__(self) -> Machine:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -18,9 +18,10 @@ import bisect
 import io
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -118,7 +119,7 @@ class ElfImage:
         return self.cache[key]
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike) -> "ElfImage":
+    def from_path(cls, path: str | os.PathLike) -> ElfImage:
         return cls(str(path), Path(path).read_bytes())
 
     @property
@@ -213,7 +214,7 @@ class AddressSpace:
         self._vdso: ElfImage | None = None
 
     @classmethod
-    def from_maps(cls, text: str, resolve: Resolver | None = None, memory: Memory | None = None) -> "AddressSpace":
+    def from_maps(cls, text: str, resolve: Resolver | None = None, memory: Memory | None = None) -> AddressSpace:
         return cls(parse_maps(text), resolve, memory)
 
     def mapping_at(self, addr: int) -> Mapping | None:

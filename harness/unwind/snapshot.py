@@ -61,7 +61,7 @@ class Snapshot:
     def region(self, what: str) -> Region | None:
         return next((r for r in self.regions if r.what == what), None)
 
-    def memory(self, file_backed: bool = True) -> "SnapshotMemory":
+    def memory(self, file_backed: bool = True) -> SnapshotMemory:
         return SnapshotMemory(self, file_backed)
 
     def address_space(self) -> AddressSpace:
@@ -83,7 +83,7 @@ class Snapshot:
         return d
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "Snapshot":
+    def load(cls, directory: str | os.PathLike) -> Snapshot:
         d = Path(directory)
         try:
             doc = json.loads((d / "snapshot.json").read_text())

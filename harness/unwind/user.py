@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 from ..errors import HarnessError
 from ..memory import Memory

@@ -141,9 +141,9 @@ def _first_records(cap, n: int):
 
 
 def perf_resolve(data: bytes) -> None:
-    from harness.perfparse.resolve import load_resolve
     from harness.perf.oracle import check_capture
     from harness.perfparse.records import parse_capture
+    from harness.perfparse.resolve import load_resolve
 
     global _files, _captures
     if _files is None:

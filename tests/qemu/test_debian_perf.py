@@ -10,8 +10,8 @@ reason, said plainly; under CI=true only the default kernel lacking it is a fail
 from __future__ import annotations
 
 import pytest
-
 from conftest import require
+
 from harness.cli import main
 from harness.images.kernel import get_kernel
 from harness.perf.capture import PERFCC

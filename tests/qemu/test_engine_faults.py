@@ -8,12 +8,12 @@ import json
 import time
 
 import pytest
-
 from conftest import GuestPool
+
 from harness.deferred.check import check_lines
+from harness.images.programs import Variant
 from harness.scenarios.catalog import CATALOG, Scenario, programs_for
 from harness.scenarios.engine import Engine
-from harness.images.programs import Variant
 from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+
 from harness.cli import main
 from harness.report.flame import parse_folded
 

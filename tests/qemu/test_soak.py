@@ -14,8 +14,8 @@ before a pending task gets back to user space: the soak runs on QEMU 11.x (``--q
 from __future__ import annotations
 
 import pytest
-
 from conftest import require
+
 from harness.images.qemu import QemuImageError, resolve_qemu
 from harness.scenarios.soak import PROGRAM, SoakSpec, format_soak, run_soak
 from harness.session import GuestSpec

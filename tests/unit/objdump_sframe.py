@@ -227,7 +227,7 @@ def compare(section, dump: ObjdumpSFrame) -> list[str]:
     check("Num FDEs", h.num_fdes, dump.num_fdes)
     check("Num FREs", h.num_fres, dump.num_fres)
     check("functions dumped", len(section.fdes), len(dump.functions))
-    for fde, fn in zip(section.fdes, dump.functions):
+    for fde, fn in zip(section.fdes, dump.functions, strict=False):
         where = f"func idx [{fn.idx}]"
         check(f"{where} index", fde.index, fn.idx)
         check(f"{where} pc", hex(fde.func_start), hex(fn.pc))
@@ -237,6 +237,6 @@ def compare(section, dump: ObjdumpSFrame) -> list[str]:
         check(f"{where} attr", attrs, fn.attrs)
         fres = section.fres(fde)
         check(f"{where} number of FREs", len(fres), len(fn.fres))
-        for k, (fre, theirs) in enumerate(zip(fres, fn.fres)):
+        for k, (fre, theirs) in enumerate(zip(fres, fn.fres, strict=False)):
             check(f"{where} FRE {k}", render_fre(section, fde, fre), theirs)
     return errs

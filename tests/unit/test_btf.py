@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from harness.kernel.btf import Btf, BtfAmbiguityError, BtfError, BtfLookupError, Kind
 from harness.regs import PT_REGS_FIELDS, PT_REGS_SIZE
 
-
 # --- a tiny BTF writer, independent of the reader (formats spelled out from btf.h) ----------------
 
 
@@ -225,7 +224,8 @@ def test_lookup_errors_are_key_errors_with_clear_messages(sample):
     assert "'" not in str(e.value)[:1], "message is not repr()-quoted like a plain KeyError"
     with pytest.raises(BtfLookupError, match=r"task_struct\.thread .*has no member 'ip'"):
         sample.member_offset("task_struct", "thread.ip")
-    with pytest.raises(BtfLookupError, match=r"member pid is of type \[2\] INT int, not a struct or union, so it has no member 'x'"):
+    with pytest.raises(BtfLookupError,
+                       match=r"member pid is of type \[2\] INT int, not a struct or union, so it has no member 'x'"):
         sample.member_offset("task_struct", "pid.x")
     with pytest.raises(BtfLookupError, match="no member ''"):
         sample.member_offset("task_struct", "thread..sp")
@@ -304,7 +304,8 @@ def test_big_endian_and_longer_header_read_the_same():
         assert len(other) == len(le)
         for i in range(len(le)):
             a, b = le.type(i), other.type(i)
-            assert (a.kind, a.name, a.size, a.ref, a.vlen, a.kind_flag) == (b.kind, b.name, b.size, b.ref, b.vlen, b.kind_flag)
+            assert ((a.kind, a.name, a.size, a.ref, a.vlen, a.kind_flag)
+                    == (b.kind, b.name, b.size, b.ref, b.vlen, b.kind_flag))
         assert other.members("task_struct") == le.members("task_struct")
         assert other.enum_values("big") == le.enum_values("big")
         assert other.member_offset("task_struct", "thread.sp") == 48
@@ -375,20 +376,10 @@ def test_from_elf_without_btf(tmp_path):
 def _exercise(btf: Btf) -> None:
     """Touch every query on every type: only BtfError/BtfLookupError may come out."""
     for i in range(len(btf)):
-        for call in (
-            lambda: btf.type(i),
-            lambda: btf.sizeof(i),
-            lambda: btf.resolve(i),
-            lambda: btf.members(i),
-            lambda: btf.enum_values(i),
-            lambda: btf.params(i),
-            lambda: btf.array_info(i),
-            lambda: btf.int_info(i),
-            lambda: btf.var_linkage(i),
-            lambda: btf.decl_tag_component(i),
-        ):
+        for query in (btf.type, btf.sizeof, btf.resolve, btf.members, btf.enum_values, btf.params,
+                      btf.array_info, btf.int_info, btf.var_linkage, btf.decl_tag_component):
             try:
-                call()
+                query(i)
             except (BtfError, BtfLookupError):
                 pass
     for call in (
@@ -444,7 +435,8 @@ def test_mutated_sample_raises_only_btf_error(edits, magic_too):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, (len(SAMPLE) - 4) // 4), st.integers(0, 0xFFFFFFFF) | st.sampled_from([0, 1, 0xFFFF, 0x80000000, 0xFFFFFFFF]))
+@given(st.integers(0, (len(SAMPLE) - 4) // 4),
+       st.integers(0, 0xFFFFFFFF) | st.sampled_from([0, 1, 0xFFFF, 0x80000000, 0xFFFFFFFF]))
 def test_mutated_words_raise_only_btf_error(index, word):
     data = bytearray(SAMPLE)
     pos = 4 * index
@@ -506,7 +498,8 @@ def test_real_task_struct(real_kernels, name):
 
 def test_real_task_struct_layout_differs_across_kernels(real_kernels):
     layouts = {
-        name: (btf.sizeof("task_struct"), btf.member_offset("task_struct", "pid"), btf.member_offset("task_struct", "comm"))
+        name: (btf.sizeof("task_struct"), btf.member_offset("task_struct", "pid"),
+               btf.member_offset("task_struct", "comm"))
         for name, (_, btf, _) in real_kernels.items()
     }
     assert len(set(layouts.values())) == len(layouts), layouts
@@ -514,7 +507,7 @@ def test_real_task_struct_layout_differs_across_kernels(real_kernels):
 
 
 def test_real_percpu_variables(real_kernels):
-    for name, (_, btf, _) in real_kernels.items():
+    for _, btf, _ in real_kernels.values():
         entries = btf.datasec(".data..percpu")
         assert len(entries) > 100
         names = {e.name for e in entries}
@@ -549,7 +542,8 @@ def test_real_index_is_fast(real_kernels):
 
 
 def _bpftool() -> str | None:
-    tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.access(p, os.X_OK)), None)
+    tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
+                                            if os.access(p, os.X_OK)), None)
     if tool is None:
         if os.environ.get("CI"):
             pytest.fail("bpftool is missing (Debian package 'bpftool'); CI must have it to check harness.kernel.btf")
@@ -645,7 +639,8 @@ def bpftool_dumps(real_kernels):
     tool = _bpftool()
     dumps = {}
     for name, (k, _, _) in real_kernels.items():
-        text = subprocess.run([tool, "btf", "dump", "file", str(k.vmlinux), "format", "raw"], check=True, capture_output=True, text=True).stdout
+        text = subprocess.run([tool, "btf", "dump", "file", str(k.vmlinux), "format", "raw"],
+                              check=True, capture_output=True, text=True).stdout
         dumps[name] = parse_bpftool_raw(text)
     return dumps
 

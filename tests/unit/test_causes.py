@@ -259,7 +259,8 @@ def perf_captures():
     """The two real perf captures of tests/unit/data (test_perf_fixture.py says where they come
     from), parsed: ``{"plain": ..., "deferred": ...}``."""
     return {k: parse_capture(gzip.decompress((DATA / f).read_bytes()))
-            for k, f in (("plain", "perf-callchain-7.3.4.perfcc.gz"), ("deferred", "perf-callchain-defer-7.3.4.perfcc.gz"))}
+            for k, f in (("plain", "perf-callchain-7.3.4.perfcc.gz"),
+                         ("deferred", "perf-callchain-defer-7.3.4.perfcc.gz"))}
 
 
 NOFDE_FLAGS = ["-O1", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables",
@@ -1186,7 +1187,8 @@ REFUSE = [
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("signal-delivery", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
-    Case("signal-delivery", "signal-fp-static-host:on-alarm:own-task-unmapped", own_task_unmapped(regs_signal_delivery)),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:own-task-unmapped",
+         own_task_unmapped(regs_signal_delivery)),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn:own-task-unmapped", own_task_unmapped(regs_sigreturn)),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task:restorer-changed",
          restorer_not_rt_sigreturn(regs_signal_delivery, lambda st: word(st.memory, st.regs.sp))),

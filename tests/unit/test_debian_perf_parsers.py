@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+
 from harness.cli import main
 from harness.images.debperf import GUEST_LIB, GUEST_PERF, wrapper_script
 from harness.perf.debian import compare, total

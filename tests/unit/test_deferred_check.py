@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from harness.cli import main
+from harness.commands import build_parser, load
 from harness.deferred import (
     IRQ,
     NMI,
@@ -21,8 +23,6 @@ from harness.deferred import (
     mainline,
     seed_v10,
 )
-from harness.cli import main
-from harness.commands import build_parser, load
 from harness.deferred.check import Checker, check_events
 
 
@@ -163,7 +163,8 @@ def test_callback_after_cancel_is_caught():
     ev.insert(k + 1, cb)
     msgs = verdict(ev).messages()
     cancel_line = first(ev, "cancel", tracer="ftrace") + 1
-    assert any(f"line {k + 2}: task 42 entry 2 tracer ftrace: callback after the tracer's cancel (line {cancel_line})" in m for m in msgs), msgs
+    want = f"line {k + 2}: task 42 entry 2 tracer ftrace: callback after the tracer's cancel (line {cancel_line})"
+    assert any(want in m for m in msgs), msgs
     assert j < k
 
 
@@ -173,7 +174,8 @@ def test_second_walk_in_one_entry_is_caught():
     ev.insert(i + 1, dict(ev[i]))
     msgs = verdict(ev).messages()
     assert len(msgs) == 1
-    assert f"line {i + 2}: task 42 entry 1: stack walked a second time in one entry (first walk at line {i + 1})" in msgs[0]
+    assert (f"line {i + 2}: task 42 entry 1: stack walked a second time in one entry (first walk at line {i + 1})"
+            in msgs[0])
 
 
 def test_request_after_exit_must_fail():

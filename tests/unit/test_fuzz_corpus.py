@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+
 from harness.errors import HarnessError
 
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"

@@ -10,8 +10,8 @@ import pytest
 from harness.deferred.check import check_lines
 from harness.deferred.log import LogFormatError
 from harness.errors import HarnessError
-from harness.perfparse.resolve import load_resolve
 from harness.perfparse.records import PerfFormatError
+from harness.perfparse.resolve import load_resolve
 from harness.transport.errors import TargetError
 from harness.transport.rsp import parse_target_xml
 

@@ -5,8 +5,8 @@ returned guest runs on real guests: tests/qemu/test_guest_pool.py)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import GuestPool, pool_group, pool_key
+
 from harness.images.programs import Variant
 from harness.session import GuestSpec
 

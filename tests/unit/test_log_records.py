@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 
-from harness.deferred import IRQ, Context, DeferredModel, EventLog, LogFormatError, UnwindWork, mainline
 from harness.cli import main
+from harness.deferred import IRQ, Context, DeferredModel, EventLog, LogFormatError, UnwindWork, mainline
 from harness.deferred.check import StackFailure, check_events, check_lines
-from harness.report.check import verdict_lines
 from harness.deferred.log import parse_line, stack_counts
+from harness.report.check import verdict_lines
 
 STACKS = ([0x401000, 0x401100, 0x401200], [0x401000, 0x401180], [0x402000, 0x401100, 0x401200, 0x7F0000])
 
@@ -66,7 +66,7 @@ def stack_log(end: bool = True) -> list[dict]:
     work = UnwindWork(callback, "perf")
     model.init(work)
     task = model.spawn(pid=42)
-    for stack, verdicts in zip(STACKS, VERDICTS):
+    for stack, verdicts in zip(STACKS, VERDICTS, strict=True):
         current[0] = stack
         model.enter_kernel(task)
         model.request(work, task, 0, Context(IRQ))
@@ -292,7 +292,8 @@ def test_failure_verdict_without_divergence_needs_a_reason():
     events[-1]["failures"] = 2
     v = check_lines(text(events))
     assert v.clean, v.messages()
-    assert v.failures[0] == StackFailure(i + 1, 42, 1, "fp", "delivery", "pid 42: tracers got different traces in one entry")
+    assert v.failures[0] == StackFailure(i + 1, 42, 1, "fp", "delivery",
+                                         "pid 42: tracers got different traces in one entry")
     del events[i]["verdicts"][-1]["reason"]
     assert messages(events) == [
         f"line {i + 1}: task 42 entry 1: fp/delivery verdict is failure, with neither a divergence nor a reason"]
@@ -323,7 +324,8 @@ def test_agree_verdict_with_divergences_is_a_violation():
     [
         ({"stacks": 4}, "end record counts 4 stack(s), the log has 3 stack record(s)"),
         ({"failures": 0}, "end record counts 0 failure(s), the log has 1 stack record(s) with a failure verdict"),
-        ({"causes": {"leaf-no-frame": 2}}, "end record counts 0 divergence(s) explained by plt-stub, the stack records 1"),
+        ({"causes": {"leaf-no-frame": 2}},
+         "end record counts 0 divergence(s) explained by plt-stub, the stack records 1"),
         ({"causes": {"leaf-no-frame": 2, "plt-stub": 1, "vdso": 1}},
          "end record counts 1 divergence(s) explained by vdso, the stack records 0"),
     ],

@@ -112,8 +112,10 @@ def test_header_errors(mutate, field):
 
 def _body_errors():
     s = pb.sample
-    yield "callchain nr past the record", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (40, 1 << 40), "sample.callchain.ips"
-    yield "dyn_size > size", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS, b"\1" * 8, 16), (-8, 17), "sample.stack_user.dyn_size"
+    yield ("callchain nr past the record", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (40, 1 << 40),
+           "sample.callchain.ips")
+    yield ("dyn_size > size", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS, b"\1" * 8, 16), (-8, 17),
+           "sample.stack_user.dyn_size")
     yield "regs abi 7", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (64, 7), "sample.regs_user.abi"
     yield "unknown marker", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (48, -100 & pb.U64), "sample.callchain[0]"
     yield "entry before a marker", s(1, 1, 1, 1, 0, [0x401000, 1], REGS), None, "sample.callchain[0]"

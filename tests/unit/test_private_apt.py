@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 from conftest import require
+
 from harness.images.apt import PrivateApt
 
 

@@ -9,11 +9,12 @@ import re
 import shutil
 from pathlib import Path
 
+from stackcollapse_perf import collapse
+
 from harness.cli import main
 from harness.report.flame import folded_lines, parse_folded
 from harness.report.perfscript import sample_text, write_perf_script
 from harness.report.run import read_run
-from stackcollapse_perf import collapse
 
 DATA = Path(__file__).parent / "data" / "run-small"
 

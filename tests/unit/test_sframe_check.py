@@ -20,9 +20,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from elftools.elf.elffile import ELFFile
-
 from conftest import require
+from elftools.elf.elffile import ELFFile
+from objdump_sframe import parse_objdump_sframe
+
 from harness.cli import main
 from harness.images.errors import ImageError
 from harness.images.programs import SOURCES, Program, Variant, build_program
@@ -31,7 +32,6 @@ from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
 from harness.unwind.sframe_check import check_binary
-from objdump_sframe import parse_objdump_sframe
 
 TOOLCHAINS = ("host", "trixie", "sid")
 VERSION = {"host": 1, "trixie": 2, "sid": 3}

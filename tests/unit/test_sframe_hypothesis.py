@@ -13,12 +13,12 @@ import time
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_sframe_pinned import PINNED
 
 from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule
 from harness.sframe import SFrameError, SFrameSection
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from test_sframe_pinned import PINNED
 
 GARBAGE = settings(deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 SECTIONS = [p.data for p in PINNED.values()]
@@ -186,7 +186,7 @@ def test_round_trip(spec, data):
     sec = SFrameSection.parse(blob, vaddr).decode_all()
     assert sec.header.version == version and sec.header.num_fdes == len(fdes)
     assert sec.header.num_fres == sum(len(f.fres) for f in fdes)
-    for want, got in zip(fdes, sec.fdes):
+    for want, got in zip(fdes, sec.fdes, strict=True):
         assert (got.func_start, got.func_size, got.pcmask, got.flex) == (want.func_start, want.func_size,
                                                                          want.pcmask, want.flex)
         assert got.signal_frame == want.signal

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
+from objdump_sframe import compare, parse_objdump_sframe
 
 from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule, apply_rule
 from harness.sframe import SFrameError, SFrameSection, SFrameTable
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from objdump_sframe import compare, parse_objdump_sframe
 
 
 class Pinned(NamedTuple):

@@ -15,21 +15,21 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+from objdump_sframe import ObjdumpSFrame, compare, parse_objdump_sframe, render_fre
+
 from harness.images.errors import ImageError
 from harness.images.programs import Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from objdump_sframe import ObjdumpSFrame, compare, parse_objdump_sframe, render_fre
 
 TOOLCHAINS = ("host", "trixie", "sid")
 EXPECTED_VERSION = {"host": 1, "trixie": 2, "sid": 3}
 VARIANTS = [Variant(frame_pointers=fp, static=st) for fp in (True, False) for st in (True, False)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toolchain(name: str) -> Toolchain | None:
     try:
         return get_toolchain(name)
@@ -43,12 +43,12 @@ def need(name: str) -> Toolchain:
     return tc  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def program(name: str, tc_name: str, variant: Variant) -> Program:
     return build_program(name, need(tc_name), variant)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def objdump(tc_name: str, path: Path) -> ObjdumpSFrame:
     """The toolchain's own ``objdump --sframe`` of ``path``, run inside its root and parsed."""
     tc = need(tc_name)
@@ -96,7 +96,7 @@ def test_lookup_at_every_pc_matches_objdump_rows(tc_name, prog):
     sec = table.section
     dump = objdump(tc_name, p.path)
     checked = 0
-    for fde, fn in zip(sec.fdes, dump.functions):
+    for fde, fn in zip(sec.fdes, dump.functions, strict=False):
         for pc in range(fn.pc, fn.pc + fn.size):
             off = pc - fn.pc
             if fn.pcmask:

@@ -356,7 +356,7 @@ class ReadelfFDE:
 _FDE = re.compile(r"^[0-9a-f]+ [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.([0-9a-f]+)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def readelf_fdes(path: Path) -> dict[int, ReadelfFDE]:
     """FDEs of ``readelf --debug-dump=frames-interp`` (rows) and ``--debug-dump=frames``
     (expression texts), by start address."""
@@ -386,7 +386,7 @@ def readelf_fdes(path: Path) -> dict[int, ReadelfFDE]:
         if words[0] == "LOC":
             columns = words[1:]
         elif len(words) == len(columns) + 1:
-            cur.rows.append((int(words[0], 16), dict(zip(columns, words[1:]))))
+            cur.rows.append((int(words[0], 16), dict(zip(columns, words[1:], strict=True))))
     for start, fde in fdes.items():
         # readelf prints no rows for an FDE without instructions: the CIE's initial row holds
         if not fde.rows and cie_of[start] in cies:
