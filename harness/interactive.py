@@ -26,7 +26,7 @@ from pathlib import Path
 from .deferred.log import EventLog
 from .deferred.model import IRQ, SYSCALL, Context, DeferredModel, UnwindWork
 from .deferred.profile import get_profile
-from .images.programs import Program
+from .images.programs import Program, user_program
 from .kernel import (
     PF_EXITING,
     TaskInfo,
@@ -44,6 +44,7 @@ from .memory import MemoryFault
 from .oracles.base import OracleFrames, Request, Setup, Stack, build_oracles
 from .regs import UserRegs
 from .report.text import format_table, side_by_side, stack_columns
+from .scenarios.catalog import CATALOG
 from .transport.errors import TargetError
 from .transport.target import PAGE, TargetMemory
 from .unwind.code import CodeFacts
@@ -293,8 +294,6 @@ class Guest:
     # -- programs ----------------------------------------------------------------------------------
     def programs(self) -> Text:
         """The programs in this guest's initramfs, and the catalog scenarios that run them."""
-        from .scenarios.catalog import CATALOG
-
         rows = []
         for g, p in self.session.programs.items():
             scs = [n for n, sc in CATALOG.items()
@@ -304,8 +303,6 @@ class Guest:
         return Text(format_table(rows))
 
     def _resolve_program(self, what: str) -> tuple[str, list[str], Program | None]:
-        from .scenarios.catalog import CATALOG
-
         progs = self.session.programs
         if what in CATALOG:
             sc = CATALOG[what]
@@ -333,8 +330,6 @@ class Guest:
         libraries it needs that the guest lacks (as ``--program`` puts them in the initramfs), at
         ``/user/NAME``, as base64 text on the console (:meth:`harness.transport.qemu.Machine.upload`).
         Returns its :class:`Program`."""
-        from .images.programs import user_program
-
         prog = user_program(host_path)
         present = {g for p in self.session.programs.values() for _, g in p.runtime}
         present |= set(self.session.programs)

@@ -43,7 +43,8 @@ def cmd_shell(args) -> int:
                 return EXIT_FAILURES
             return EXIT_OK
         try:
-            import readline  # optional: line editing and history for input(), where Python has it
+            # Optional: line editing and history for input(), where this Python has readline.
+            import readline
             import rlcompleter
 
             readline.set_completer(rlcompleter.Completer(ns).complete)

@@ -53,6 +53,7 @@ from .apt import Package, PrivateApt, run_tool, unpack_closure
 from .errors import ImageError
 from .cache import cached_dir, content_key, progress
 from .lock import write_atomic
+from .cache import cache_root
 
 QEMU_CHOICES = ("auto", "host", "backports")
 #: the choice when neither the caller nor $HARNESS_QEMU names one
@@ -270,8 +271,6 @@ def resolve_qemu(choice: str | Sequence[str] | None = None) -> Qemu:
 
 def cached_backports() -> list[dict]:
     """What ``cache/qemu`` holds (for ``harness doctor``), without building anything."""
-    from .cache import cache_root
-
     out = []
     d = cache_root() / "qemu"
     for meta in sorted(d.glob("*/qemu.json")) if d.exists() else []:

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
 from ..errors import HarnessError
 
 __all__ = [
@@ -282,9 +285,6 @@ class Btf:
     @classmethod
     def from_elf(cls, path: str | Path) -> Btf:
         """The ``.BTF`` section of an ELF file (a vmlinux)."""
-        from elftools.common.exceptions import ELFError
-        from elftools.elf.elffile import ELFFile
-
         try:
             with open(path, "rb") as f:
                 section = ELFFile(f).get_section_by_name(".BTF")

@@ -28,6 +28,10 @@ from operator import itemgetter
 from pathlib import Path
 from types import EllipsisType
 
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+
 from ..errors import HarnessError
 
 __all__ = [
@@ -151,10 +155,6 @@ class Kallsyms:
     def from_elf(cls, path: str | Path) -> Kallsyms:
         """The ``.symtab`` of an ELF vmlinux (or any ELF), typed like ``nm``; undefined, file and
         section symbols left out.  Debian's vmlinux is stripped: that raises KallsymsError."""
-        from elftools.common.exceptions import ELFError
-        from elftools.elf.constants import SH_FLAGS
-        from elftools.elf.elffile import ELFFile
-
         rows = []
         try:
             with open(path, "rb") as f:

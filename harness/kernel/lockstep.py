@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
 from ..errors import HarnessError
+from .btf import BtfLookupError
 
 __all__ = [
     "EVENT_KINDS", "EXPECTED", "CallMatcher", "Difference", "Event", "LockstepError", "Lockstep",
@@ -575,8 +576,6 @@ class Lockstep:
 def deferred_support(btf, symbols: Mapping[str, int] | None = None) -> tuple[bool, str]:
     """Whether this kernel has deferred unwinding and perf's deferred callchains, from its BTF
     (and kallsyms, once booted): (yes or no, why)."""
-    from .btf import BtfLookupError
-
     try:
         btf.member_offset("task_struct", "unwind_info")
         btf.sizeof("unwind_task_info")

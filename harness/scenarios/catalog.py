@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HarnessError
-from ..images.programs import Variant
+from ..images.programs import Variant, user_program
 
 __all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for", "select_scenarios", "user_scenario"]
 
@@ -118,8 +118,6 @@ def select_scenarios(names, default=DEFAULT_SET) -> list[Scenario]:
 def user_scenario(path: str, args: list[str], samples: int = 60) -> Scenario:
     """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
     frame pointers; the CFI oracle always, the shadow stack only for our instrumented builds."""
-    from ..images.programs import user_program
-
     p = user_program(path)
     return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
                     args=tuple(args), samples=samples, unwinder="sframe" if p.variant.sframe else "fp",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import json
 import random
 import statistics
 import time
@@ -819,8 +820,6 @@ def _short(value, limit: int = 600) -> str:
 
 def _comparable(trace: Trace, ev, unwinder: str) -> dict:
     """A check's outcome as plain data (as the log would hold it), for verify mode."""
-    import json
-
     return json.loads(json.dumps({"trace": trace.ips, "stop": str(trace.stop), "frames": ev.frames,
                                   "stops": ev.stops, "verdicts": ev.records(unwinder)}))
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import capstone
+
 from ..deferred.profile import get_profile
 from ..errors import HarnessError
 from ..kernel import PF_EXITING, current_task, user_regs
@@ -107,8 +109,6 @@ def indirect_call_sites(code: bytes, code_addr: int, thunks: set[int]) -> list[i
 def flag_set_sites(code: bytes, code_addr: int, flags_offset: int, flag: int) -> list[int]:
     """Addresses right after each ``or $flag, flags_offset(%reg)`` in ``code`` (capstone):
     in ``exit_signals()``, the instruction after ``tsk->flags |= PF_EXITING``."""
-    import capstone
-
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     want = f"+ {flags_offset:#x}], {flag}"
     return [i.address + i.size for i in md.disasm(code, code_addr)

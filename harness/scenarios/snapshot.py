@@ -16,11 +16,14 @@ so unit tests replay real deliveries without a guest (:func:`replay`).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
 
 from ..errors import HarnessError
 from ..kernel import TaskInfo
@@ -212,10 +215,6 @@ def loaded_digest(path: str | os.PathLike) -> str:
     """sha256 of what a program maps (its PT_LOAD bytes: code, data, .eh_frame, .sframe) and its
     symbols, so a saved delivery knows its binary again after a rebuild that changed only debug
     info (-g line numbers, the build directory)."""
-    import hashlib
-
-    from elftools.elf.elffile import ELFFile
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         elf = ELFFile(f)

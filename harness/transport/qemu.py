@@ -27,6 +27,7 @@ Waits are bounded and end early on a kernel panic or when QEMU exits.
 
 from __future__ import annotations
 
+import base64
 import collections
 import ctypes
 import os
@@ -43,7 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pexpect
+from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from ..images.qemu import resolve_qemu
 from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
 from .fdio import nonblocking, read_now, wait_readable, write_all
@@ -89,8 +92,6 @@ def kvm_usable(qemu: list[str], vmlinux: Path, timeout: float = 30.0) -> tuple[b
 def default_qemu() -> list[str]:
     """The command prefix of the QEMU chosen by ``$HARNESS_QEMU`` (host, backports or auto;
     harness/images/qemu.py), resolved once per process."""
-    from ..images.qemu import resolve_qemu
-
     return list(resolve_qemu().prefix)
 
 
@@ -613,8 +614,6 @@ class Machine:
             raise QemuStartError(f"cannot connect to QEMU's serial sockets: {exc}", self.console.tail()) from exc
 
     def _connect_qmp(self) -> None:
-        from qemu.qmp.legacy import QEMUMonitorProtocol
-
         deadline = time.monotonic() + 10
         while not self.qmp_socket.exists():
             if time.monotonic() > deadline:
@@ -754,8 +753,6 @@ class Machine:
         """Write ``data`` to ``path`` in the guest: /init's ``recv`` command reads the base64
         text sent on the control channel right after it (76-character lines: the guest's tty
         is canonical, each read() returns one line, so ``head -c`` takes exactly the text)."""
-        import base64
-
         text = base64.encodebytes(data)
         i = self._id()
         self.control.send(f"recv {i} {len(text)} {mode} {path}")
