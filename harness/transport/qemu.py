@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pexpect
-from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from ..images.qemu import resolve_qemu
 from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
@@ -614,6 +613,10 @@ class Machine:
             raise QemuStartError(f"cannot connect to QEMU's serial sockets: {exc}", self.console.tail()) from exc
 
     def _connect_qmp(self) -> None:
+        # Lazy for start-up time: qemu.qmp imports asyncio and ssl (~0.1 s of CPU), which only a
+        # booted guest needs, not `harness --help`, `harness check` or `harness sframe`.
+        from qemu.qmp.legacy import QEMUMonitorProtocol
+
         deadline = time.monotonic() + 10
         while not self.qmp_socket.exists():
             if time.monotonic() > deadline:
