@@ -342,7 +342,7 @@ class Guest:
                     raise LookupError(f"cannot create {d} in the guest")
                 m.upload(Path(host).read_bytes(), guest_path)
         self.session.programs[prog.guest_path] = prog
-        print(f"uploaded {prog.path} as {prog.guest_path} ({len(files)} file(s))")
+        log.info("uploaded %s as %s (%d file(s))", prog.path, prog.guest_path, len(files))
         return prog
 
     def start(self, what: str, *args: str) -> Started:
@@ -354,7 +354,7 @@ class Guest:
         proc = self.session.run_program(argv)
         st = Started(proc.pid, tuple(argv), prog, proc)
         self.started[proc.pid] = st
-        print(f"started pid {proc.pid}: {' '.join(argv)}")
+        log.info("started pid %d: %s", proc.pid, " ".join(argv))
         return st
 
     def kill(self, pid: int, sig: str = "KILL") -> int:
@@ -362,12 +362,13 @@ class Guest:
             return self.session.machine.shell(f"kill -{sig} {pid}")
 
     def sh(self, command: str) -> int:
-        """Run a shell command in the guest; print its output (stdout and stderr, from the
-        guest's program-output channel) and return its exit status."""
+        """Run a shell command in the guest; log its output (stdout and stderr, from the guest's
+        program-output channel: ``harness shell`` shows this module's log) and return its exit
+        status."""
         with self._running():
             status, out = self.session.machine.shell_output(command)
         if out:
-            print(out.decode(errors="replace"), end="" if out.endswith(b"\n") else "\n")
+            log.info("%s", out.decode(errors="replace").removesuffix("\n"))
         return status
 
     @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import code
+import logging
 import os
 import sys
 import traceback
@@ -24,6 +25,22 @@ from ._guest import GUEST_ARGS, shell_spec
 def cmd_shell(args) -> int:
     """A Python REPL with ``guest`` (harness.interactive.Guest) and ``session`` in scope, or
     ``--batch FILE.py`` run with them and exit (1 if the script raised)."""
+    # What the guest object reports as it goes (a program started or uploaded, a shell command's
+    # output) is harness.interactive's log, shown to the user as plain lines.
+    shown = logging.getLogger("harness.interactive")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    shown.addHandler(handler)
+    shown.setLevel(logging.INFO)
+    shown.propagate = False  # shown once, here, whatever the root logger does
+    try:
+        return _shell(args)
+    finally:
+        shown.removeHandler(handler)
+        shown.propagate = True
+
+
+def _shell(args) -> int:
     if args.batch and not os.path.isfile(args.batch):
         print(f"harness shell: --batch {args.batch}: no such file", file=sys.stderr)
         return EXIT_USAGE
