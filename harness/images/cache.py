@@ -14,8 +14,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..progress import note, step
 from .lock import cache_lock

@@ -39,9 +39,9 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ..progress import step
 from .errors import ImageError

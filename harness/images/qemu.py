@@ -50,10 +50,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .apt import Package, PrivateApt, run_tool, unpack_closure
+from .cache import cache_root, cached_dir, content_key, progress
 from .errors import ImageError
-from .cache import cached_dir, content_key, progress
 from .lock import write_atomic
-from .cache import cache_root
 
 QEMU_CHOICES = ("auto", "host", "backports")
 #: the choice when neither the caller nor $HARNESS_QEMU names one

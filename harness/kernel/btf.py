@@ -31,7 +31,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = [
     "Btf",
@@ -49,7 +49,7 @@ __all__ = [
 class BtfError(HarnessError, ValueError):
     """The BTF bytes are malformed (or a type has no such property, e.g. the size of a function)."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class BtfLookupError(HarnessError, KeyError):

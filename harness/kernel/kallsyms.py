@@ -32,7 +32,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = [
     "Kallsyms",
@@ -48,7 +48,7 @@ __all__ = [
 class KallsymsError(HarnessError, ValueError):
     """The symbol text, cache or ELF file cannot be used."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class KallsymsParseError(KallsymsError):

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from .btf import BtfLookupError
 
 __all__ = [
@@ -109,7 +109,7 @@ EXPECTED_TEST = {
 class LockstepError(HarnessError):
     """A recorded event is malformed (a missing field, an unknown kind): bad input."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

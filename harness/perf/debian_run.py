@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..images.debperf import GUEST_PERF
 from ..images.programs import Program
 from ..perfparse.perfdata import parse_perf_data
@@ -60,14 +60,14 @@ class DebianRunError(HarnessError):
 class DebianFilesError(HarnessError):
     """A saved run directory (``--save DIR``) that lacks a file ``--check DIR`` needs."""
 
-    exit_code = 2  # bad input
+    exit_code = EXIT_USAGE  # bad input
 
 
 class DeferIgnored(HarnessError):
     """``perf evlist -v`` does not show ``defer_callchain: 1``: this perf (or kernel) recorded
     without deferred callchains although ``--call-graph fp,defer`` asked for them."""
 
-    exit_code = 2  # what was given (this perf, this kernel) cannot do what was asked
+    exit_code = EXIT_USAGE  # what was given (this perf, this kernel) cannot do what was asked
 
 
 def deferred_unsupported(version: str) -> str | None:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = ["TIMELINE_COLUMNS", "compact_timeline", "EXAMPLES_PER_CAUSE", "FAILURES_KEPT", "Example", "RunData",
            "RunDirError", "ScenarioRun", "fold_frames", "read_run", "read_scenario"]
@@ -47,7 +47,7 @@ ENTRIES_KEPT = 200  # kernel entries per task in its timeline
 class RunDirError(HarnessError):
     """A run directory that cannot be read: no such directory, no log, a malformed line."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 @dataclass

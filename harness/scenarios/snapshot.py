@@ -25,7 +25,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..kernel import TaskInfo
 from ..kernel.stops import StopPoint
 from ..memory import BufferMemory, CapturedMemory, Memory, Overlay
@@ -50,7 +50,7 @@ VERSION = 1
 class DeliveryFileError(HarnessError, ValueError):
     """A saved delivery snapshot is missing, of another format or inconsistent; names the path."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class BrokenRA:

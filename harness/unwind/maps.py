@@ -26,7 +26,7 @@ from typing import TypeVar
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..memory import Memory, MemoryFault
 
 VDSO = "[vdso]"
@@ -40,7 +40,7 @@ _MAPS_LINE = re.compile(
 class MapsError(HarnessError, ValueError):
     """A maps line does not parse; carries the line."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
     def __init__(self, line: str, lineno: int):
         self.line = line

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..memory import BufferMemory, MemoryFault
 from ..regs import UserRegs
 from .maps import AddressSpace, Mapping, parse_maps
@@ -35,7 +35,7 @@ VERSION = 1
 class SnapshotError(HarnessError, ValueError):
     """A snapshot directory is missing, of another format, or inconsistent; names the path."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 @dataclass
