@@ -18,7 +18,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
 
  |   `Exception`
  |    +-- `HarnessError`
- |         +-- `ImageError`                    images: harness/images/cache.py
+ |         +-- `ImageError`                    images: harness/images/errors.py
  |         |    +-- `QemuImageError`           harness/images/qemu.py
  |         |    +-- `ProgramError`             harness/images/programs.py
  |         |    +-- `KernelInputError`         harness/images/kernel.py
@@ -65,9 +65,9 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `LogFormatError`                deferred: harness/deferred/log.py
  |         +-- `LogWriteError`                 deferred: harness/deferred/log.py
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
- |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
+ |         +-- `PerfFormatError` [ValueError]  perfparse: harness/perfparse/records.py
  |         +-- `CaptureError`                  perf: harness/perf/capture.py
- |         +-- `ScriptFormatError` [ValueError]  perf: harness/perf/script.py
+ |         +-- `ScriptFormatError` [ValueError]  perfparse: harness/perfparse/script.py
  |         +-- `DebianRunError`                perf: harness/perf/debian_run.py
  |         +-- `DebianFilesError`              perf: harness/perf/debian_run.py
  |         +-- `DeferIgnored`                  perf: harness/perf/debian_run.py
@@ -75,7 +75,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `RunDirTaken`                   report: harness/report/rundir.py
  |         +-- `DeliveryFileError` [ValueError] scenarios: harness/scenarios/snapshot.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
- |         +-- `UsageError`                    cli: harness/cli.py
+ |         +-- `UsageError`                    commands: harness/commands/__init__.py
  |         +-- `UnknownScenario`               scenarios: harness/scenarios/catalog.py
 
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
@@ -86,7 +86,14 @@ exceptions (names starting with ``_``), which never leave their module.
 
 from __future__ import annotations
 
-__all__ = ["HarnessError"]
+__all__ = ["EXIT_FAILURES", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "HarnessError"]
+
+#: The exit codes of every subcommand (harness/cli.py): named here, the ground floor, so that the
+#: error classes of every layer and the commands that choose a code say which one they mean.
+EXIT_OK = 0  # every stack agrees or is explained; the command did what it was asked
+EXIT_FAILURES = 1  # failures or invariant violations
+EXIT_USAGE = 2  # bad usage or input
+EXIT_INFRA = 3  # the infrastructure failed (guest timeout, QEMU died, disk full, interrupted)
 
 
 class HarnessError(Exception):
@@ -97,4 +104,4 @@ class HarnessError(Exception):
     3 unless a class says the error is about its input (a file, a binary, a log, an argument),
     which sets 2."""
 
-    exit_code = 3
+    exit_code = EXIT_INFRA

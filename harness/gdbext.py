@@ -30,8 +30,8 @@ except ImportError:  # imported outside gdb (tests walk every module): nothing t
     gdb = None
 
 from .images.programs import Program, Variant
-from .interactive import Guest
-from .kernel import KernelInfo
+from .interactive import Guest, Started
+from .kernel import KernelInfo, read_task, task_addresses
 from .kernel.btf import Btf
 from .kernel.kallsyms import Kallsyms
 from .kernel.stops import find_stop_points
@@ -149,8 +149,6 @@ class GdbSession(Session):
 class GdbGuest(Guest):
     def __post_init__(self) -> None:
         super().__post_init__()
-        from .interactive import Started
-
         progs = self.session.programs
         for pid, argv in self.session.cfg.get("started", {}).items():
             self.started[int(pid)] = Started(int(pid), tuple(argv), progs.get(argv[0]), None)
@@ -166,8 +164,6 @@ class GdbGuest(Guest):
     def _synth_maps(self, pid: int) -> str:
         """The maps of a static, non-PIE program (the guest runs without ASLR): its PT_LOAD
         segments and the stack, or just the stack when the task's comm names no program."""
-        from .kernel import read_task, task_addresses
-
         info = self.session.info
         t = next((read_task(info, self._read, a) for a in task_addresses(info, self.tl, self._read)
                   if read_task(info, self._read, a).pid == pid), None)
@@ -210,8 +206,6 @@ def _pid(arg: str) -> int | None:
     except ValueError:
         pass
     g = guest()
-    from .kernel import read_task, task_addresses
-
     info = g.session.info
     tasks = [read_task(info, g._read, a) for a in task_addresses(info, g.tl, g._read)]
     found = sorted({t.tgid for t in tasks if not t.kthread and (t.comm.startswith(arg) or arg.startswith(t.comm))})

@@ -27,7 +27,7 @@ from pathlib import Path
 from .deferred.log import EventLog
 from .deferred.model import IRQ, SYSCALL, Context, DeferredModel, UnwindWork
 from .deferred.profile import get_profile
-from .images.programs import Program
+from .images.programs import Program, user_program
 from .kernel import (
     PF_EXITING,
     TaskInfo,
@@ -45,6 +45,7 @@ from .memory import MemoryFault
 from .oracles.base import Request, Setup, build_oracles
 from .regs import UserRegs
 from .report.text import format_table, side_by_side, stack_columns
+from .scenarios.catalog import CATALOG
 from .scenarios.snapshot import StackChecker, StopSnapshot
 from .transport.errors import TargetError
 from .transport.target import PAGE, TargetMemory
@@ -290,8 +291,6 @@ class Guest:
     # -- programs ----------------------------------------------------------------------------------
     def programs(self) -> Text:
         """The programs in this guest's initramfs, and the catalog scenarios that run them."""
-        from .scenarios.catalog import CATALOG
-
         rows = []
         for g, p in self.session.programs.items():
             scs = [n for n, sc in CATALOG.items()
@@ -301,8 +300,6 @@ class Guest:
         return Text(format_table(rows))
 
     def _resolve_program(self, what: str) -> tuple[str, list[str], Program | None]:
-        from .scenarios.catalog import CATALOG
-
         progs = self.session.programs
         if what in CATALOG:
             sc = CATALOG[what]
@@ -330,8 +327,6 @@ class Guest:
         libraries it needs that the guest lacks (as ``--program`` puts them in the initramfs), at
         ``/user/NAME``, as base64 text on the console (:meth:`harness.transport.qemu.Machine.upload`).
         Returns its :class:`Program`."""
-        from .images.programs import user_program
-
         prog = user_program(host_path)
         present = {g for p in self.session.programs.values() for _, g in p.runtime}
         present |= set(self.session.programs)
@@ -344,7 +339,7 @@ class Guest:
                     raise LookupError(f"cannot create {d} in the guest")
                 m.upload(Path(host).read_bytes(), guest_path)
         self.session.programs[prog.guest_path] = prog
-        print(f"uploaded {prog.path} as {prog.guest_path} ({len(files)} file(s))")
+        log.info("uploaded %s as %s (%d file(s))", prog.path, prog.guest_path, len(files))
         return prog
 
     def start(self, what: str, *args: str) -> Started:
@@ -356,7 +351,7 @@ class Guest:
         proc = self.session.run_program(argv)
         st = Started(proc.pid, tuple(argv), prog, proc)
         self.started[proc.pid] = st
-        print(f"started pid {proc.pid}: {' '.join(argv)}")
+        log.info("started pid %d: %s", proc.pid, " ".join(argv))
         return st
 
     def kill(self, pid: int, sig: str = "KILL") -> int:
@@ -364,12 +359,13 @@ class Guest:
             return self.session.machine.shell(f"kill -{sig} {pid}")
 
     def sh(self, command: str) -> int:
-        """Run a shell command in the guest; print its output (stdout and stderr, from the
-        guest's program-output channel) and return its exit status."""
+        """Run a shell command in the guest; log its output (stdout and stderr, from the guest's
+        program-output channel: ``harness shell`` shows this module's log) and return its exit
+        status."""
         with self._running():
             status, out = self.session.machine.shell_output(command)
         if out:
-            print(out.decode(errors="replace"), end="" if out.endswith(b"\n") else "\n")
+            log.info("%s", out.decode(errors="replace").removesuffix("\n"))
         return status
 
     @contextlib.contextmanager

@@ -119,7 +119,7 @@ class CapturedMemory:
     def add_fault(self, addr: int) -> None:
         self.faults.add(addr - addr % PAGE)
 
-    def seal(self) -> "CapturedMemory":
+    def seal(self) -> CapturedMemory:
         """The guest runs on: no live reads from here on."""
         self.live = None
         return self

@@ -57,6 +57,11 @@ import pytest
 
 from .errors import HarnessError
 
+# The rest of the harness is imported inside the functions that use it (each marked "lazy"): pytest
+# loads this plugin (entry point pytest11) in every pytest run of the environment, most of which
+# boot no guest, and importing the session, the engine and the images from here would put all of
+# them in front of every test collection.
+
 __all__ = ["GuestPool", "UnwindFailure", "assert_unwinds", "failing_stacks", "summarize"]
 
 _DEFAULTS = {"kernel": "default", "qemu": None, "smp": 1, "samples": 30, "toolchain": "host",
@@ -77,7 +82,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "smp": f"vCPUs of the guest (default: {_DEFAULTS['smp']})",
         "samples": f"requests that must land on the program's tasks per run (default: {_DEFAULTS['samples']})",
         "toolchain": "toolchain for unwind_run.source() without a marker: host, trixie, sid (default: host)",
-        "max_guests": f"guests alive at once; the least recently used is closed first (default: {_DEFAULTS['max_guests']})",
+        "max_guests": ("guests alive at once; the least recently used is closed first "
+                       f"(default: {_DEFAULTS['max_guests']})"),
         "show": f"failing stacks printed side by side per run (default: {_DEFAULTS['show']})",
     }
     for name, text in helps.items():
@@ -182,7 +188,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def _default_variant():
-    from .images.programs import Variant
+    from .images.programs import Variant  # lazy: see the note at the top
 
     return Variant()
 
@@ -200,7 +206,7 @@ class GuestPool:
         self.unusable: dict = {}  # declared program -> why no guest carries it
 
     def get(self, kernel: str, qemu: str | None, smp: int, programs: Iterable = (), sources: Iterable = ()):
-        from .session import GuestSpec, Session
+        from .session import GuestSpec, Session  # lazy: see the note at the top
 
         programs = [str(Path(p)) for p in programs]
         sources = list(sources)
@@ -230,7 +236,7 @@ class GuestPool:
     def _usable_declared(self, kind: str) -> list:
         """The declared programs that can be put in a guest: one that cannot (no such file, not
         x86, a build that fails) fails only the tests that run it, not every guest's boot."""
-        from .images.cache import ImageError
+        from .images.errors import ImageError  # lazy: see the note at the top
         from .images.programs import build_program, user_program
         from .images.toolchain import get_toolchain
 
@@ -318,7 +324,7 @@ class UnwindRunner:
         ``scenario_fields`` override :class:`harness.scenarios.catalog.Scenario` fields
         (``requests=("timer",)``, ``seed=1``, ``break_ra=True``, ...).  With ``--uh-smp`` above 1
         the requests are timer interrupts unless ``requests`` is given."""
-        from .scenarios.catalog import user_scenario
+        from .scenarios.catalog import user_scenario  # lazy: see the note at the top
 
         sc = user_scenario(str(program), list(args), samples=samples or self._config("samples"))
         sc = dataclasses.replace(sc, **self._smp_requests(scenario_fields))
@@ -330,7 +336,7 @@ class UnwindRunner:
         """Sample the guest program ``guest_programs/NAME.c`` built with ``toolchain`` (default: the
         test's) in ``variant`` (:class:`harness.images.programs.Variant`); the unwinder is SFrame's
         where the variant has SFrame and no frame pointers, else frame pointers."""
-        from .images.programs import Variant
+        from .images.programs import Variant  # lazy: see the note at the top
         from .scenarios.catalog import Scenario, unwinder_for
 
         variant = variant if variant is not None else Variant()
@@ -354,7 +360,7 @@ class UnwindRunner:
         return self._pool.get(self.kernel, self._config("qemu"), self._config("smp"), programs, sources)
 
     def _run(self, sess, sc):
-        from .deferred.log import JsonlFile
+        from .deferred.log import JsonlFile  # lazy: see the note at the top
         from .scenarios.engine import Engine
 
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", sc.name)
@@ -407,7 +413,7 @@ def summarize(result, log: Path | None = None) -> str:
 
 def failing_stacks(result, show: int = 3) -> str:
     """The first ``show`` failing stack records of ``result``, each pair side by side."""
-    from .report.text import stack_failures
+    from .report.text import stack_failures  # lazy: see the note at the top
 
     out = []
     for rec in result.failures[:show]:

@@ -44,7 +44,7 @@ class UserRegs:
     ss: int = 0x2B
 
     @classmethod
-    def from_pt_regs(cls, raw: bytes, offsets: dict[str, int] | None = None) -> "UserRegs":
+    def from_pt_regs(cls, raw: bytes, offsets: dict[str, int] | None = None) -> UserRegs:
         if len(raw) < PT_REGS_SIZE:
             raise ValueError(f"pt_regs needs {PT_REGS_SIZE} bytes, got {len(raw)}")
         if offsets is None:

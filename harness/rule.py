@@ -12,9 +12,9 @@ other than SP/FP, a dereference of the CFA, and an RA or FP found in a register.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Mapping
+from functools import cache
 
 from .errors import HarnessError
 
@@ -50,7 +50,7 @@ class FrameRule:
         return f"cfa={self.cfa} ra={self.ra} fp={self.fp}" + (" signal" if self.signal_frame else "")
 
 
-@lru_cache(maxsize=None)  # immutable: one per word size (a walk asks for it at every start)
+@cache  # immutable: one per word size (a walk asks for it at every start)
 def fp_rule(ws: int = 8) -> FrameRule:
     """The frame-pointer rule after the prologue: cfa = fp + 2ws, ra at cfa - ws, fp at cfa - 2ws."""
     return FrameRule(ValueRule("fp", 2 * ws), ValueRule("cfa", -ws, True), ValueRule("cfa", -2 * ws, True))
@@ -61,7 +61,7 @@ def outermost_rule(signal_frame: bool = False) -> FrameRule:
     return FrameRule(ValueRule(UNDEFINED), ValueRule(UNDEFINED), ValueRule(SAME), signal_frame)
 
 
-@lru_cache(maxsize=None)
+@cache
 def entry_rule(ws: int = 8) -> FrameRule:
     """The function-entry rule (IP at ``push %rbp``/``endbr64``): cfa = sp + ws, fp unchanged."""
     return FrameRule(ValueRule("sp", ws), ValueRule("cfa", -ws, True), ValueRule(SAME))

@@ -29,8 +29,8 @@ from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.affinity import pin_apart, stub_first
-from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.errors import StopLeft, TargetError
+from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.target import ReadResult, Target
 
 #: bytes of :attr:`Session.expected_reads` read with the registers at one stop, at most (a few
@@ -140,7 +140,7 @@ class Session:
         self.realtime = ""
         self._unpin = None
 
-    def start(self) -> "Session":
+    def start(self) -> Session:
         spec = self.spec
         self.kernel = get_kernel(spec.kernel, spec.kernel_path)
         for source, tc_name, variant in spec.programs:
@@ -178,7 +178,7 @@ class Session:
             raise
         return self
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -259,7 +259,7 @@ class Session:
     def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
         ranges = [r for r in ranges if self._from_cache(*r) is None]
         if ranges and not self.target.running:  # running: the reads that need them say so
-            self._keep(zip(ranges, self.target.read_many(ranges)))
+            self._keep(zip(ranges, self.target.read_many(ranges), strict=True))
 
     def _keep(self, results) -> None:
         for (addr, _), r in results:
@@ -319,7 +319,7 @@ class Session:
         have = dict(self._stop_results())
         missing = [r for r in dict.fromkeys(ranges) if r not in have]
         if missing:
-            have.update(zip(missing, self.target.read_many(missing)))
+            have.update(zip(missing, self.target.read_many(missing), strict=True))
         return [have[r] for r in ranges]
 
     def prefetch_stop(self, point: StopPoint | None = None) -> None:

@@ -6,7 +6,7 @@
 * :mod:`.stitch`: joining samples with deferred user stacks, as perf does.
 """
 
-from .check import Checker, Verdict, Violation, check_events, check_lines, main_check
+from .check import Checker, Verdict, Violation, check_events, check_lines
 from .log import EventLog, LogFormatError, read_events, trace_hash
 from .model import (
     IRQ,
@@ -23,7 +23,7 @@ from .model import (
 from .profile import EBUSY, EINVAL, PF_EXITING, PF_KTHREAD, Profile, get_profile, mainline, seed_v10
 
 __all__ = [
-    "Checker", "Verdict", "Violation", "check_events", "check_lines", "main_check",
+    "Checker", "Verdict", "Violation", "check_events", "check_lines",
     "EventLog", "LogFormatError", "read_events", "trace_hash",
     "IRQ", "NMI", "SYSCALL", "Context", "DeferredModel", "ModelBlocked", "ModelError", "Task",
     "UnwindWork", "run",

@@ -33,20 +33,18 @@ A log whose last event is not an ``end`` record (or an empty one) is *incomplete
 but not a passing log either.  The verdict also sums up the stack records: verdicts per
 (unwinder, oracle), divergences per cause, and the failures.
 
-:func:`check_events` returns a :class:`Verdict`; :func:`render` turns it into text;
-:func:`main_check` is the ``harness check LOG`` command (exit 0 clean and complete with no
-failure, 1 violations, failures or an incomplete log, 2 unreadable input).
+:func:`check_events` returns a :class:`Verdict`; :func:`harness.report.check.verdict_lines` turns it
+into text and ``harness check LOG`` (:mod:`harness.commands.check`) prints it (exit 0 clean and
+complete with no failure, 1 violations, failures or an incomplete log, 2 unreadable input).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from .log import VERDICTS, LogFormatError, read_events, stack_causes, stack_failed, trace_hash
+from .log import read_events, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 
@@ -441,56 +439,3 @@ def check_events(events: Iterable[dict]) -> Verdict:
 def check_lines(lines: Iterable[str]) -> Verdict:
     """Check JSONL text; raises :class:`LogFormatError` naming the first malformed line."""
     return check_events(read_events(lines))
-
-
-def main_check(argv: list[str] | None = None) -> int:
-    """``harness check LOG``: 0 when the log is clean and complete with no failure verdict, 1 otherwise
-    (a message per violation, failure, or the incompleteness), 2 when unreadable."""
-    parser = argparse.ArgumentParser(prog="harness check", description="check an unwind_deferred event log")
-    parser.add_argument("log", help="JSONL event log written by harness.deferred")
-    args = parser.parse_args(argv)
-    return _run_check(args.log)
-
-
-def render(verdict: Verdict, path: str) -> list[str]:
-    """The lines ``harness check`` prints: the stack records' summary (verdicts per pair, causes,
-    each failure), how the run ended, then "clean" or the violations, then incompleteness."""
-    out = [f"{verdict.stacks} stack(s), {verdict.failed_stacks} with a failure verdict"]
-    for (unwinder, oracle), counts in sorted(verdict.verdicts.items()):
-        shown = ", ".join(f"{name} {counts[name]}" for name in VERDICTS if counts[name])
-        out.append(f"{unwinder}/{oracle}: {shown}")
-    if verdict.causes:
-        out.append("causes: " + ", ".join(f"{c} {n}" for c, n in sorted(verdict.causes.items(), key=lambda x: (-x[1], x[0]))))
-    out += [f"failure: {f}" for f in verdict.failures]
-    if verdict.end_reason is not None:
-        requests = f", {verdict.requests} request(s)" if verdict.requests is not None else ""
-        out.append(f"run ended: {verdict.end_reason}{requests}, {len(verdict.errors)} error(s)")
-        out += [f"error: {e}" for e in verdict.errors]
-    if verdict.clean:
-        out.append(f"clean ({verdict.events} events)")
-    else:
-        out += verdict.messages()
-        out.append(f"{len(verdict.violations)} violation(s) in {verdict.events} events")
-    if verdict.incomplete:
-        out.append(f"incomplete: {verdict.incomplete}")
-    return [f"{path}: {line}" for line in out]
-
-
-def _run_check(path: str) -> int:
-    """Check the log at ``path`` and print :func:`render`'s lines: 0 when :attr:`Verdict.ok`,
-    1 otherwise, 2 (one line on stderr) when the file cannot be read as a log."""
-    try:
-        with open(path, encoding="utf-8") as fp:
-            verdict = check_lines(fp)
-    except OSError as exc:
-        print(f"harness check: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except UnicodeDecodeError as exc:
-        print(f"harness check: {path} is not UTF-8 text: {exc}", file=sys.stderr)
-        return 2
-    except LogFormatError as exc:
-        print(f"harness check: {path}: {exc}", file=sys.stderr)
-        return 2
-    for line in render(verdict, path):
-        print(line)
-    return 0 if verdict.ok else 1

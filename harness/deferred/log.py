@@ -76,10 +76,11 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
-from ..errors import HarnessError
+from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
 from ..verdicts.types import KINDS as DIVERGENCE_KINDS
 from ..verdicts.types import VERDICTS
 
@@ -89,7 +90,7 @@ LOG_VERSION = 1
 class LogFormatError(HarnessError):
     """A log line that is not a well-formed event; names the line."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
     def __init__(self, line_no: int, message: str, text: str = ""):
         self.line_no = line_no
@@ -101,7 +102,7 @@ class LogWriteError(HarnessError):
     """A log line could not be written (a full disk, a failing device): the log keeps its whole
     lines before it and nothing after (the error names the file and how many lines it keeps)."""
 
-    exit_code = 3  # infrastructure (harness.errors)
+    exit_code = EXIT_INFRA  # infrastructure
 
 
 class JsonlFile:
@@ -158,7 +159,7 @@ class JsonlFile:
             fd, self.fd = self.fd, None
             os.close(fd)
 
-    def __enter__(self) -> "JsonlFile":
+    def __enter__(self) -> JsonlFile:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -19,8 +19,8 @@ Pure domain code: no sockets, no subprocesses.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Iterable
 
 from ..errors import HarnessError
 from .log import EventLog, trace_hash

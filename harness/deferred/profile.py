@@ -38,8 +38,8 @@ asks the profile where the revisions differ.  Two profiles are provided:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 # include/uapi/asm-generic/errno-base.h
 EBUSY = 16
@@ -137,7 +137,7 @@ class Profile:
     def max_tracers(self) -> int:
         return self.word_bits - bin(self.reserved).count("1")
 
-    def with_max_entries(self, n: int) -> "Profile":
+    def with_max_entries(self, n: int) -> Profile:
         """The same revision with another ``UNWIND_MAX_ENTRIES`` (e.g. 512 of early revisions)."""
         return replace(self, max_entries=n)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 U64 = (1 << 64) - 1
 PERF_CONTEXT_USER_DEFERRED = -640 & U64  # 0xfffffffffffffd80
@@ -31,7 +31,7 @@ PERF_RECORD_CALLCHAIN_DEFERRED = 22
 class StitchError(HarnessError, ValueError):
     """A callchain or record that does not follow the deferred-callchain format."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 def deferred_marker(cookie: int) -> list[int]:

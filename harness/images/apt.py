@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..progress import note, step
-from .cache import ImageError, cache_root
+from .cache import cache_root
+from .errors import ImageError
 from .lock import cache_lock, write_atomic
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"

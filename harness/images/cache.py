@@ -14,15 +14,11 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from ..errors import HarnessError
 from ..progress import note, step
-
-
-class ImageError(HarnessError):
-    """Fetching or building an image failed; the message names the step and its input."""
+from .lock import cache_lock
 
 
 def cache_root() -> Path:
@@ -78,8 +74,6 @@ def cached_dir(kind: str, key: str, build: Callable[[Path], None], *, what: str)
     (bounded, saying so on their progress line) and then reuse its entry.  The build writes into
     a temporary directory that is renamed into place only on success.
     """
-    from .lock import cache_lock
-
     final = cache_root() / kind / key
     if (final / ".complete").exists():
         return final

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .apt import Package, PrivateApt, run_tool, unpack_closure
-from .cache import ImageError, cached_dir, content_key
+from .cache import cached_dir, content_key
+from .errors import ImageError
 from .kernel import KERNELS
 from .programs import runtime_files
 

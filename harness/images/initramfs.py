@@ -12,7 +12,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache import ImageError, cached_dir, content_key, repo_root
+from .cache import cached_dir, content_key, repo_root
+from .errors import ImageError
 from .programs import Program
 
 INIT_SCRIPT = repo_root() / "images" / "init.sh"

@@ -7,9 +7,9 @@ recorded with its package name, version and the sha256 of what is booted.
 
 from __future__ import annotations
 
+import gzip
 import json
 import lzma
-import gzip
 import shutil
 import struct
 import subprocess
@@ -17,8 +17,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import EXIT_USAGE
 from .apt import Package, PrivateApt
-from .cache import ImageError, cached_dir, content_key, sha256_file
+from .cache import cached_dir, content_key, sha256_file
+from .errors import ImageError
 from .lock import write_atomic
 
 # Named kernels: (suite, meta package).  The meta package's dependency names the image package.
@@ -48,7 +50,7 @@ class KernelInputError(ImageError):
     """A kernel the user named that cannot be booted: an unknown name, a missing file, or a file
     that is not a vmlinux or bzImage."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 def get_kernel(name: str = "default", path: str | None = None) -> Kernel:

@@ -39,12 +39,12 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ..progress import step
-from .cache import ImageError
+from .errors import ImageError
 
 __all__ = ["CacheLockTimeout", "DEFAULT_WAIT", "Held", "cache_lock", "lock_holders", "parse_proc_locks",
            "write_atomic"]

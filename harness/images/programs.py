@@ -16,7 +16,9 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .cache import ImageError, cached_dir, content_key, repo_root
+from ..errors import EXIT_USAGE
+from .cache import cached_dir, content_key, repo_root
+from .errors import ImageError
 from .toolchain import Toolchain
 
 SOURCES = repo_root() / "guest_programs"
@@ -51,7 +53,7 @@ class Variant:
         return "-".join(parts)
 
     @classmethod
-    def parse(cls, tag: str) -> "Variant":
+    def parse(cls, tag: str) -> Variant:
         """Inverse of :attr:`tag`: ``fp-sframe-static-64-shadow`` and the like."""
         words = tag.split("-")
         v = cls(frame_pointers="fp" in words, sframe="sframe" in words, static="dyn" not in words,
@@ -109,7 +111,7 @@ class ProgramError(ImageError):
     """A user's own binary (``--program``) that cannot run in the guest: missing, not ELF, or
     not x86-64/i386."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 def user_program(path: str | Path) -> Program:

@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .apt import Package, PrivateApt, run_tool, unpack_closure
-from .cache import ImageError, cached_dir, content_key, progress
+from .cache import cache_root, cached_dir, content_key, progress
+from .errors import ImageError
 from .lock import write_atomic
 
 QEMU_CHOICES = ("auto", "host", "backports")
@@ -269,8 +270,6 @@ def resolve_qemu(choice: str | Sequence[str] | None = None) -> Qemu:
 
 def cached_backports() -> list[dict]:
     """What ``cache/qemu`` holds (for ``harness doctor``), without building anything."""
-    from .cache import cache_root
-
     out = []
     d = cache_root() / "qemu"
     for meta in sorted(d.glob("*/qemu.json")) if d.exists() else []:

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from ..kernel.kallsyms import Kallsyms
-from .cache import ImageError, cache_root
+from .cache import cache_root
+from .errors import ImageError
 from .lock import cache_lock
 
 __all__ = ["KERNEL_LOW", "kernel_symbol_file", "symbol_file_source"]
@@ -35,7 +36,7 @@ def symbol_file_source(syms: Kallsyms) -> tuple[str, int]:
         raise ImageError("kallsyms has no symbol in the kernel image")
     base = rows[0].address
     addrs = sorted({s.address for s in rows})
-    nxt = dict(zip(addrs, addrs[1:] + [addrs[-1]]))
+    nxt = dict(zip(addrs, addrs[1:] + [addrs[-1]], strict=True))
     out = ['.section .kernel,"awx",@nobits']
     seen: set[str] = set()
     cur = base

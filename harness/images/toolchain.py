@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..progress import step
 from .apt import debian_archive_uri
-from .cache import ImageError, cache_root, cached_dir, content_key
+from .cache import cache_root, cached_dir, content_key
+from .errors import ImageError
 from .lock import DEFAULT_WAIT, cache_lock
 
 # Packages of every toolchain root: the compiler, binutils, a libc to link against, 32-bit

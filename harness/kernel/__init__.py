@@ -8,8 +8,8 @@ imports the transport.  What it knows of a kernel build is collected once in :cl
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from ..errors import HarnessError
 from ..regs import PT_REGS_FIELDS, PT_REGS_SIZE, UserRegs
@@ -44,7 +44,7 @@ class KernelInfo:
     missing: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
-    def build(cls, release: str, symbols: Mapping[str, int], btf) -> "KernelInfo":
+    def build(cls, release: str, symbols: Mapping[str, int], btf) -> KernelInfo:
         """Collect offsets from ``btf`` (a :class:`harness.kernel.btf.Btf`) and per-CPU symbols."""
 
         def off(struct_name: str, member: str) -> int:
@@ -168,7 +168,7 @@ class TaskListInfo:
     fsbase: int  # task_struct.thread.fsbase: the thread pointer of a task that is not running
 
     @classmethod
-    def build(cls, symbols: Mapping[str, int], btf) -> "TaskListInfo":
+    def build(cls, symbols: Mapping[str, int], btf) -> TaskListInfo:
         def off(t: str, *paths: str) -> int:
             for p in paths:
                 try:

@@ -23,12 +23,15 @@ for.  Every read of the blob is bounds-checked, so bad bytes raise :class:`BtfEr
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Iterator, Union
 
-from ..errors import HarnessError
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = [
     "Btf",
@@ -46,7 +49,7 @@ __all__ = [
 class BtfError(HarnessError, ValueError):
     """The BTF bytes are malformed (or a type has no such property, e.g. the size of a function)."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class BtfLookupError(HarnessError, KeyError):
@@ -229,7 +232,7 @@ class VarSecinfo:
     size: int
 
 
-TypeRef = Union[int, str, Type]
+TypeRef = int | str | Type
 
 
 class Btf:
@@ -249,7 +252,7 @@ class Btf:
         self.byte_order = "little" if lay is _LE else "big"
         if len(data) < lay.header.size:
             raise BtfError(f"BTF header truncated: {len(data)} bytes, struct btf_header needs {lay.header.size}")
-        hdr = dict(zip(_HEADER_FIELDS, lay.header.unpack_from(data)))
+        hdr = dict(zip(_HEADER_FIELDS, lay.header.unpack_from(data), strict=True))
         self.header = hdr
         if hdr["version"] != BTF_VERSION:
             raise BtfError(f"unsupported BTF version {hdr['version']} at byte 2 (want {BTF_VERSION})")
@@ -280,11 +283,8 @@ class Btf:
         self._ptr_size: int | None = None
 
     @classmethod
-    def from_elf(cls, path: str | Path) -> "Btf":
+    def from_elf(cls, path: str | Path) -> Btf:
         """The ``.BTF`` section of an ELF file (a vmlinux)."""
-        from elftools.common.exceptions import ELFError
-        from elftools.elf.elffile import ELFFile
-
         try:
             with open(path, "rb") as f:
                 section = ELFFile(f).get_section_by_name(".BTF")
@@ -308,7 +308,8 @@ class Btf:
         append = offs.append
         while off < end:
             if off + rec > end:
-                raise BtfError(f"type [{len(offs)}] at byte {off}: btf_type record truncated by the end of the type section at {end}")
+                raise BtfError(f"type [{len(offs)}] at byte {off}: btf_type record truncated by the end of the type "
+                               f"section at {end}")
             info = unpack(data, off)[1]
             kind = (info >> 24) & 0x1F
             fx = fixed[kind]
@@ -318,7 +319,8 @@ class Btf:
             off += rec + fx + per[kind] * (info & 0xFFFF)
         if off != end:
             raise BtfError(
-                f"type [{len(offs) - 1}] at byte {offs[-1]}: its data runs {off - end} bytes past the end of the type section at {end}"
+                f"type [{len(offs) - 1}] at byte {offs[-1]}: its data runs {off - end} bytes past the end of the type "
+                f"section at {end}"
             )
         return offs
 
@@ -332,7 +334,8 @@ class Btf:
     def _str(self, name_off: int, where: str) -> str:
         start = self._str_start + name_off
         if name_off < 0 or start >= self._str_end:
-            raise BtfError(f"{where}: name_off {name_off} is past the end of the {self._str_end - self._str_start}-byte string section")
+            raise BtfError(f"{where}: name_off {name_off} is past the end of the "
+                           f"{self._str_end - self._str_start}-byte string section")
         end = self._data.index(b"\0", start, self._str_end)  # found: the section ends with NUL (checked)
         return self._data[start:end].decode("utf-8", "replace")
 
@@ -633,7 +636,8 @@ class Btf:
         if len(found) == 1:
             return found[0]
         if not found:
-            typedefs = [t for t in self.find_all(name, Kind.TYPEDEF) if self.resolved(t).kind in (Kind.ENUM, Kind.ENUM64)]
+            typedefs = [t for t in self.find_all(name, Kind.TYPEDEF)
+                        if self.resolved(t).kind in (Kind.ENUM, Kind.ENUM64)]
             if len(typedefs) == 1:
                 return self.resolved(typedefs[0])
             raise BtfLookupError(f"no BTF enum {name!r}")
@@ -645,7 +649,8 @@ class Btf:
         if enum is not None:
             values = self.enum_values(enum)
             if enumerator not in values:
-                raise BtfLookupError(f"enum {enum if isinstance(enum, (str, int)) else enum.name!r} has no enumerator {enumerator!r}")
+                what = enum if isinstance(enum, (str, int)) else enum.name
+                raise BtfLookupError(f"enum {what!r} has no enumerator {enumerator!r}")
             return values[enumerator]
         seen: dict[int, list[int]] = {}
         for tid in range(1, len(self._offs)):
@@ -700,7 +705,8 @@ class Btf:
         _, start = self._trailer(tt)
         layout = self._lay.trailer[Kind.DATASEC][1]
         out = []
-        for i, (type_id, offset, size) in enumerate(layout.iter_unpack(self._data[start : start + layout.size * tt.vlen])):
+        entries = layout.iter_unpack(self._data[start : start + layout.size * tt.vlen])
+        for i, (type_id, offset, size) in enumerate(entries):
             where = f"{tt} entry {i} at byte {start + i * layout.size}"
             var = self.type(self._ref(type_id, where))
             out.append(VarSecinfo(var.name, var.id, offset, size))

@@ -22,13 +22,17 @@ import bisect
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 from types import EllipsisType
-from typing import Iterable, Iterator
 
-from ..errors import HarnessError
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = [
     "Kallsyms",
@@ -44,7 +48,7 @@ __all__ = [
 class KallsymsError(HarnessError, ValueError):
     """The symbol text, cache or ELF file cannot be used."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class KallsymsParseError(KallsymsError):
@@ -114,7 +118,7 @@ class Kallsyms:
             self._check_censored()
 
     @classmethod
-    def _from_rows(cls, rows: list, source: str, meta: dict | None = None, censor_check: bool = True) -> "Kallsyms":
+    def _from_rows(cls, rows: list, source: str, meta: dict | None = None, censor_check: bool = True) -> Kallsyms:
         if any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
             rows.sort(key=_by_address)  # stable: symbols at one address keep their listed order
         self = cls.__new__(cls)
@@ -137,7 +141,7 @@ class Kallsyms:
     # --- sources ------------------------------------------------------------------------------------
 
     @classmethod
-    def parse(cls, text: str | bytes, *, source: str = "kallsyms") -> "Kallsyms":
+    def parse(cls, text: str | bytes, *, source: str = "kallsyms") -> Kallsyms:
         """``/proc/kallsyms`` text (or ``nm`` output of the same shape).  Blank lines are skipped."""
         if isinstance(text, (bytes, bytearray, memoryview)):
             try:
@@ -148,13 +152,9 @@ class Kallsyms:
         return cls._from_rows(_parse_lines(text, source, 1), source)
 
     @classmethod
-    def from_elf(cls, path: str | Path) -> "Kallsyms":
+    def from_elf(cls, path: str | Path) -> Kallsyms:
         """The ``.symtab`` of an ELF vmlinux (or any ELF), typed like ``nm``; undefined, file and
         section symbols left out.  Debian's vmlinux is stripped: that raises KallsymsError."""
-        from elftools.common.exceptions import ELFError
-        from elftools.elf.constants import SH_FLAGS
-        from elftools.elf.elffile import ELFFile
-
         rows = []
         try:
             with open(path, "rb") as f:
@@ -194,11 +194,12 @@ class Kallsyms:
         tmp.replace(path)
 
     @classmethod
-    def loads(cls, text: str, *, source: str = "kallsyms cache") -> "Kallsyms":
+    def loads(cls, text: str, *, source: str = "kallsyms cache") -> Kallsyms:
         head, sep, body = text.partition("\n")
         m = re.fullmatch(re.escape(_CACHE_MAGIC) + r" v(\d+) symbols=(\d+) (\{.*\})", head)
         if not m:
-            raise KallsymsParseError(1, head, f"not a kallsyms cache header ({_CACHE_MAGIC} vN symbols=N {{...}})", source)
+            raise KallsymsParseError(1, head, f"not a kallsyms cache header ({_CACHE_MAGIC} vN symbols=N {{...}})",
+                                     source)
         if int(m[1]) != _CACHE_VERSION:
             raise KallsymsError(f"{source}: cache format v{m[1]}, this harness reads v{_CACHE_VERSION}: rebuild it")
         try:
@@ -211,7 +212,7 @@ class Kallsyms:
         return cls._from_rows(rows, source, meta if isinstance(meta, dict) else {})
 
     @classmethod
-    def load(cls, path: str | Path) -> "Kallsyms":
+    def load(cls, path: str | Path) -> Kallsyms:
         return cls.loads(Path(path).read_text(), source=str(path))
 
     # --- queries ------------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ class Kallsyms:
         """name -> row of its first symbol; names that repeat are also in ``self._dups`` (all rows)."""
         if self._first is None:
             names = [r[2] for r in self._rows]
-            first = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
+            first = dict(zip(reversed(names), range(len(names) - 1, -1, -1), strict=True))
             dups: dict[str, list[int]] = {}
             if len(first) != len(names):
                 repeated = {n for n, c in Counter(names).items() if c > 1}

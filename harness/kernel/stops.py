@@ -9,9 +9,8 @@ reported in :attr:`StopPoints.missing`, never guessed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable
 
 from . import KernelInfo
 
@@ -101,7 +100,8 @@ def find_after_call(code: bytes, code_addr: int, callee: int) -> list[int]:
     return hits
 
 
-def find_stop_points(info: KernelInfo, read: Callable[[int, int], bytes], function_end: Callable[[int], int]) -> StopPoints:
+def find_stop_points(info: KernelInfo, read: Callable[[int, int], bytes],
+                     function_end: Callable[[int], int]) -> StopPoints:
     """Resolve every named point on this kernel.  ``function_end(addr)`` is the next symbol's
     address (bounds the scan of a function's code)."""
     points: dict[str, StopPoint] = {}

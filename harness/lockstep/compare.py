@@ -55,12 +55,13 @@ A difference is printed with both sides; under a profile other than the kernel's
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Iterable, Mapping
 
 from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
+from .btf import BtfLookupError
 
 __all__ = [
     "EVENT_KINDS", "EXPECTED", "CallMatcher", "Difference", "Event", "LockstepError", "Lockstep",
@@ -108,7 +109,7 @@ EXPECTED_TEST = {
 class LockstepError(HarnessError):
     """A recorded event is malformed (a missing field, an unknown kind): bad input."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,12 @@ class Event:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["trace"] = list(self.trace)
-        return {k: v for k, v in d.items() if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
+        return {k: v for k, v in d.items()
+                if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
                 or (k == "cache_nr" and v is not None)}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Event":
+    def from_dict(cls, d: Mapping) -> Event:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -232,7 +234,7 @@ class Summary:
     def expected(self) -> list[Difference]:
         return [d for d in self.differences if d.expected]
 
-    def merge(self, other: "Summary") -> None:
+    def merge(self, other: Summary) -> None:
         self.compared.update(other.compared)
         self.equal.update(other.equal)
         self.differences.extend(other.differences)
@@ -508,7 +510,7 @@ class Lockstep:
         self._compare(w.seq, "walks", st, w.kernel_walks, w.model_walks)
         self._compare(w.seq, "callbacks", st, [(n, c) for n, c, _ in w.kernel_callbacks],
                       [(n, c) for n, c, _ in w.model_callbacks])
-        for (kn, _, kt), (mn, _, mt) in zip(w.kernel_callbacks, w.model_callbacks):
+        for (kn, _, kt), (mn, _, mt) in zip(w.kernel_callbacks, w.model_callbacks, strict=False):
             if kn == mn:
                 self._compare(w.seq, "trace", st, list(kt), list(mt))
 
@@ -574,8 +576,6 @@ class Lockstep:
 def deferred_support(btf, symbols: Mapping[str, int] | None = None) -> tuple[bool, str]:
     """Whether this kernel has deferred unwinding and perf's deferred callchains, from its BTF
     (and kallsyms, once booted): (yes or no, why)."""
-    from ..kernel.btf import BtfLookupError
-
     try:
         btf.member_offset("task_struct", "unwind_info")
         btf.sizeof("unwind_task_info")

@@ -49,7 +49,8 @@ from ..unwind.user import UnwindConfig, unwind_user
 from .compare import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
 from .points import Points, resolve_points
 
-__all__ = ["KernelDiff", "KernelDiffResult", "check_support", "events_path"]
+__all__ = ["DEFAULT_FREQ", "DEFAULT_PROFILE", "DEFAULT_SAMPLES", "DEFAULT_SCENARIOS", "DEFAULT_SHOW", "KernelDiff",
+           "KernelDiffResult", "check_support", "events_path", "read_recording"]
 
 WALK_MAX = 1022  # our walk goes past any profile's UNWIND_MAX_ENTRIES; the model cuts it
 # The command's defaults (harness kernel-diff, and harness run --kernel-diff): requests of the
@@ -58,6 +59,7 @@ DEFAULT_SAMPLES = 300
 DEFAULT_FREQ = 200
 DEFAULT_PROFILE = "mainline"
 DEFAULT_SHOW = 20
+DEFAULT_SCENARIOS = ("fp-spin", "fp-syscall", "threads", "forkexec", "compat-fp")
 GUEST_OUT = "/tmp/kernel-diff.perfcc"
 
 
@@ -170,9 +172,10 @@ class KernelDiff:
 
     def _leave(self):
         """Step the stopped vCPU off its breakpoint (as Target.resume would) and look where the
-        step went.  A step that did not move is repeated.  A step that lands in an interrupt's entry (``asm_*``) did not execute the
-        instruction: it runs after the interrupt returns and hits the same breakpoint again, with
-        the same registers; that second stop is no event of the kernel's and is dropped (counted).
+        step went.  A step that did not move is repeated.  A step that lands in an interrupt's entry
+        (``asm_*``) did not execute the instruction: it runs after the interrupt returns and hits the
+        same breakpoint again, with the same registers; that second stop is no event of the kernel's
+        and is dropped (counted).
         Returns the step's stop when it landed on another point of ours (to handle as a stop)."""
         t = self.s.target
         if t.stop_cpu is not None and t.stop_cpu != t.cpu:
@@ -369,7 +372,8 @@ class KernelDiff:
                     kill_sent = True
                     drain_limit = stops + 20000
                 if kill_sent and stops >= drain_limit:
-                    self.errors.append(f"the program did not end within {stops - drain_limit + 20000} stops of the kill")
+                    self.errors.append(f"the program did not end within {stops - drain_limit + 20000} stops "
+                                       "of the kill")
                     break
                 landed = self._leave()
                 try:
@@ -428,103 +432,12 @@ def events_path(out_dir: Path, scenario: str, smp: int) -> Path:
     return out_dir / f"{scenario}.smp{smp}.events.jsonl"
 
 
-# -- the command line ----------------------------------------------------------------------------
-
-DEFAULT_SCENARIOS = ("fp-spin", "fp-syscall", "threads", "forkexec", "compat-fp")
-
-
-def _exit_code(total: Summary, profile: str, errors: list[str]) -> tuple[int, str]:
-    if errors:
-        return 3, f"{len(errors)} error(s) in the runs"
-    if total.kernel["request"] == 0 or total.n_compared == 0:
-        return 1, "nothing was compared: no request of the kernel's tracer was seen"
-    if profile == "mainline":
-        if total.unexplained:
-            return 1, f"{len(total.unexplained)} unexplained difference(s) between the kernel and the model"
-        return 0, "the model did what the kernel did at every event"
-    cookie = sum(1 for d in total.differences if d.what == "request.cookie")
-    if total.unexplained:
-        return 1, f"control {profile}: {len(total.unexplained)} difference(s) its revision does not explain"
-    if not cookie:
-        return 1, f"control {profile}: no cookie mismatch found (the comparison would be blind)"
-    return 0, (f"control {profile}: {cookie} cookie mismatch(es) found, as expected "
-               f"({EXPECTED_COOKIE_NAME}); every difference named")
-
-
-EXPECTED_COOKIE_NAME = "seed-v10 cookies are timestamps"
-
-
-def cmd_kernel_diff(args, spec_for) -> int:
-    import os
-    import sys
-
-    from ..images.kernel import get_kernel
-    from ..kernel.btf import Btf
-    from ..report.rundir import new_run_dir
-    from ..scenarios.catalog import programs_for, select_scenarios
-    from .compare import Summary as _Summary
-
-    scenarios = select_scenarios(args.scenarios, DEFAULT_SCENARIOS)
-    ci = os.environ.get("CI", "").lower() == "true"
-    default_kernel = args.kernel == "default" and not args.kernel_path
-
-    def skip(release: str, why: str) -> int:
-        print(f"kernel-diff: kernel {release}: {why}; the kernel-diff checks are skipped")
-        if ci and default_kernel:
-            print("kernel-diff: CI=true and this is the default kernel, which must have it: failure")
-            return 1
-        return 0
-
-    kernel = get_kernel(args.kernel, args.kernel_path)
-    ok, why = deferred_support(Btf.from_elf(kernel.vmlinux))
-    if not ok:
-        return skip(kernel.release or kernel.package, why)
-    spec = spec_for(args, programs_for(scenarios) + [PERFCC])
-    out = new_run_dir(args.out, suffix="-kernel-diff")  # unique and claimed, as harness run's
-    total = _Summary(args.profile)
-    results: list[KernelDiffResult] = []
-    errors: list[str] = []
-    with Session(spec) as sess:
-        ok, why = check_support(sess)
-        if not ok:
-            return skip(sess.info.release, why)
-        points = resolve_points(sess)
-        print(f"kernel-diff on {sess.kernel.package}={sess.kernel.version} ({sess.accel}, {args.smp} vCPU(s)), "
-              f"model profile {args.profile}, tracer perf (defer_callchain) at {args.freq} Hz; "
-              f"callbacks seen at {points.callback_how}; events in {out}/", file=sys.stderr)
-        for sc in scenarios:
-            path = events_path(out, sc.name, args.smp)
-            with open(path, "w") as f:
-                r = KernelDiff(sess, sc, args.profile, args.samples, args.freq, f, points,
-                               single=getattr(args, "single", False)).run()
-            r.events_path = str(path)
-            results.append(r)
-            total.merge(r.summary)
-            errors += [f"{sc.name}: {e}" for e in r.errors]
-            rate = r.requests / r.seconds if r.seconds else 0.0
-            print(f"\n== {sc.name} ({sc.program} {' '.join(sc.args)}), {args.smp} vCPU(s): {r.requests} requests, "
-                  f"{r.stops} stops in {r.seconds:.1f}s ({rate:.1f} requests/s)")
-            for line in r.summary.lines(show=args.show):
-                print(line)
-            for e in r.errors:
-                print(f"ERROR: {e}")
-    print(f"\n== total over {len(results)} scenario(s), {args.smp} vCPU(s), kernel {sess.info.release}")
-    total.notes = []
-    for line in total.lines(show=0 if len(results) > 1 else args.show):
-        print(line)
-    code, why = _exit_code(total, args.profile, errors)
-    print(f"exit {code}: {why}")
-    return code
-
-
-def cmd_kernel_diff_replay(args) -> int:
-    """Offline: run a recorded event file through a fresh lockstep."""
-    from .compare import replay
-
-    path = Path(args.replay)
+def read_recording(path: Path) -> tuple[list[Event], dict]:
+    """The events and the header line of a recorded event file (:func:`events_path`), for
+    :func:`harness.lockstep.compare.replay`; a file that is not one raises :class:`LockstepError`."""
     events, header = [], {}
     try:
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        for line in path.read_text().splitlines():
             d = json.loads(line)
             if "header" in d:
                 header = d
@@ -534,43 +447,4 @@ def cmd_kernel_diff_replay(args) -> int:
         raise LockstepError(f"{path}: {exc}") from exc
     if not header or "tracers" not in header:
         raise LockstepError(f"{path}: no kernel-diff header line (tracers, per-CPU counters) before the events")
-    profile = args.profile or header.get("profile", DEFAULT_PROFILE)
-    tracers = header.get("tracers") or {}
-    tracers = {int(k): v for k, v in tracers.items()}
-    summary = replay(events, get_profile(profile), tracers, {int(k): v for k, v in header.get("percpu_ctr", {}).items()})
-    for line in summary.lines(show=args.show):
-        print(line)
-    code, why = _exit_code(summary, profile, [])
-    print(f"exit {code}: {why}")
-    return code
-
-
-def add_cli(subparsers, guest_args, spec_for):
-    from ..cli import positive_int  # the command line's own validation (cli imports this module lazily)
-
-    p = subparsers.add_parser("kernel-diff", help="the guest kernel's unwind_deferred against the model, event by event",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("scenarios", nargs="*", help=f"catalog scenarios whose programs perf samples, or 'all' "
-                                                f"(default: {' '.join(DEFAULT_SCENARIOS)})")
-    p.add_argument("--requests", dest="samples", metavar="REQUESTS", type=positive_int, default=DEFAULT_SAMPLES,
-                   help="requests of the kernel's tracer per scenario")
-    p.add_argument("--freq", type=positive_int, default=DEFAULT_FREQ, help="perf samples per second (guest time)")
-    p.add_argument("--profile", choices=("mainline", "seed-v10"), default=None,
-                   help="the model's profile (default mainline; seed-v10 is the control that must show "
-                        "its cookie mismatches)")
-    p.add_argument("--single", action="store_true",
-                   help="one perf event (cpu = -1, the program's first thread) instead of one inherited "
-                        "event per CPU")
-    p.add_argument("--show", type=int, default=DEFAULT_SHOW, help="differences printed per scenario")
-    p.add_argument("--out", help="directory for the event files (default runs/TIMESTAMP-kernel-diff)")
-    p.add_argument("--replay", metavar="EVENTS.jsonl", help="re-check a recorded event file, no guest")
-    guest_args(p)
-
-    def run(a):
-        if a.replay:
-            return cmd_kernel_diff_replay(a)
-        a.profile = a.profile or DEFAULT_PROFILE
-        return cmd_kernel_diff(a, spec_for)
-
-    p.set_defaults(func=run)
-    return p
+    return events, header

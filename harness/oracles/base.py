@@ -13,8 +13,11 @@ the table columns iterate the registry, never a typed-out list.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from ..memory import Memory
@@ -151,13 +154,9 @@ def register(cls: type[Oracle]) -> type[Oracle]:
 def load_all() -> None:
     """Import every module of this package once, so that their @register lines fill ORACLES
     (drgn loads its commands the same way): a new oracle is a new module, nothing else."""
-    import importlib
-    import pkgutil
-
-    from .. import oracles
-
-    for info in pkgutil.iter_modules(oracles.__path__):
-        importlib.import_module(f"{oracles.__name__}.{info.name}")
+    # The package's folder, not the package: importing harness.oracles here would be a circle.
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__package__}.{info.name}")
 
 
 def build_oracles(setup: Setup, only: tuple[str, ...] | None = None) -> list[Oracle]:

@@ -110,7 +110,7 @@ def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
         raw = memory.read(sp + _SIGCONTEXT, 8 * len(_SIGCONTEXT_REGS))
     except MemoryFault:
         return None
-    return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw))))
+    return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw), strict=True)))
 
 
 def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int,

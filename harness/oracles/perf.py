@@ -17,7 +17,7 @@ The live engine has no perf samples: its :class:`~harness.oracles.base.Setup` ca
 ``perf`` source, and :meth:`PerfCallchainOracle.create` returns None there.  The causes that
 prove a difference from the kernel's walk (:mod:`harness.verdicts.causes`, ``oracles={"perf"}``)
 look at the sample with the helpers below: which bytes the dump holds, the signal frame at the
-sampled sp.  Parsing stays in :mod:`harness.perf.records`.
+sampled sp.  Parsing stays in :mod:`harness.perfparse.records`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..memory import BufferMemory, Memory
-from ..perf.records import Sample
+from ..perfparse.records import Sample
 from ..regs import UserRegs
 from ..unwind.user import StopReason, Trace
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
@@ -117,7 +117,7 @@ def sigreturn_regs(sample: Sample) -> UserRegs | None:
     if len(sample.stack) < need:
         return None
     values = struct.unpack_from(f"<{len(SIGCONTEXT_64)}Q", sample.stack, UC_MCONTEXT)
-    return UserRegs(**dict(zip(SIGCONTEXT_64, values)), cs=sample.regs.cs, ss=sample.regs.ss)
+    return UserRegs(**dict(zip(SIGCONTEXT_64, values, strict=True)), cs=sample.regs.cs, ss=sample.regs.ss)
 
 
 def chain_agrees(sample: Sample, trace: Trace, chain) -> str | None:

@@ -1,7 +1,7 @@
 """Running ``guest_programs/perfcc.c`` in a booted guest and fetching its capture file.
 
 This is orchestration (it drives a :class:`~harness.session.Session`); the parser
-(:mod:`.records`) and the oracle (:mod:`.oracle`) never see the guest.  The guest must run while
+(:mod:`harness.perfparse.records`) and the oracle (:mod:`.oracle`) never see the guest.  The guest must run while
 perfcc samples: a debugger that holds it stopped is resumed for the run and the guest is stopped
 again afterwards.  The file comes back through the ``/init`` dump port, gzipped in the guest first
 (busybox gzip): the stack dumps compress about 30 times, and the port moves ~0.5 MB/s under TCG.
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from ..errors import HarnessError
 from ..images.programs import Program, Variant
+from ..perfparse.records import parse_capture
 from ..progress import step
 from ..session import Session
 from ..unwind.maps import Resolver
 from .oracle import PerfReport, check_capture
-from .records import parse_capture
 
 PERFCC = ("perfcc", "host", Variant())  # (source, toolchain, variant) for GuestSpec.programs
 GUEST_OUT = "/tmp/perfcc.out"
@@ -72,7 +72,8 @@ def capture(session: Session, target: list[str], spec: PerfSpec = PerfSpec(), ou
         if status != 0:
             # perfcc's stderr is in its output file (the program-output channel), not on the console.
             m.output_done(proc, timeout=5)
-            said = proc.output.read_bytes()[-2000:].decode(errors="replace") if proc.output and proc.output.exists() else ""
+            said = (proc.output.read_bytes()[-2000:].decode(errors="replace")
+                    if proc.output and proc.output.exists() else "")
             raise CaptureError(f"perfcc exited with status {status}:\n{said}")
         st.update(f"copying the capture of {target[0]} to the host")
         packed = m.shell(f"gzip -1 -c {out} > {out}.gz", timeout=60) == 0
@@ -99,7 +100,8 @@ def resolver(programs: list[Program]) -> Resolver:
     return table.get
 
 
-def run_perf(session: Session, program: Program, args: list[str], spec: PerfSpec = PerfSpec()) -> tuple[bytes, PerfReport]:
+def run_perf(session: Session, program: Program, args: list[str],
+             spec: PerfSpec = PerfSpec()) -> tuple[bytes, PerfReport]:
     """Capture ``program`` under perfcc and check every sample: (the capture, the report)."""
     data = capture(session, [program.guest_path, *args], spec)
     return data, check_capture(parse_capture(data), resolver([program]))

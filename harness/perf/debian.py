@@ -3,12 +3,12 @@
 Inputs, all from one guest run (:mod:`.debian_run` makes them):
 
 * ``perf.data`` of ``perf record -e cpu-clock --call-graph fp,defer --user-regs=ip,sp,bp``
-  (:mod:`.perfdata`): samples whose callchain ends in ``PERF_CONTEXT_USER_DEFERRED`` + cookie,
+  (:mod:`harness.perfparse.perfdata`): samples whose callchain ends in ``PERF_CONTEXT_USER_DEFERRED`` + cookie,
   and the ``PERF_RECORD_CALLCHAIN_DEFERRED`` records that carry the user stacks;
 * ``perf script`` text of that file, merged (the default) and with ``--no-merge-callchains``
-  (:mod:`.script`);
+  (:mod:`harness.perfparse.script`);
 * optionally the ``perfcc -d`` capture of the same program, sampled at the same time
-  (:mod:`.records`): perfcc was perf record's workload and ran the program, so both sample the
+  (:mod:`harness.perfparse.records`): perfcc was perf record's workload and ran the program, so both sample the
   same tasks.
 
 (a) Our stitcher (:mod:`harness.deferred.stitch`) joins perf.data's samples with its deferred
@@ -42,16 +42,15 @@ from ..deferred.stitch import PERF_CONTEXT_USER_DEFERRED, DeferredCallchain, Sti
 from ..deferred.stitch import Lost as StitchLost
 from ..deferred.stitch import Sample as StitchSample
 from ..oracles.base import OracleFrames
+from ..perfparse.perfdata import PerfData
+from ..perfparse.records import CallchainDeferred, Capture, Lost, Sample
+from ..perfparse.script import ScriptEntry
 from ..unwind.maps import Resolver
 from ..unwind.user import Trace
-from ..verdicts.causes import FP_STEPS
 from ..verdicts.align import judge
-from ..verdicts.causes import explain
+from ..verdicts.causes import FP_STEPS, explain
 from ..verdicts.types import AGREE, FAILURE, REGS, Divergence, PairVerdict
 from .oracle import UNWINDER, PerfOracle
-from .perfdata import PerfData
-from .records import CallchainDeferred, Capture, Lost, Sample
-from .script import ScriptEntry
 
 __all__ = ["STACK_WRITTEN", "DebianReport", "compare", "total", "written_during_entry"]
 
@@ -90,7 +89,8 @@ class DebianReport:
         out: list[tuple[str, object]] = [
             ("samples", self.samples),
             ("  with a deferred user callchain (cookie)", self.deferred_samples),
-            ("  with an immediate user callchain (no cookie: the task was exiting)", self.samples - self.deferred_samples),
+            ("  with an immediate user callchain (no cookie: the task was exiting)",
+             self.samples - self.deferred_samples),
             ("deferred records (CALLCHAIN_DEFERRED)", self.deferred_records),
             ("lost events", self.lost),
             ("stitched: samples joined with their record", self.joined),
@@ -140,7 +140,7 @@ def _match(entries: list[ScriptEntry], records: list, key, report: DebianReport,
             continue
         pairs.append((e, *waiting[k].popleft()))
     for k, left in waiting.items():
-        for i, r in left:
+        for i, _ in left:
             report.unexplained.append(f"{what}: perf.data record {i} (tid {k[0]}, {k[1] / 1e6:.6f}) printed by "
                                       f"no perf script entry")
     return pairs
@@ -210,7 +210,7 @@ def compare(data: PerfData, merged: list[ScriptEntry], unmerged: list[ScriptEntr
                                  f"--no-merge-callchains")
 
     # unmerged: samples (kernel part + cookie line) and DEFERRED CALLCHAIN entries
-    for e, i, s in _match([e for e in unmerged if not e.deferred], samples, skey, r, "unmerged"):
+    for e, _, s in _match([e for e in unmerged if not e.deferred], samples, skey, r, "unmerged"):
         r.unmerged_compared += 1
         want = s.kernel if s.deferred else s.kernel + (s.user or ())
         if e.ips == want and e.sample_cookie == s.cookie:
@@ -219,7 +219,7 @@ def compare(data: PerfData, merged: list[ScriptEntry], unmerged: list[ScriptEntr
             r.unexplained.append(f"unmerged sample line {e.line} (tid {s.tid}): perf script {_fmt(e.ips)} "
                                  f"cookie {e.sample_cookie}, perf.data {_fmt(want)} cookie {s.cookie}")
     dkey = lambda d: (d.tid, d.time // 1000, d.cookie)  # noqa: E731
-    for e, i, d in _match([e for e in unmerged if e.deferred], defs, dkey, r, "unmerged deferred"):
+    for e, _, d in _match([e for e in unmerged if e.deferred], defs, dkey, r, "unmerged deferred"):
         r.unmerged_compared += 1
         if e.ips == tuple(d.ips):
             r.unmerged_equal += 1
@@ -352,7 +352,7 @@ def written_during_entry(s: Sample, ours: tuple[int, ...], theirs: tuple[int, ..
     was read from them."""
     if s.user_mode:
         return None
-    k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    k = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
     if k >= len(theirs) or k == 0:
         return None
     ws = 4 if s.regs_abi == 1 else 8

@@ -29,19 +29,19 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..images.debperf import GUEST_PERF
 from ..images.programs import Program
+from ..perfparse.perfdata import parse_perf_data
+from ..perfparse.records import parse_capture
+from ..perfparse.script import parse_script
 from ..progress import step
 from ..session import Session
 from .capture import PERFCC, PerfSpec, _guest_running, resolver
 from .debian import DebianReport, compare
-from .perfdata import parse_perf_data
-from .records import parse_capture
-from .script import parse_script
 
-__all__ = ["DebianFiles", "DebianFilesError", "DeferIgnored", "DebianRunError", "FILES", "deferred_unsupported", "run_debian_perf",
-           "check_files"]
+__all__ = ["DebianFiles", "DebianFilesError", "DeferIgnored", "DebianRunError", "FILES", "deferred_unsupported",
+           "run_debian_perf", "check_files"]
 
 SCRIPT_FIELDS = "comm,pid,tid,time,event,period,ip,sym,symoff,dso"
 #: every user register perf can sample on x86-64 (``perf record --user-regs=?``): ip, sp and bp to
@@ -60,14 +60,14 @@ class DebianRunError(HarnessError):
 class DebianFilesError(HarnessError):
     """A saved run directory (``--save DIR``) that lacks a file ``--check DIR`` needs."""
 
-    exit_code = 2  # bad input
+    exit_code = EXIT_USAGE  # bad input
 
 
 class DeferIgnored(HarnessError):
     """``perf evlist -v`` does not show ``defer_callchain: 1``: this perf (or kernel) recorded
     without deferred callchains although ``--call-graph fp,defer`` asked for them."""
 
-    exit_code = 2  # what was given (this perf, this kernel) cannot do what was asked
+    exit_code = EXIT_USAGE  # what was given (this perf, this kernel) cannot do what was asked
 
 
 def deferred_unsupported(version: str) -> str | None:
@@ -118,7 +118,8 @@ class DebianFiles:
                 return None
             return p.read_text() if text else p.read_bytes()
 
-        missing = [FILES[r] for r in ("perf_data", "evlist", "merged", "unmerged") if not (directory / FILES[r]).exists()]
+        missing = [FILES[r] for r in ("perf_data", "evlist", "merged", "unmerged")
+                   if not (directory / FILES[r]).exists()]
         if missing:
             raise DebianFilesError(f"{directory}: missing {', '.join(missing)} (a directory of harness perf "
                                    f"--debian-perf --save DIR)")
@@ -177,7 +178,8 @@ def run_debian_perf(session: Session, program: Program, args: list[str], seconds
     P = GUEST_PERF
     with _guest_running(session), step("perf", f"Debian perf record of {program.guest_path} for {seconds:g}s") as st:
         _sh(session, f"cd /tmp && {P} --version > /tmp/record.log 2>&1 && {P} record -e cpu-clock -F {freq} "
-                     f"--call-graph fp,defer --user-regs={USER_REGS} -o /tmp/perf.data -- {inner} >> /tmp/record.log 2>&1",
+                     f"--call-graph fp,defer --user-regs={USER_REGS} -o /tmp/perf.data -- {inner} "
+                     ">> /tmp/record.log 2>&1",
             "perf record", seconds + 120)
         _sh(session, f"{P} evlist -v -i /tmp/perf.data > /tmp/evlist.txt 2>&1", "perf evlist -v", 60)
         common = f"--no-inline -F {SCRIPT_FIELDS} --max-stack {MAX_STACK} -i /tmp/perf.data"
@@ -196,7 +198,8 @@ def run_debian_perf(session: Session, program: Program, args: list[str], seconds
         )
         session.machine.shell("rm -f /tmp/perf.data /tmp/perfcc.out /tmp/script-*.txt /tmp/evlist.txt", timeout=30)
         st.end(f"Debian perf: {len(files.perf_data) / 1e3:.0f} kB perf.data, "
-               f"{files.merged.count(chr(10)) + files.unmerged.count(chr(10))} lines of perf script in {st.elapsed:.1f}s")
+               f"{files.merged.count(chr(10)) + files.unmerged.count(chr(10))} lines of perf script "
+               f"in {st.elapsed:.1f}s")
     return files
 
 

@@ -64,6 +64,15 @@ from ..oracles.perf import (
     sigreturn_regs,
     stack_memory,
 )
+from ..perfparse.records import (
+    PERF_SAMPLE_REGS_ABI_NONE,
+    CallchainDeferred,
+    Capture,
+    Lost,
+    Record,
+    Sample,
+    TaskEvent,
+)
 from ..report.text import side_by_side
 from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace, FileBackedMemory, Resolver
@@ -77,15 +86,6 @@ from ..unwind.user import (
 from ..verdicts.align import judge
 from ..verdicts.causes import explain
 from ..verdicts.types import AGREE, FAILURE, PAST_END, REGS, Divergence, PairVerdict
-from .records import (
-    PERF_SAMPLE_REGS_ABI_NONE,
-    CallchainDeferred,
-    Capture,
-    Lost,
-    Record,
-    Sample,
-    TaskEvent,
-)
 
 __all__ = [
     "PERF_MAX_STACK_DEPTH",

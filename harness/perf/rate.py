@@ -4,14 +4,14 @@ bench deferred`` prints beside the harness's traces/s.
 With ``defer_callchain`` a sample in user context carries a cookie (PERF_CONTEXT_USER_DEFERRED)
 and the kernel's task work writes the user stack later, once per kernel entry, as a
 ``PERF_RECORD_CALLCHAIN_DEFERRED``: those records are the kernel's deferred traces, counted over
-the span of the capture's record times.  Pure: it reads a parsed :class:`~.records.Capture`.
+the span of the capture's record times.  Pure: it reads a parsed :class:`~harness.perfparse.records.Capture`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .records import CallchainDeferred, Capture, Sample
+from ..perfparse.records import CallchainDeferred, Capture, Sample
 
 __all__ = ["DeferredRate", "deferred_rate"]
 

@@ -21,7 +21,8 @@ keep it.
 
 from __future__ import annotations
 
-from typing import IO, Iterable
+from collections.abc import Iterable
+from typing import IO
 
 __all__ = ["EVENT", "sample_text", "write_perf_script"]
 

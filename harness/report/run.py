@@ -25,13 +25,14 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
-__all__ = ["TIMELINE_COLUMNS", "compact_timeline", "EXAMPLES_PER_CAUSE", "FAILURES_KEPT", "Example", "RunData", "RunDirError", "ScenarioRun",
-           "fold_frames", "read_run", "read_scenario"]
+__all__ = ["TIMELINE_COLUMNS", "compact_timeline", "EXAMPLES_PER_CAUSE", "FAILURES_KEPT", "Example", "RunData",
+           "RunDirError", "ScenarioRun", "fold_frames", "read_run", "read_scenario"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ ENTRIES_KEPT = 200  # kernel entries per task in its timeline
 class RunDirError(HarnessError):
     """A run directory that cannot be read: no such directory, no log, a malformed line."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 @dataclass
@@ -316,21 +317,20 @@ def _stack(s: ScenarioRun, e: dict) -> None:
                 s.failures.append(_example(e, v, s.name))
 
 
-def _catalog_order(p: Path) -> tuple:
-    """Scenarios in catalog order (the order ``harness run all`` runs them), the others by name;
-    ``forkexec.2.jsonl`` (the second run of one scenario) after ``forkexec.jsonl``."""
-    from ..scenarios.catalog import CATALOG
-
+def _log_order(p: Path, order: Sequence[str]) -> tuple:
+    """Scenarios in ``order``, the others by name; ``forkexec.2.jsonl`` (the second run of one
+    scenario) after ``forkexec.jsonl``."""
     stem = p.name[: -len(".jsonl")]
     base, _, n = stem.rpartition(".")
     if not (base and n.isdigit()):
         base, n = stem, "1"
-    order = list(CATALOG)
     return (order.index(base) if base in order else len(order), base, int(n))
 
 
-def read_run(path, keep_samples: bool = False, progress=None) -> RunData:
-    """``run.json`` and every ``*.jsonl`` log of a run directory (scenarios in catalog order).
+def read_run(path, keep_samples: bool = False, progress=None, order: Sequence[str] = ()) -> RunData:
+    """``run.json`` and every ``*.jsonl`` log of a run directory, the scenarios named in ``order``
+    first in that order (``harness report`` passes the catalog's, the order ``harness run all``
+    runs them), the others by name.
 
     ``progress``, if given, is called with one line of text per log read (its size, its stacks,
     the seconds it took): the CLI prints them, as a run of all scenarios has logs of tens of MB."""
@@ -343,7 +343,8 @@ def read_run(path, keep_samples: bool = False, progress=None) -> RunData:
             facts = json.loads((path / "run.json").read_text())
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{path / 'run.json'}: not JSON ({exc.msg})") from None
-    logs = sorted(path.glob("*.jsonl"), key=_catalog_order)
+    order = list(order)
+    logs = sorted(path.glob("*.jsonl"), key=lambda p: _log_order(p, order))
     if not logs:
         raise RunDirError(f"{path}: no scenario log (*.jsonl)")
     scenarios = []

@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = ["CLAIM", "RunDirTaken", "new_run_dir"]
 
@@ -27,7 +27,7 @@ CLAIM = ".harness-run"
 class RunDirTaken(HarnessError):
     """``--out`` names a directory that is not empty (or is being claimed by another run)."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 def new_run_dir(out: str | os.PathLike | None = None, base: str | os.PathLike = "runs",

@@ -1,7 +1,7 @@
 """Text for ``harness sframe``: the checker's report, and a decoded section in the layout of
 ``objdump --sframe``.
 
-:func:`format_check` renders a :class:`harness.sframe.check.BinaryCheck`; :func:`objdump_sframe`
+:func:`format_check` renders a :class:`harness.unwind.sframe_check.BinaryCheck`; :func:`objdump_sframe`
 renders an :class:`harness.sframe.SFrameTable` as the objdump of the binutils that writes its
 version prints it (libsframe ``sframe-dump.c``; checked line for line against binutils 2.40 for
 V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
@@ -21,9 +21,9 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
 from __future__ import annotations
 
 from ..sframe import format as F
-from ..sframe.check import KINDS, BinaryCheck, FileCheck
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
+from ..unwind.sframe_check import KINDS, BinaryCheck, FileCheck
 
 __all__ = ["format_check", "format_file_check", "format_tree", "format_summary", "fre_columns", "objdump_sframe",
            "objdump_sframe_archive"]
@@ -44,7 +44,7 @@ def format_file_check(fc: FileCheck, *, limit: int | None = None) -> str:
 
 
 def format_tree(rep, *, limit: int | None = 20) -> str:
-    """A :class:`harness.sframe.tree.TreeReport`: the figures, one line per finding kind, the
+    """A :class:`harness.unwind.sframe_tree.TreeReport`: the figures, one line per finding kind, the
     files that could not be checked, and each package whose files carry SFrame data."""
     from collections import Counter
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK
+
 __all__ = ["summary", "run_exit_code", "SUMMARY_VERSION"]
 
 SUMMARY_VERSION = 1
@@ -20,13 +22,13 @@ def run_exit_code(results) -> tuple[int, str]:
     stacks are incomplete), else 1 when any stack failed, any delivery went wrong, an invariant
     was violated or a scenario delivered nothing, else 0."""
     if any(r.errors for r in results):
-        return 3, "infrastructure: " + "; ".join(f"{r.scenario.name}: {r.errors[0].splitlines()[0]}"
+        return EXIT_INFRA, "infrastructure: " + "; ".join(f"{r.scenario.name}: {r.errors[0].splitlines()[0]}"
                                                    for r in results if r.errors)
     bad = [r.scenario.name for r in results
            if r.failed_stacks or r.problems or r.invariant_violations or r.stacks == 0]
     if bad:
-        return 1, "failures in " + ", ".join(bad)
-    return 0, "every stack agrees or is explained"
+        return EXIT_FAILURES, "failures in " + ", ".join(bad)
+    return EXIT_OK, "every stack agrees or is explained"
 
 
 def _pairs(r) -> dict:
@@ -54,7 +56,8 @@ def summary(results, facts: dict | None = None) -> dict:
                 "failed_stacks": r.failed_stacks,
                 "pairs": _pairs(r),
                 "causes": dict(sorted(r.causes.items())),
-                "not_checked": [{"oracle": o, "reason": why, "stacks": n} for (o, why), n in sorted(r.not_checked.items())],
+                "not_checked": [{"oracle": o, "reason": why, "stacks": n}
+                                for (o, why), n in sorted(r.not_checked.items())],
                 "requests": {str(k): v for k, v in sorted(r.requests.items())},
                 "sampled": r.sampled,
                 "callbacks": r.callbacks,

@@ -12,8 +12,8 @@ import collections
 from ..oracles.base import ORACLES, load_all
 from ..verdicts.causes import CAUSES
 
-__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_columns",
-           "stack_failures"]
+__all__ = ["format_table", "scenario_rows", "scenario_row", "cause_table", "side_by_side", "stack_columns", "qemu_line",
+           "stack_failures", "run_lines"]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -110,7 +110,7 @@ def stack_columns(rec: dict, width: int = 48) -> str:
     names = list(rec["frames"])
     cols = [rec["frames"][n] for n in names]
     widths = [min(width, max([len(f[2] or hex(f[0])) for f in c] + [len(_frame(c[0])) if c else 0, len(n)])) + 2
-              for n, c in zip(names, cols)]
+              for n, c in zip(names, cols, strict=True)]
 
     def cell(text: str, w: int) -> str:
         return (text if len(text) <= w - 2 else text[: w - 3] + "~").ljust(w)
@@ -121,7 +121,7 @@ def stack_columns(rec: dict, width: int = 48) -> str:
     regs = rec.get("regs")
     if regs:
         lines.append("  regs: " + " ".join(f"{k}={v:#x}" for k, v in regs.items()))
-    lines.append("       " + "".join(cell(n, w) for n, w in zip(names, widths)).rstrip())
+    lines.append("       " + "".join(cell(n, w) for n, w in zip(names, widths, strict=True)).rstrip())
     def short(col: list, i: int) -> str:
         # The module once per run of frames in it: the columns stay narrow.
         if i >= len(col):
@@ -135,7 +135,7 @@ def stack_columns(rec: dict, width: int = 48) -> str:
         row = [c[i] if i < len(c) else None for c in cols]
         addrs = {f[0] if f else None for f in row}
         mark = "  " if len(addrs) == 1 else "!!"
-        text = "".join(cell(short(c, i), w) for c, w in zip(cols, widths))
+        text = "".join(cell(short(c, i), w) for c, w in zip(cols, widths, strict=True))
         lines.append(f"  {mark} #{i:<3}{text}".rstrip())
     for n, why in rec.get("stops", {}).items():
         lines.append(f"  {n} stopped: {why}")
@@ -159,3 +159,28 @@ def stack_failures(rec: dict) -> list[str]:
             out.append(f"{rec.get('scenario', '')} pid {rec['task']}: {v['unwinder']} vs {v['oracle']}: "
                        f"{v.get('reason') or '; '.join(d['text'] for d in v['divergences'])}")
     return out
+
+
+def qemu_line(q) -> str:
+    """One line naming the QEMU a session runs (:class:`harness.images.qemu.Qemu`)."""
+    return f"qemu {q.name}: {q.banner}" + (f" [{q.package}]" if q.package else "") + f" ({q.why})"
+
+
+def run_lines(results, out) -> list[str]:
+    """What ``harness run`` prints after its scenarios: the summary table, the divergences per
+    cause, then per scenario its oracles, what was not checked, its first failures, problems and
+    notes (``out``: the run directory)."""
+    lines = [format_table(scenario_rows(results)),
+             "\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):",
+             cause_table(results)]
+    for r in results:
+        lines.append(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
+        if r.program_output:
+            lines.append(f"{r.scenario.name}: program output in {out / r.program_output}")
+        for (oracle, reason), n in sorted(r.not_checked.items()):
+            lines.append(f"{r.scenario.name}: {oracle} did not check {n} stack(s): {reason}")
+        for rec in r.failures[:5]:
+            lines += [f"\nFAILURE {text}" for text in stack_failures(rec)]
+        lines += [f"\n{r.scenario.name}: {f}" for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]]
+        lines += [f"{r.scenario.name}: note: {note}" for note in r.notes]
+    return lines

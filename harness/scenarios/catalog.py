@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..images.programs import USER, Variant, user_program
 from ..unwind.user import UnknownUnwinder, Unwinder
 
@@ -113,7 +113,7 @@ DEFAULT_SET = ("fp-spin", "fp-syscall", "sframe-v3-nofp")
 class UnknownScenario(HarnessError):
     """A scenario name the catalog does not have (bad usage: exit 2, one line)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 def select_scenarios(names, default=DEFAULT_SET) -> list[Scenario]:

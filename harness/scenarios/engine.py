@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import json
 import random
 import statistics
 import time
@@ -658,7 +659,7 @@ class Engine:
         # The oracles that will judge this stack (another task's: only the request's registers).
         oracles = self.oracles if own is not None else [o for o in self.oracles if o.registers]
         mem = CapturedMemory(backing=self._own_backing if own is not None else self._vdso, live=self.memory)
-        for (addr, _), got in zip(ranges, self.s.read_many(ranges)):
+        for (addr, _), got in zip(ranges, self.s.read_many(ranges), strict=True):
             mem.add(addr, got.data)
             if got.fault is not None:
                 mem.add_fault(got.fault)
@@ -804,8 +805,6 @@ def _short(value, limit: int = 600) -> str:
 
 def _comparable(trace: Trace, ev, unwinder: str) -> dict:
     """A check's outcome as plain data (as the log would hold it), for verify mode."""
-    import json
-
     return json.loads(json.dumps({"trace": trace.ips, "stop": str(trace.stop), "frames": ev.frames,
                                   "stops": ev.stops, "verdicts": ev.records(unwinder)}))
 

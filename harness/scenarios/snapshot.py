@@ -18,6 +18,7 @@ so unit tests replay real deliveries without a guest (:func:`replay`).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import zlib
@@ -25,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import HarnessError
+from elftools.elf.elffile import ELFFile
+
+from ..errors import EXIT_USAGE, HarnessError
 from ..kernel import TaskInfo
 from ..kernel.stops import StopPoint
 from ..memory import BufferMemory, CapturedMemory, Memory, Overlay
@@ -50,7 +53,7 @@ VERSION = 1
 class DeliveryFileError(HarnessError, ValueError):
     """A saved delivery snapshot is missing, of another format or inconsistent; names the path."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class BrokenRA:
@@ -230,10 +233,6 @@ def loaded_digest(path: str | os.PathLike) -> str:
     """sha256 of what a program maps (its PT_LOAD bytes: code, data, .eh_frame, .sframe) and its
     symbols, so a saved delivery knows its binary again after a rebuild that changed only debug
     info (-g line numbers, the build directory)."""
-    import hashlib
-
-    from elftools.elf.elffile import ELFFile
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         elf = ELFFile(f)
@@ -279,7 +278,8 @@ def load(path: str | os.PathLike) -> tuple[StopSnapshot, dict, str, dict]:
     except (OSError, ValueError) as exc:
         raise DeliveryFileError(f"{p}: not a readable delivery snapshot ({exc})") from exc
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise DeliveryFileError(f"{p}: format {doc.get('format')!r} v{doc.get('version')}, expected {FORMAT} v{VERSION}")
+        raise DeliveryFileError(f"{p}: format {doc.get('format')!r} v{doc.get('version')}, "
+                                f"expected {FORMAT} v{VERSION}")
     try:
         req = doc["request"]
         request = Request(UserRegs(**req["want"]) if req["want"] else None, req["window"], req["where"],

@@ -5,12 +5,13 @@
 * :mod:`.elf` -- :class:`SFrameTable`: the section of an ELF file (section header or
   PT_GNU_SFRAME) or of bytes read from guest memory;
 * :mod:`.reloc` -- relocatable objects: ``.rela.sframe`` applied, sections placed;
-* :mod:`.ar` -- the members of an ``ar`` archive;
-* :mod:`.check` -- the static checker (linked outputs, objects, archives);
-* :mod:`.tree` -- the checker over a whole directory tree;
-* :mod:`.bench` -- lookup throughput.
+* :mod:`.ar` -- the members of an ``ar`` archive.
 
-Nothing here opens sockets; only :mod:`.tree` starts processes (its pool of checkers).
+The checker of a section (linked outputs, objects, archives) against its DWARF CFI is
+:mod:`harness.unwind.sframe_check` (it reads both), the checker over a whole directory tree
+:mod:`harness.unwind.sframe_tree`, its lookup benchmark :mod:`harness.bench.sframe`.
+
+Nothing here starts processes or opens sockets.
 """
 
 from .elf import SFrameTable

@@ -39,7 +39,7 @@ class SFrameTable:
     via: str = "bytes"  # "section", "PT_GNU_SFRAME" or "bytes"
 
     @classmethod
-    def from_elf(cls, path: str | os.PathLike, load_bias: int = 0, *, strict: bool = True) -> "SFrameTable":
+    def from_elf(cls, path: str | os.PathLike, load_bias: int = 0, *, strict: bool = True) -> SFrameTable:
         """Parse the SFrame data of the ELF file at ``path``, relocated by ``load_bias``.
 
         ``strict``: as for :meth:`SFrameSection.parse` (False for the checker, which reports
@@ -62,7 +62,7 @@ class SFrameTable:
             raise SFrameError(f"{path}: not a readable ELF file: {exc}", field=".sframe") from exc
 
     @classmethod
-    def from_elf_data(cls, data: bytes, source: str, load_bias: int = 0, *, strict: bool = True) -> "SFrameTable":
+    def from_elf_data(cls, data: bytes, source: str, load_bias: int = 0, *, strict: bool = True) -> SFrameTable:
         """:meth:`from_elf` of an ELF file's bytes (an archive member), named ``source``."""
         try:
             return cls._from_elffile(ELFFile(io.BytesIO(data)), source, load_bias, strict)
@@ -70,7 +70,7 @@ class SFrameTable:
             raise SFrameError(f"{source}: not a readable ELF file: {exc}", field=".sframe") from exc
 
     @classmethod
-    def _from_elffile(cls, elf: ELFFile, source: str, load_bias: int, strict: bool) -> "SFrameTable":
+    def _from_elffile(cls, elf: ELFFile, source: str, load_bias: int, strict: bool) -> SFrameTable:
         text = [(seg["p_vaddr"] + load_bias, seg["p_vaddr"] + seg["p_memsz"] + load_bias)
                 for seg in elf.iter_segments()
                 if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & PF_X]
@@ -88,7 +88,7 @@ class SFrameTable:
         return cls(SFrameSection.parse(data, vaddr + load_bias, strict=strict), source, load_bias, text, via)
 
     @classmethod
-    def from_placed(cls, placed: Placed, source: str, *, strict: bool = False) -> "SFrameTable":
+    def from_placed(cls, placed: Placed, source: str, *, strict: bool = False) -> SFrameTable:
         """The ``.sframe`` of an object laid out by :func:`.reloc.place_object`: its function
         starts, relocated, are PC-relative whatever version the header has."""
         try:
@@ -103,7 +103,7 @@ class SFrameTable:
                    list(placed.text), "section")
 
     @classmethod
-    def from_bytes_at(cls, data: bytes, vaddr: int) -> "SFrameTable":
+    def from_bytes_at(cls, data: bytes, vaddr: int) -> SFrameTable:
         """An SFrame section read from (guest) memory at ``vaddr``."""
         return cls(SFrameSection.parse(data, vaddr), f"<memory at {vaddr:#x}>", 0, [], "bytes")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 
 class SFrameError(HarnessError, ValueError):
@@ -13,7 +13,7 @@ class SFrameError(HarnessError, ValueError):
     from the start of the section, or None where no single byte is at fault.
     """
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
     def __init__(self, message: str, *, field: str, offset: int | None = None) -> None:
         self.field = field

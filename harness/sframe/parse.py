@@ -217,14 +217,14 @@ class SFrameSection:
 
     @classmethod
     def parse(cls, data: bytes | bytearray | memoryview, section_vaddr: int, *,
-              strict: bool = True, pcrel: bool | None = None) -> "SFrameSection":
+              strict: bool = True, pcrel: bool | None = None) -> SFrameSection:
         """Decode the header and FDEs of ``data``, a section whose first byte is at ``section_vaddr``.
 
         Trailing bytes past the FRE sub-section are ignored (PT_GNU_SFRAME segments are often
         longer than the section).  Raises :class:`SFrameError` on anything malformed.
 
         ``strict=False`` decodes what is decodable and leaves the semantic rules to the caller
-        (:mod:`.check` reports them): FDEs out of order under FDE_SORTED, FRE starts out of order
+        (:mod:`harness.unwind.sframe_check` reports them): FDEs out of order under FDE_SORTED, FRE starts out of order
         or past their function's end.  Bounds are checked either way.
 
         ``pcrel``: read the function starts as relative to their own field (True) or to the
@@ -242,7 +242,7 @@ class SFrameSection:
         """The FREs of ``fde`` (decoded and cached)."""
         return self._decode(self._position(fde)).fres
 
-    def decode_all(self) -> "SFrameSection":
+    def decode_all(self) -> SFrameSection:
         """Decode every FRE now (validating the whole section); returns self."""
         for i in range(len(self._by_start)):
             self._decode(i)

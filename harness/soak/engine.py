@@ -459,7 +459,7 @@ def format_soak(rep: SoakReport) -> list[str]:
         f"{led['cookie_mismatch']})",
         f"stacks:            {rep.stacks} checked ({rep.own_stacks} of the program's), {rep.failed_stacks} failed"
         + (" (causes: " + ", ".join(f"{c} {n}" for c, n in rep.causes.items()) + ")" if rep.causes else ""),
-        f"log re-check:      "
+        "log re-check:      "
         + ("not run" if rep.check_violations is None else f"{rep.check_violations} violation(s)")
         + (f" ({rep.log})" if rep.log else ""),
         f"elapsed:           {rep.seconds:.1f} s",

@@ -33,6 +33,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from elftools.elf.elffile import ELFFile
+
 GDB = "/usr/bin/gdb"
 TIMEOUT = 120
 
@@ -186,8 +188,6 @@ gdb.execute("kill")
 
 def _program_facts(binary: str, stops: list[StopPoint]) -> dict:
     """Link-time facts gdb needs about the program: its PT_LOADs and the stop functions."""
-    from elftools.elf.elffile import ELFFile
-
     with open(binary, "rb") as f:
         elf = ELFFile(f)
         loads = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()

@@ -17,6 +17,11 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from ..scenarios.catalog import CATALOG, programs_for
+from ..scenarios.engine import Engine
+from ..scenarios.snapshot import loaded_digest, save
+from ..session import GuestSpec, Session
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -26,11 +31,6 @@ def main(argv=None) -> int:
     ap.add_argument("--per-scenario", type=int, default=2)
     ap.add_argument("--qemu", default=None)
     args = ap.parse_args(argv)
-
-    from ..scenarios.catalog import CATALOG, programs_for
-    from ..scenarios.engine import Engine
-    from ..scenarios.snapshot import loaded_digest, save
-    from ..session import GuestSpec, Session
 
     scs = [dataclasses.replace(CATALOG[n], samples=args.samples) for n in args.scenarios]
     out = Path(args.out)

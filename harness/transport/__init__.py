@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .mi import MiTarget
+from .rsp import RspTarget
 from .target import Target
 
 TRANSPORTS = ("rsp", "mi")
@@ -12,11 +14,7 @@ TRANSPORTS = ("rsp", "mi")
 def make_target(kind: str, gdb_socket: str | Path) -> Target:
     """Attach a debugger target of ``kind`` ("rsp" or "mi") to QEMU's gdb stub socket."""
     if kind == "rsp":
-        from .rsp import RspTarget
-
         return RspTarget(gdb_socket)
     if kind == "mi":
-        from .mi import MiTarget
-
         return MiTarget(gdb_socket)
     raise ValueError(f"unknown transport {kind!r} ({' or '.join(TRANSPORTS)})")

@@ -47,7 +47,6 @@ from collections.abc import Callable
 
 from .errors import PinError
 
-
 #: the real-time priority of QEMU's main loop under --rt: the lowest; nothing else here is real-time
 STUB_PRIORITY = 1
 
@@ -66,7 +65,8 @@ def stub_first(qemu_pid: int) -> str:
                        f"(SCHED_FIFO needs CAP_SYS_NICE: run as root, or leave --rt out)") from exc
     except OSError as exc:
         raise PinError(f"--rt: cannot make QEMU's main loop (pid {qemu_pid}) real-time: {exc}") from exc
-    return f"QEMU's main loop (pid {qemu_pid}) at SCHED_FIFO {STUB_PRIORITY}: the gdb stub answers before the harness's own work"
+    return (f"QEMU's main loop (pid {qemu_pid}) at SCHED_FIFO {STUB_PRIORITY}: the gdb stub answers before the "
+            "harness's own work")
 
 
 def _threads(pid: int) -> list[int]:

@@ -27,6 +27,7 @@ Waits are bounded and end early on a kernel panic or when QEMU exits.
 
 from __future__ import annotations
 
+import base64
 import collections
 import ctypes
 import os
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import pexpect
 
+from ..images.qemu import resolve_qemu
 from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
 from .fdio import nonblocking, read_now, wait_readable, write_all
@@ -89,8 +91,6 @@ def kvm_usable(qemu: list[str], vmlinux: Path, timeout: float = 30.0) -> tuple[b
 def default_qemu() -> list[str]:
     """The command prefix of the QEMU chosen by ``$HARNESS_QEMU`` (host, backports or auto;
     harness/images/qemu.py), resolved once per process."""
-    from ..images.qemu import resolve_qemu
-
     return list(resolve_qemu().prefix)
 
 
@@ -306,7 +306,7 @@ class _SocketReader:
             while True:
                 try:
                     data = self.sock.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     break
@@ -557,7 +557,7 @@ class Machine:
     def pid(self) -> int | None:
         return self.child.pid if self.child else None
 
-    def start(self) -> "Machine":
+    def start(self) -> Machine:
         cmd = self.config.command(self.workdir)
         (self.workdir / "cmdline").write_text(shlex.join(cmd) + "\n")
         start = time.monotonic()
@@ -613,6 +613,8 @@ class Machine:
             raise QemuStartError(f"cannot connect to QEMU's serial sockets: {exc}", self.console.tail()) from exc
 
     def _connect_qmp(self) -> None:
+        # Lazy for start-up time: qemu.qmp imports asyncio and ssl (~0.1 s of CPU), which only a
+        # booted guest needs, not `harness --help`, `harness check` or `harness sframe`.
         from qemu.qmp.legacy import QEMUMonitorProtocol
 
         deadline = time.monotonic() + 10
@@ -629,7 +631,7 @@ class Machine:
         # The legacy wrapper has no public handle on that listener, hence _qmp.
         self.qmp._qmp.events.event_filter = lambda event: False
 
-    def __enter__(self) -> "Machine":
+    def __enter__(self) -> Machine:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -754,8 +756,6 @@ class Machine:
         """Write ``data`` to ``path`` in the guest: /init's ``recv`` command reads the base64
         text sent on the control channel right after it (76-character lines: the guest's tty
         is canonical, each read() returns one line, so ``head -c`` takes exactly the text)."""
-        import base64
-
         text = base64.encodebytes(data)
         i = self._id()
         self.control.send(f"recv {i} {len(text)} {mode} {path}")

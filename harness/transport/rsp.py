@@ -28,8 +28,8 @@ import re
 import socket
 import struct
 import time
-import zlib
 import xml.etree.ElementTree as ET
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -520,7 +520,7 @@ class RspTarget(Target):
                 at = r.offset + size
             layout = self._g_layout[len(raw)] = (struct.Struct("".join(fmt)), names)
         st, names = layout
-        return dict(zip(names, st.unpack_from(raw)))
+        return dict(zip(names, st.unpack_from(raw), strict=True))
 
     def _write_register_packet(self, name: str, value: int) -> str:
         r = self.regmap.get(name)
@@ -622,7 +622,7 @@ class RspTarget(Target):
     def _assemble(ranges, pieces, replies) -> list[ReadResult]:
         out = [bytearray() for _ in ranges]
         fault: list[int | None] = [None] * len(ranges)
-        for (i, a, n), reply in zip(pieces, replies):
+        for (i, a, n), reply in zip(pieces, replies, strict=True):
             if fault[i] is not None:
                 continue
             if reply.startswith(b"E") and len(reply) == 3 or len(reply) != 2 * n:
@@ -632,7 +632,7 @@ class RspTarget(Target):
                 del out[i][fault[i] - start:]
                 continue
             out[i] += bytes.fromhex(reply.decode())
-        return [ReadResult(bytes(o), f) for o, f in zip(out, fault)]
+        return [ReadResult(bytes(o), f) for o, f in zip(out, fault, strict=True)]
 
     def _parse_stop(self, reply: bytes) -> Stop:
         parsed = parse_stop_reply(reply)
@@ -661,7 +661,7 @@ class RspTarget(Target):
             # The registers and the caller's guesses in one round trip (see Target.stop_reads).
             answer, results = self._read_many(ranges, first=b"g")
             self._regs_cache = self._parse_g(answer)
-            self.stop_prefetch = (self.generation, list(zip(ranges, results)))
+            self.stop_prefetch = (self.generation, list(zip(ranges, results, strict=True)))
         return Stop(cpu, self.read_registers()["rip"], sig)
 
     def plan_continue(self, pc: int, arm: list[int]) -> bool:
@@ -683,7 +683,7 @@ class RspTarget(Target):
         self.running = True
         self.breakpoints.update(arm)
         self._regs_cache = self._parse_g(answer)
-        self.stop_prefetch = (self.generation, list(zip(ranges, results)))
+        self.stop_prefetch = (self.generation, list(zip(ranges, results, strict=True)))
         got = self._regs_cache["rip"]
         if got != pc:
             # Only the breakpoint at pc was in (plan_continue): a SIGTRAP elsewhere is a step or

@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from ..memory import MemoryFault
 from .errors import TargetError, TargetTimeout
 
 PAGE = 4096
@@ -199,8 +200,6 @@ class Target(ABC):
     def _at_endbr(self, pc: int) -> bool:
         """``pc`` holds ``endbr64`` or a 4-byte NOP (read once per address; QEMU's breakpoints
         do not show in memory)."""
-        from ..memory import MemoryFault
-
         cache = self._endbr
         if pc not in cache:
             try:
@@ -289,8 +288,6 @@ class Target(ABC):
         """Read exactly ``size`` bytes or raise :class:`~harness.memory.MemoryFault`."""
         r = self.read_partial(addr, size, physical)
         if r.fault is not None:
-            from ..memory import MemoryFault
-
             raise MemoryFault(r.fault)
         return r.data
 
@@ -334,8 +331,6 @@ class Target(ABC):
             phys = self.translate(cur, cr3, la57)
             chunk = self._read_chunk(phys, n, True) if phys is not None else None
             if chunk is None:
-                from ..memory import MemoryFault
-
                 raise MemoryFault(cur, f"kernel address {cur:#x} is not mapped under CR3 {cr3:#x}")
             out += chunk
             cur += n
@@ -364,8 +359,6 @@ class TargetMemory:
         return r
 
     def read(self, addr: int, size: int) -> bytes:
-        from ..memory import MemoryFault
-
         out = bytearray()
         cur, end = addr, addr + size
         while cur < end:

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct.core import ConstructError
@@ -438,7 +438,7 @@ class CFIRules:
         return self.table.arch
 
     @classmethod
-    def for_mapped(cls, elf: MappedElf) -> "CFIRules":
+    def for_mapped(cls, elf: MappedElf) -> CFIRules:
         return cls(cfi_table(elf.image), elf.bias)
 
     def rule_for(self, pc: int) -> FrameRule | None:

@@ -18,14 +18,15 @@ import bisect
 import io
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..memory import Memory, MemoryFault
 
 VDSO = "[vdso]"
@@ -39,7 +40,7 @@ _MAPS_LINE = re.compile(
 class MapsError(HarnessError, ValueError):
     """A maps line does not parse; carries the line."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
     def __init__(self, line: str, lineno: int):
         self.line = line
@@ -118,7 +119,7 @@ class ElfImage:
         return self.cache[key]
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike) -> "ElfImage":
+    def from_path(cls, path: str | os.PathLike) -> ElfImage:
         return cls(str(path), Path(path).read_bytes())
 
     @property
@@ -213,7 +214,7 @@ class AddressSpace:
         self._vdso: ElfImage | None = None
 
     @classmethod
-    def from_maps(cls, text: str, resolve: Resolver | None = None, memory: Memory | None = None) -> "AddressSpace":
+    def from_maps(cls, text: str, resolve: Resolver | None = None, memory: Memory | None = None) -> AddressSpace:
         return cls(parse_maps(text), resolve, memory)
 
     def mapping_at(self, addr: int) -> Mapping | None:

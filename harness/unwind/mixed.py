@@ -9,7 +9,7 @@ unwinder falls back to frame pointers there, as the kernel does on ``-ENOENT``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..sframe import SFrameError, SFrameTable
 from ..sframe.elf import PT_GNU_SFRAME

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..memory import BufferMemory, MemoryFault
 from ..regs import UserRegs
 from .maps import AddressSpace, Mapping, parse_maps
@@ -35,7 +35,7 @@ VERSION = 1
 class SnapshotError(HarnessError, ValueError):
     """A snapshot directory is missing, of another format, or inconsistent; names the path."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Snapshot:
     def region(self, what: str) -> Region | None:
         return next((r for r in self.regions if r.what == what), None)
 
-    def memory(self, file_backed: bool = True) -> "SnapshotMemory":
+    def memory(self, file_backed: bool = True) -> SnapshotMemory:
         return SnapshotMemory(self, file_backed)
 
     def address_space(self) -> AddressSpace:
@@ -83,7 +83,7 @@ class Snapshot:
         return d
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "Snapshot":
+    def load(cls, directory: str | os.PathLike) -> Snapshot:
         d = Path(directory)
         try:
             doc = json.loads((d / "snapshot.json").read_text())

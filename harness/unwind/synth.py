@@ -50,7 +50,7 @@ def fp_chain(depth: int, *, ws: int = 8, frame_size: int = 48, top: int | None =
     ips = [text + i * func_size + 0x10 for i in range(depth)]
     sps, fps = [], []
     sp = base + 16
-    for i in range(depth):
+    for _ in range(depth):
         fp = sp + frame_size - 2 * ws
         sps.append(sp)
         fps.append(fp)

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..memory import Memory
 from ..regs import USER_CS_64, UserRegs
 from ..rule import FrameRule, RuleError, apply_rule, dwarf_regs, entry_rule, fp_rule
@@ -66,7 +67,7 @@ class UnwindError(HarnessError):
 class UnwindConfigError(UnwindError):
     """The walk cannot start with these parameters (the kernel's ``-EINVAL`` for max_entries 0)."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
 
 class UnknownUnwinder(UnwindError, ValueError):

@@ -181,7 +181,8 @@ def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
     j = d.want_index
     # The trampoline is the frame above (a return address into it), or the topmost frame itself
     # (the handler has returned into it) or an interrupted IP: an IP, looked up at itself.
-    if j not in d.want_marks or j < 1 or not is_signal_trampoline(stack.space, d.want[j - 1], at_ip=j - 1 in d.want_marks):
+    if (j not in d.want_marks or j < 1
+            or not is_signal_trampoline(stack.space, d.want[j - 1], at_ip=j - 1 in d.want_marks)):
         return None
     # The frame's "return address" is the trampoline's first byte (the handler returns to it):
     # named at itself; glibc's FDE for it starts one byte earlier, at a nop.

@@ -189,7 +189,10 @@ def _refs(real, ty, Kind) -> list[int]:
 
 def _emit(b, real, ty, new, Kind) -> None:
     k = ty.kind
-    ref = (lambda i: new.get(i, 0))
+
+    def ref(i):
+        return new.get(i, 0)
+
     if k == Kind.INT:
         size = ty.size
         enc, off, bits = real.int_info(ty.id)

@@ -10,15 +10,15 @@ a crash found is fixed in the parser, with a test.
 The targets, and what of the harness each one covers:
 
 * ``log_check`` -- ``harness check LOG``: the whole file (UTF-8 text) through
-  :func:`harness.deferred.check.check_lines` and :func:`~harness.deferred.check.render`;
+  :func:`harness.deferred.check.check_lines` and :func:`harness.report.check.verdict_lines`;
 * ``perf_check`` -- ``harness perf --check FILE``: the capture file through
-  :func:`harness.perf.records.parse_capture` and the oracle (:func:`~harness.perf.oracle.check_capture`),
+  :func:`harness.perfparse.records.parse_capture` and the oracle (:func:`~harness.perf.oracle.check_capture`),
   its maps section, rings and records included;
 * ``perf_resolve`` -- the ``FILE.resolve.json`` beside a capture: the text through
-  :func:`harness.perf.cli.load_resolve`, then the oracle over a real capture with that table (the
+  :func:`harness.perfparse.resolve.load_resolve`, then the oracle over a real capture with that table (the
   table's host paths are mapped onto a few fixed local files: a missing one, a directory, a text
   file, a truncated ELF, a real ELF; a fuzzer must not make the harness read /dev/zero);
-* ``perf_records`` -- :func:`harness.perf.records.parse_records` (and ``Attr.parse``);
+* ``perf_records`` -- :func:`harness.perfparse.records.parse_records` (and ``Attr.parse``);
 * ``sframe`` -- :meth:`harness.sframe.SFrameSection.parse` strict and not, every FRE decoded,
   lookups, frame rules, the objdump-style dump;
 * ``btf`` -- :class:`harness.kernel.btf.Btf` and every query on every type;
@@ -44,9 +44,9 @@ DATA = HERE.parent / "data"
 # importing all of them for every target would cost each run seconds of start-up).
 MODULES = {
     "log_check": ["harness.deferred.check"],
-    "perf_check": ["harness.perf.records", "harness.perf.oracle"],
-    "perf_resolve": ["harness.perf.records", "harness.perf.oracle", "harness.perf.cli"],
-    "perf_records": ["harness.perf.records"],
+    "perf_check": ["harness.perfparse.records", "harness.perf.oracle"],
+    "perf_resolve": ["harness.perfparse.records", "harness.perf.oracle", "harness.perfparse.resolve"],
+    "perf_records": ["harness.perfparse.records"],
     "sframe": ["harness.sframe", "harness.report.sframe"],
     "btf": ["harness.kernel.btf"],
     "kallsyms": ["harness.kernel.kallsyms"],
@@ -66,14 +66,15 @@ def prepare(name: str) -> None:
 
 
 def log_check(data: bytes) -> None:
-    from harness.deferred.check import check_lines, render
+    from harness.deferred.check import check_lines
+    from harness.report.check import verdict_lines
 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return  # harness check: "is not UTF-8 text", exit 2 (harness/deferred/check.py _run_check)
+        return  # harness check: "is not UTF-8 text", exit 2 (harness/commands/check.py)
     verdict = check_lines(text.splitlines(keepends=True))
-    render(verdict, "fuzz.jsonl")
+    verdict_lines(verdict, "fuzz.jsonl")
     verdict.messages()
 
 
@@ -87,7 +88,7 @@ def _real_captures() -> list[bytes]:
 
 def perf_check(data: bytes) -> None:
     from harness.perf.oracle import check_capture
-    from harness.perf.records import parse_capture
+    from harness.perfparse.records import parse_capture
 
     cap = parse_capture(data)
     report = check_capture(cap, None)
@@ -126,7 +127,7 @@ def _first_records(cap, n: int):
     the records; what the resolve table changes shows in the first few samples)."""
     from dataclasses import replace
 
-    from harness.perf.records import Ring, parse_record
+    from harness.perfparse.records import Ring, parse_record
 
     rings = []
     for ring in cap.rings:
@@ -140,16 +141,16 @@ def _first_records(cap, n: int):
 
 
 def perf_resolve(data: bytes) -> None:
-    from harness.perf import cli as perf_cli
     from harness.perf.oracle import check_capture
-    from harness.perf.records import parse_capture
+    from harness.perfparse.records import parse_capture
+    from harness.perfparse.resolve import load_resolve
 
     global _files, _captures
     if _files is None:
         _files = _Files()
         _captures = [_first_records(parse_capture(c), 8) for c in _real_captures()]
     text = data[1:].decode("utf-8", "replace")
-    table = perf_cli.load_resolve(text, "fuzz.resolve.json")
+    table = load_resolve(text, "fuzz.resolve.json")
     mapped = {k: (_files.pick(v) if v is not None else None) for k, v in table.items()}
     # the capture's own guest paths get a fuzzed file too, so the oracle opens them
     for guest in ("/progs/host/callchain-fp-sframe-static-64-shadow",):
@@ -165,7 +166,7 @@ _ATTRS: list | None = None
 def perf_records(data: bytes) -> None:
     """Byte 0 < 0x80: the attr of a real capture, the records after it.  Else an attr of
     64 + 8 * (byte0 & 0x1f) bytes follows byte 0, then the records."""
-    from harness.perf.records import Attr, parse_capture, parse_records
+    from harness.perfparse.records import Attr, parse_capture, parse_records
 
     global _ATTRS
     if _ATTRS is None:

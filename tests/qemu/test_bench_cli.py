@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.support.gating import require
 
 pytestmark = pytest.mark.qemu
@@ -37,10 +38,12 @@ def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
                       r"(\d+) samples, (\d+) with a cookie\)", _figure(out, "guest kernel's deferred rate").group(1))
     assert kernel, out
     assert float(kernel.group(1)) > 0 and int(kernel.group(2)) <= int(kernel.group(4))
-    rate, traces = re.match(r"([\d.]+) traces/s \((\d+) traces in", _figure(out, "deferred traces delivered").group(1)).groups()
+    delivered = _figure(out, "deferred traces delivered").group(1)
+    rate, traces = re.match(r"([\d.]+) traces/s \((\d+) traces in", delivered).groups()
     assert int(traces) >= 40
     assert 1.9 <= float(_figure(out, "stops per trace").group(1)) < 4
-    goal = re.match(r"([\d.]+) traces/s -> (met|NOT met) \(([\d.]+) of it\)", _figure(out, "goal 0.8 * floor / 2").group(1))
+    goal = re.match(r"([\d.]+) traces/s -> (met|NOT met) \(([\d.]+) of it\)",
+                    _figure(out, "goal 0.8 * floor / 2").group(1))
     assert goal, out
     assert float(goal.group(1)) == pytest.approx(0.4 * floor, abs=0.06)
     assert float(goal.group(3)) == pytest.approx(float(rate) / float(goal.group(1)), abs=0.006)

@@ -22,8 +22,8 @@ def test_a_clean_run_exits_0_with_junit_and_summary(tmp_path):
     out, junit = tmp_path / "run", tmp_path / "junit.xml"
     # --rt where it may be (root: CI): the run's facts say what it did
     rt = ["--rt"] if os.geteuid() == 0 else []
-    p = subprocess.run([*HARNESS, "run", "fp-syscall", "--samples", "10", *rt, "--out", str(out), "--junit-xml", str(junit)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run([*HARNESS, "run", "fp-syscall", "--samples", "10", *rt, "--out", str(out),
+                        "--junit-xml", str(junit)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert p.stdout.rstrip().endswith("exit 0: every stack agrees or is explained")
     summary = json.loads((out / "summary.json").read_text())

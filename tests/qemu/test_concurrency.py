@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gating import require
 from harness.deferred.log import read_events
 from harness.images.cache import cache_root
 from harness.report.rundir import CLAIM
+from tests.support.gating import require
 
 pytestmark = pytest.mark.qemu
 
@@ -123,7 +123,7 @@ def test_two_runs_at_once_in_one_directory_with_stale_apt_lists(tmp_path):
     results = _finish(procs)
     seconds = time.monotonic() - t0
     dirs = []
-    for p, (rc, out, err) in zip(procs, results):
+    for p, (rc, out, err) in zip(procs, results, strict=True):
         assert rc == 0, f"exit {rc}\n{out}\n{err[-4000:]}"
         assert "Traceback" not in err
         d = work / re.search(r"logs in (\S+)/$", out, re.M).group(1)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.gating import require
 from harness.cli import main
 from harness.images.kernel import get_kernel
 from harness.perf.capture import PERFCC
 from harness.perf.debian_run import check_run, deferred_unsupported, run_debian_perf
 from harness.scenarios.catalog import CATALOG
 from harness.session import GuestSpec, Session
+from tests.support.gating import require
 
 pytestmark = pytest.mark.qemu
 

@@ -231,7 +231,8 @@ def _scenario_test(guest):
     def test(session, name, tmp_path):
         _check_scenario(session, name, tmp_path)
 
-    test.__name__ = test.__qualname__ = f"test_scenario_has_no_unexpected_divergence_{_guest_id(guest).replace('-', '_')}"
+    name = f"test_scenario_has_no_unexpected_divergence_{_guest_id(guest).replace('-', '_')}"
+    test.__name__ = test.__qualname__ = name
     return test
 
 

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from tests.support.guest_pool import GuestPool
 from harness.deferred.check import check_lines
+from harness.images.programs import Variant
 from harness.scenarios.catalog import CATALOG, Scenario, programs_for
 from harness.scenarios.engine import Engine
-from harness.images.programs import Variant
 from harness.session import GuestSpec
+from tests.support.guest_pool import GuestPool
 
 pytestmark = pytest.mark.qemu
 

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.procs import gone
 
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel
 from harness.transport.errors import GuestDied, GuestPanic, GuestTimeout
 from harness.transport.qemu import WORKDIR_PREFIX, Machine, MachineConfig, sweep_orphan_workdirs
+from tests.support.procs import gone
 
 pytestmark = pytest.mark.qemu
 

@@ -12,7 +12,7 @@ import pytest
 from harness.images.programs import Variant
 from harness.perf.capture import PERFCC, PerfSpec, capture, resolver
 from harness.perf.oracle import check_capture
-from harness.perf.records import parse_capture
+from harness.perfparse.records import parse_capture
 from harness.session import GuestSpec
 
 TARGET = ("callchain", "host", Variant(shadow=True))

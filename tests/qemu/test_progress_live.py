@@ -24,7 +24,8 @@ def _env() -> dict:
 
 
 def test_run_on_a_terminal_rewrites_one_status_line_then_prints_the_table(tmp_path):
-    child = pexpect.spawn(sys.executable, [*HARNESS, "run", "fp-syscall", "--samples", "20", "--out", str(tmp_path / "run")],
+    child = pexpect.spawn(sys.executable, [*HARNESS, "run", "fp-syscall", "--samples", "20",
+                                           "--out", str(tmp_path / "run")],
                           env=_env(), encoding="utf-8", timeout=600, dimensions=(24, 250))
     child.expect(pexpect.EOF)
     child.close()
@@ -47,13 +48,15 @@ def test_run_on_a_terminal_rewrites_one_status_line_then_prints_the_table(tmp_pa
     first = STATE.search(out)
     assert "\n" not in out[first.start():end.start()]
     # The table follows the final line.
-    assert re.search(r"\nscenario +stacks", out[end.end():]) and out.rstrip().endswith("every stack agrees or is explained")
+    assert re.search(r"\nscenario +stacks", out[end.end():])
+    assert out.rstrip().endswith("every stack agrees or is explained")
 
 
 def test_run_with_stderr_to_a_file_writes_plain_lines(tmp_path):
     err = tmp_path / "stderr"
     with open(err, "w") as fp:
-        p = subprocess.run([sys.executable, *HARNESS, "run", "fp-syscall", "--samples", "20", "--out", str(tmp_path / "run")],
+        p = subprocess.run([sys.executable, *HARNESS, "run", "fp-syscall", "--samples", "20",
+                            "--out", str(tmp_path / "run")],
                            env=_env(), stdout=subprocess.PIPE, stderr=fp, text=True, timeout=600)
     text = err.read_text()
     print(text)
@@ -63,7 +66,8 @@ def test_run_with_stderr_to_a_file_writes_plain_lines(tmp_path):
     assert any(re.match(r"\[guest\] booting \S+ \((tcg|kvm), 1 vCPU\)$", ln) for ln in lines)
     assert any(re.match(r"\[guest\] \S+ ready in [\d.]+s", ln) for ln in lines)
     assert "[run] fp-syscall: starting" in lines
-    assert re.match(r"\[run\] fp-syscall: 20/20 requests on its tasks \(\d+ in all\), \d+ stacks checked, 0 failed, in ",
+    assert re.match(r"\[run\] fp-syscall: 20/20 requests on its tasks \(\d+ in all\), \d+ stacks checked, "
+                    r"0 failed, in ",
                     [ln for ln in lines if ln.startswith("[run]")][-1])
     assert sum(ln.startswith("[run]") for ln in lines) <= 2 + 10 + 2  # start, end, a tenth a second at most
     assert "scenario" in p.stdout and "[run]" not in p.stdout

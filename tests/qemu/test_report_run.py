@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from tests.support.gating import require
 from harness.cli import main
 from harness.report.flame import parse_folded
 from tests.support.browser import Browser, chromium
-
+from tests.support.gating import require
 
 pytestmark = pytest.mark.qemu
 

@@ -133,7 +133,8 @@ def test_shell_batch_script_that_raises_exits_1(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("print(guest)\nraise RuntimeError('on purpose')\n")
     r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)],
-                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 60)
+                       env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False,
+                       timeout=BOOT_TIMEOUT + 60)
     assert r.returncode == 1 and "RuntimeError: on purpose" in r.stderr, (r.stdout[-2000:], r.stderr[-2000:])
 
 

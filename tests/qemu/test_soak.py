@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.gating import require
 from harness.images.qemu import QemuImageError, resolve_qemu
-from harness.soak.engine import PROGRAM, SoakSpec, format_soak, run_soak
 from harness.session import GuestSpec
+from harness.soak.engine import PROGRAM, SoakSpec, format_soak, run_soak
+from tests.support.gating import require
 
 REQUESTS = 300
 GUEST = GuestSpec(smp=2, programs=[PROGRAM], qemu="backports")

@@ -8,7 +8,6 @@ import signal
 import time
 
 import pytest
-from tests.support.procs import gone
 
 from harness.images.initramfs import build_initramfs
 from harness.images.kernel import get_kernel
@@ -16,6 +15,7 @@ from harness.transport.errors import GuestPanic, TargetDied, TargetError, Target
 from harness.transport.mi import MiTarget
 from harness.transport.qemu import Machine, MachineConfig
 from harness.transport.rsp import RspTarget
+from tests.support.procs import gone
 
 pytestmark = pytest.mark.qemu
 

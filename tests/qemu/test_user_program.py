@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.images.programs import USER, user_program
 from harness.scenarios.catalog import user_scenario
 from harness.scenarios.engine import Engine
-from harness.images.programs import USER, user_program
 from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu

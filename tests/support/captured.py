@@ -3,12 +3,11 @@ tests/unit/unwind/test_cfi_compat.py)."""
 
 from __future__ import annotations
 
-from tests.support.gating import require
-
 from harness.unwind.cfi import cfi_tables_for, unwind_cfi
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import unwind_user
+from tests.support.gating import require
 
 
 def get(captures: dict, tc: str, fp: bool, static: bool):

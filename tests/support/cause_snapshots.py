@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.support.gating import require
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Variant
 from harness.memory import Memory, MemoryFault
 from harness.sframe.elf import SFrameTable
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.snapshot import Snapshot
+from tests.support.gating import require
 
 TOOLCHAINS = ("host", "trixie", "sid")
 ITER = "1000000"

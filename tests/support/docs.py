@@ -53,7 +53,7 @@ class Mark:
     file: str | None = None
 
     @classmethod
-    def parse(cls, body: str, where: str) -> "Mark":
+    def parse(cls, body: str, where: str) -> Mark:
         kw: dict = {}
         rest = body.strip()
         while rest:
@@ -170,7 +170,7 @@ def tokens(page: Path):
     return _parse(page.read_text())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(text: str):
     return MarkdownIt("commonmark").enable("table").parse(text)  # GitHub renders GFM tables
 
@@ -191,7 +191,8 @@ def fences(page: Path) -> list[tuple[str, str, int, Mark | None]]:
             mark = None
             if pending:
                 if pending[1] != tok.map[0]:
-                    raise DocError(f"{rel(page)}:{tok.map[0] + 1}: a doc-test mark must be on the line before its fence")
+                    raise DocError(f"{rel(page)}:{tok.map[0] + 1}: "
+                                   "a doc-test mark must be on the line before its fence")
                 mark = pending[0]
                 pending = None
             out.append((lang, tok.content, tok.map[0] + 1, mark))
@@ -323,7 +324,7 @@ def harness_argvs(example: Example) -> list[list[str]]:
     return argvs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def help_text(*path: str) -> str:
     r = subprocess.run([str(venv() / "bin" / "harness"), *path, "--help"], env=env(), cwd=REPO,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, check=False)

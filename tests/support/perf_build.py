@@ -1,7 +1,7 @@
 """Crafting perf records and perfcc capture files with struct, for the parser's and oracle's tests.
 
 Layouts as include/uapi/linux/perf_event.h declares them; written here independently of
-harness.perf.records (which reads them), so a test compares two renderings of the header.
+harness.perfparse.records (which reads them), so a test compares two renderings of the header.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ CONTEXT_USER_DEFERRED = -640 & U64
 
 SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_CPU = 1 << 0, 1 << 1, 1 << 2, 1 << 7
 SAMPLE_CALLCHAIN, SAMPLE_REGS_USER, SAMPLE_STACK_USER = 1 << 5, 1 << 12, 1 << 13
-SAMPLE_TYPE = SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_CALLCHAIN | SAMPLE_REGS_USER | SAMPLE_STACK_USER
+SAMPLE_TYPE = (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_CALLCHAIN | SAMPLE_REGS_USER
+               | SAMPLE_STACK_USER)
 # perf_regs.h: AX..SS (0..11) and R8..R15 (16..23)
 REGS_MASK = ((1 << 12) - 1) | (((1 << 8) - 1) << 16)
 REG_ORDER = ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip", "flags", "cs", "ss",

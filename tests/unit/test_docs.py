@@ -62,7 +62,8 @@ def test_every_shell_block_is_typed():
     for page in docs.pages():
         for lang, text, line, _ in docs.fences(page):
             looks_shell = any(x.startswith(("$ ", ".venv/bin/", "./dev ", "harness ")) for x in text.splitlines())
-            if lang in docs.UNTYPED_SHELL or (lang not in docs.SHELL and lang not in ("pycon", "python") and looks_shell):
+            if lang in docs.UNTYPED_SHELL or (lang not in docs.SHELL and lang not in ("pycon", "python")
+                                              and looks_shell):
                 bad.append(f"{page.relative_to(docs.REPO)}:{line} ```{lang}")
     assert not bad, "write shell examples as ```sh or ```console: " + ", ".join(bad)
 

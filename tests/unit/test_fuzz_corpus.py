@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gating import require
 from harness.errors import HarnessError
-
 from tests.fuzz.targets import TARGETS
+from tests.support.gating import require
 from tests.support.paths import FUZZ, REPO
 
 # Fresh inputs per target in the bounded run: a few seconds each on a loaded 2-core machine.

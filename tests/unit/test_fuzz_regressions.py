@@ -10,8 +10,8 @@ import pytest
 from harness.deferred.check import check_lines
 from harness.deferred.log import LogFormatError
 from harness.errors import HarnessError
-from harness.perf.cli import load_resolve
-from harness.perf.records import PerfFormatError
+from harness.perfparse.records import PerfFormatError
+from harness.perfparse.resolve import load_resolve
 from harness.transport.errors import TargetError
 from harness.transport.rsp import parse_target_xml
 from tests.support.paths import TEST_DATA
@@ -63,7 +63,7 @@ def test_perf_check_with_a_bad_resolve_file_exits_2_with_one_line(tmp_path, caps
     import gzip
     from types import SimpleNamespace
 
-    from harness.perf.cli import _check_file
+    from harness.commands.perf import _check_file
 
     cap = tmp_path / "c.perfcc"
     cap.write_bytes(gzip.decompress((TEST_DATA / "perf-callchain-7.3.4.perfcc.gz").read_bytes()))

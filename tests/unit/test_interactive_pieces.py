@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-
 from harness.images.symfile import kernel_symbol_file, symbol_file_source
 from harness.kernel.kallsyms import Kallsyms, Symbol
 from harness.report.text import stack_columns
@@ -57,7 +56,8 @@ def test_stack_columns_draws_every_list_and_each_verdict():
                    "cfi": [_f(0x401000, "c+0x10"), _f(0x401050, "b+0x8"), _f(0x401100, "main+0x5")]},
         "stops": {"fp": "fp < sp", "cfi": "end of chain"},
         "verdicts": [{"unwinder": "fp", "oracle": "cfi", "verdict": "explained",
-                      "divergences": [{"cause": "fp-prologue-ip", "text": "fp lacks cfi's frame #1: in the prologue"}]}],
+                      "divergences": [{"cause": "fp-prologue-ip",
+                                       "text": "fp lacks cfi's frame #1: in the prologue"}]}],
     }
     text = stack_columns(rec)
     lines = text.splitlines()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-from tests.support.gating import require
 
 from harness.kernel.vdso import kernel_vdso_image, vdso_backed
 from harness.memory import BufferMemory, MemoryFault, Overlay
+from tests.support.gating import require
 
 
 class Counting:

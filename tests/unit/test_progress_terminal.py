@@ -11,9 +11,9 @@ import sys
 
 import pexpect
 import pytest
-from tests.support.gating import require
 
 from harness.images.cache import cache_root
+from tests.support.gating import require
 
 HARNESS = ["-c", "import sys; from harness.cli import main; sys.exit(main())"]
 SHARED = ("apt", "kernels", "toolchains")

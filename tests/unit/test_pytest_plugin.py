@@ -80,7 +80,8 @@ def test_kernel_option_and_ini(pytester):
         def test_opts(unwind_kernel, unwind_toolchain, pytestconfig):
             from harness.pytest_plugin import _opt
             assert (unwind_kernel, unwind_toolchain) == ("trixie", "host")
-            assert (_opt(pytestconfig, "samples"), _opt(pytestconfig, "smp"), _opt(pytestconfig, "qemu")) == (7, 2, None)
+            assert (_opt(pytestconfig, "samples"), _opt(pytestconfig, "smp"),
+                    _opt(pytestconfig, "qemu")) == (7, 2, None)
     """)
     pytester.runpytest_inprocess(*plugin_args(), "--uh-smp", "2").assert_outcomes(passed=1)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import random
 
 import pytest
 
+from harness.cli import main
+from harness.commands import build_parser, load
 from harness.deferred import (
     IRQ,
     NMI,
@@ -19,12 +20,10 @@ from harness.deferred import (
     LogFormatError,
     UnwindWork,
     check_lines,
-    main_check,
     mainline,
     seed_v10,
 )
 from harness.deferred.check import Checker, check_events
-from harness.deferred.cli import add_cli
 
 
 def generated_log(profile, seed: int = 7, steps: int = 300) -> str:
@@ -164,7 +163,8 @@ def test_callback_after_cancel_is_caught():
     ev.insert(k + 1, cb)
     msgs = verdict(ev).messages()
     cancel_line = first(ev, "cancel", tracer="ftrace") + 1
-    assert any(f"line {k + 2}: task 42 entry 2 tracer ftrace: callback after the tracer's cancel (line {cancel_line})" in m for m in msgs), msgs
+    want = f"line {k + 2}: task 42 entry 2 tracer ftrace: callback after the tracer's cancel (line {cancel_line})"
+    assert any(want in m for m in msgs), msgs
     assert j < k
 
 
@@ -174,7 +174,8 @@ def test_second_walk_in_one_entry_is_caught():
     ev.insert(i + 1, dict(ev[i]))
     msgs = verdict(ev).messages()
     assert len(msgs) == 1
-    assert f"line {i + 2}: task 42 entry 1: stack walked a second time in one entry (first walk at line {i + 1})" in msgs[0]
+    assert (f"line {i + 2}: task 42 entry 1: stack walked a second time in one entry (first walk at line {i + 1})"
+            in msgs[0])
 
 
 def test_request_after_exit_must_fail():
@@ -248,6 +249,10 @@ def test_check_events_accepts_dicts_without_line_numbers():
 END = {"ev": "end", "reason": "complete", "stacks": 0, "failures": 0, "causes": {}, "requests": 3, "errors": []}
 
 
+def main_check(argv: list[str]) -> int:
+    return main(["check", *argv])
+
+
 def test_main_check_exit_codes(tmp_path, capsys):
     good = tmp_path / "good.jsonl"
     good.write_text("\n".join(to_text(scenario() + [END])) + "\n")
@@ -272,14 +277,14 @@ def test_main_check_exit_codes(tmp_path, capsys):
     assert main_check([str(tmp_path / "bin.jsonl")]) == 2
 
 
-def test_add_cli_registers_check(tmp_path):
-    parser = argparse.ArgumentParser(prog="harness")
-    add_cli(parser.add_subparsers(dest="command"))
+def test_the_registry_has_check(tmp_path):
+    load()
+    parser = build_parser("harness")
     good = tmp_path / "good.jsonl"
     good.write_text("\n".join(to_text(scenario() + [END])) + "\n")
     args = parser.parse_args(["check", str(good)])
-    assert args.command == "check" and args.func(args) == 0
+    assert args.cmd == "check" and args.command.func(args) == 0
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(to_text(scenario())) + "\n")  # a log written before end records existed
     args = parser.parse_args(["check", str(cut)])
-    assert args.func(args) == 1
+    assert args.command.func(args) == 1

@@ -8,9 +8,11 @@ from collections import Counter
 
 import pytest
 
+from harness.cli import main
 from harness.deferred import EventLog, LogFormatError
-from harness.deferred.check import StackFailure, _run_check, check_events, check_lines, render
+from harness.deferred.check import StackFailure, check_events, check_lines
 from harness.deferred.log import parse_line, stack_counts
+from harness.report.check import verdict_lines
 from tests.support.deferred_logs import agree, explained, failure, index, messages, stack_log, text
 
 # ----------------------------------------------------------------------------- a complete log
@@ -50,7 +52,7 @@ def test_failure_free_complete_log_is_ok_and_exits_0(tmp_path, capsys):
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
     assert check_lines(text(events)).ok
-    assert _run_check(str(log)) == 0
+    assert main(["check", str(log)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{log}: 3 stack(s), 0 with a failure verdict"
     assert f"{log}: fp/cfi: agree 2, explained 1" in out
@@ -62,7 +64,7 @@ def test_cli_prints_summary_and_failures_and_exits_1_on_a_failure(tmp_path, caps
     events = stack_log()
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     out = capsys.readouterr().out.splitlines()
     line = index(events, "stack", 2) + 1
     assert out == [
@@ -84,7 +86,7 @@ def test_run_that_ended_in_error_exits_1_and_prints_its_errors(tmp_path, capsys)
                       errors=["guest died at request 3"])
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     out = capsys.readouterr().out
     assert "run ended: error, 3 request(s), 1 error(s)" in out and "error: guest died at request 3" in out
 
@@ -99,7 +101,7 @@ def test_log_cut_before_its_end_record_is_incomplete(tmp_path, capsys):
     assert v.incomplete == f"no end record; the log stops after line {len(events)}"
     log = tmp_path / "cut.jsonl"
     log.write_text("\n".join(text(events)) + "\n")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == f"{log}: incomplete: no end record; the log stops after line {len(events)}"
 
@@ -109,7 +111,7 @@ def test_empty_log_is_incomplete(tmp_path, capsys):
     assert not v.complete and v.incomplete == "no end record; the log is empty"
     log = tmp_path / "empty.jsonl"
     log.write_text("")
-    assert _run_check(str(log)) == 1
+    assert main(["check", str(log)]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == f"{log}: incomplete: no end record; the log is empty"
 
 
@@ -210,7 +212,8 @@ def test_failure_verdict_without_divergence_needs_a_reason():
     events[-1]["failures"] = 2
     v = check_lines(text(events))
     assert v.clean, v.messages()
-    assert v.failures[0] == StackFailure(i + 1, 42, 1, "fp", "delivery", "pid 42: tracers got different traces in one entry")
+    assert v.failures[0] == StackFailure(i + 1, 42, 1, "fp", "delivery",
+                                         "pid 42: tracers got different traces in one entry")
     del events[i]["verdicts"][-1]["reason"]
     assert messages(events) == [
         f"line {i + 1}: task 42 entry 1: fp/delivery verdict is failure, with neither a divergence nor a reason"]
@@ -241,7 +244,8 @@ def test_agree_verdict_with_divergences_is_a_violation():
     [
         ({"stacks": 4}, "end record counts 4 stack(s), the log has 3 stack record(s)"),
         ({"failures": 0}, "end record counts 0 failure(s), the log has 1 stack record(s) with a failure verdict"),
-        ({"causes": {"leaf-no-frame": 2}}, "end record counts 0 divergence(s) explained by plt-stub, the stack records 1"),
+        ({"causes": {"leaf-no-frame": 2}},
+         "end record counts 0 divergence(s) explained by plt-stub, the stack records 1"),
         ({"causes": {"leaf-no-frame": 2, "plt-stub": 1, "vdso": 1}},
          "end record counts 1 divergence(s) explained by vdso, the stack records 0"),
     ],
@@ -367,7 +371,7 @@ def test_cli_reports_a_malformed_record_in_one_line_and_exits_2(tmp_path, capsys
     events.insert(4, bad)
     log = tmp_path / "bad.jsonl"
     log.write_text("\n".join(events) + "\n")
-    assert _run_check(str(log)) == 2
+    assert main(["check", str(log)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and err.startswith(f"harness check: {log}: line 5: ")
@@ -378,7 +382,7 @@ def test_cli_reports_a_line_cut_in_the_middle_as_unreadable(tmp_path, capsys):
     data = "\n".join(text(stack_log())) + "\n"
     log = tmp_path / "cut.jsonl"
     log.write_text(data[: data.rindex('"reason"')])
-    assert _run_check(str(log)) == 2
+    assert main(["check", str(log)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not JSON" in err
 
@@ -388,7 +392,7 @@ def test_cli_reports_a_line_cut_in_the_middle_as_unreadable(tmp_path, capsys):
 
 def test_render_keeps_the_verdict_apart_from_its_text():
     v = check_events(stack_log())
-    lines = render(v, "x")
+    lines = verdict_lines(v, "x")
     assert lines[0] == "x: 3 stack(s), 1 with a failure verdict" and lines[-1] == "x: clean (31 events)"
     assert [ln for ln in lines if ln.startswith("x: failure: ")] == [f"x: failure: {v.failures[0]}"]
 

@@ -398,7 +398,9 @@ def test_request_between_callbacks_runs_the_task_work_again_same_entry(world):
 # --------------------------------------------------------------------------- task work and walk
 
 
-@pytest.mark.parametrize("profile,limit", [(seed_v10(), 512), (mainline(), 510), (mainline().with_max_entries(512), 512)], ids=["v10", "mainline", "mainline-512"])
+@pytest.mark.parametrize("profile,limit",
+                         [(seed_v10(), 512), (mainline(), 510), (mainline().with_max_entries(512), 512)],
+                         ids=["v10", "mainline", "mainline-512"])
 def test_deep_stack_is_truncated_not_an_error(profile, limit):
     w = World(profile, stack=list(range(0x1000, 0x1000 + 600)))
     a = w.tracer("a")
@@ -512,7 +514,8 @@ def test_nmi_after_the_exit_loop_keeps_the_state_for_the_next_entry(world):
     # v10's NMI path stored unwind_mask = PENDING, dropping a's bit: a is queued again.
     assert world.model.request(a, t, 0, Context(IRQ)) == ((0 if v10 else 1), c1)
     world.model.return_to_user(t)
-    assert world.names() == (["a", "a", "b"] if v10 else ["a", "b"]) and {c[2] for c in world.calls} == {c1} and world.walks == 1
+    assert world.names() == (["a", "a", "b"] if v10 else ["a", "b"])
+    assert {c[2] for c in world.calls} == {c1} and world.walks == 1
     assert world.verdict().clean, world.verdict().messages()
 
 

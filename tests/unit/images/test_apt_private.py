@@ -7,8 +7,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from tests.support.gating import require
 from harness.images.apt import PrivateApt
+from tests.support.gating import require
 
 
 def _dump(apt: PrivateApt) -> str:

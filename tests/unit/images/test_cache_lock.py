@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gating import require
 from harness.deferred.log import EventLog, JsonlFile, LogWriteError, read_events
 from harness.images.lock import CacheLockTimeout, cache_lock, lock_holders, parse_proc_locks, write_atomic
 from harness.report.rundir import CLAIM, RunDirTaken, new_run_dir
+from tests.support.gating import require
 from tests.support.paths import REPO
-
 
 HOLD = """
 import sys, time
@@ -84,7 +83,7 @@ def test_a_waiter_is_bounded_and_names_what_it_waits_for_and_who_holds_it(tmp_pa
         assert 0.5 <= time.monotonic() - t0 < 5
         assert f"pid {p.pid}" in str(exc.value) and "kernel X" in str(exc.value) and str(lock) in str(exc.value)
         assert exc.value.exit_code == 3
-        assert any(line.startswith("[images] waiting for kernel X: pid %d" % p.pid) for line in progress_lines), \
+        assert any(line.startswith(f"[images] waiting for kernel X: pid {p.pid}") for line in progress_lines), \
             progress_lines
     finally:
         _stop(p)

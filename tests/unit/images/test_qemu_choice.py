@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.qemu import (
     DEFAULT_CHOICE,
     ENV_VAR,

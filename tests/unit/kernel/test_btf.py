@@ -18,7 +18,6 @@ from harness.kernel.btf import Btf, BtfAmbiguityError, BtfError, BtfLookupError,
 from harness.regs import PT_REGS_FIELDS, PT_REGS_SIZE
 from tests.support.gating import require
 
-
 # --- a tiny BTF writer, independent of the reader (formats spelled out from btf.h) ----------------
 
 
@@ -226,7 +225,8 @@ def test_lookup_errors_are_key_errors_with_clear_messages(sample):
     assert "'" not in str(e.value)[:1], "message is not repr()-quoted like a plain KeyError"
     with pytest.raises(BtfLookupError, match=r"task_struct\.thread .*has no member 'ip'"):
         sample.member_offset("task_struct", "thread.ip")
-    with pytest.raises(BtfLookupError, match=r"member pid is of type \[2\] INT int, not a struct or union, so it has no member 'x'"):
+    with pytest.raises(BtfLookupError,
+                       match=r"member pid is of type \[2\] INT int, not a struct or union, so it has no member 'x'"):
         sample.member_offset("task_struct", "pid.x")
     with pytest.raises(BtfLookupError, match="no member ''"):
         sample.member_offset("task_struct", "thread..sp")
@@ -305,7 +305,8 @@ def test_big_endian_and_longer_header_read_the_same():
         assert len(other) == len(le)
         for i in range(len(le)):
             a, b = le.type(i), other.type(i)
-            assert (a.kind, a.name, a.size, a.ref, a.vlen, a.kind_flag) == (b.kind, b.name, b.size, b.ref, b.vlen, b.kind_flag)
+            assert ((a.kind, a.name, a.size, a.ref, a.vlen, a.kind_flag)
+                    == (b.kind, b.name, b.size, b.ref, b.vlen, b.kind_flag))
         assert other.members("task_struct") == le.members("task_struct")
         assert other.enum_values("big") == le.enum_values("big")
         assert other.member_offset("task_struct", "thread.sp") == 48
@@ -454,7 +455,8 @@ def test_mutated_sample_raises_only_btf_error(edits, magic_too):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, (len(SAMPLE) - 4) // 4), st.integers(0, 0xFFFFFFFF) | st.sampled_from([0, 1, 0xFFFF, 0x80000000, 0xFFFFFFFF]))
+@given(st.integers(0, (len(SAMPLE) - 4) // 4),
+       st.integers(0, 0xFFFFFFFF) | st.sampled_from([0, 1, 0xFFFF, 0x80000000, 0xFFFFFFFF]))
 def test_mutated_words_raise_only_btf_error(index, word):
     data = bytearray(SAMPLE)
     pos = 4 * index
@@ -514,7 +516,8 @@ def test_real_task_struct(real_kernels, name):
 
 def test_real_task_struct_layout_differs_across_kernels(real_kernels):
     layouts = {
-        name: (btf.sizeof("task_struct"), btf.member_offset("task_struct", "pid"), btf.member_offset("task_struct", "comm"))
+        name: (btf.sizeof("task_struct"), btf.member_offset("task_struct", "pid"),
+               btf.member_offset("task_struct", "comm"))
         for name, (_, btf, _) in real_kernels.items()
     }
     assert len(set(layouts.values())) == len(layouts), layouts
@@ -522,7 +525,7 @@ def test_real_task_struct_layout_differs_across_kernels(real_kernels):
 
 
 def test_real_percpu_variables(real_kernels):
-    for name, (_, btf, _) in real_kernels.items():
+    for _, btf, _ in real_kernels.values():
         entries = btf.datasec(".data..percpu")
         assert len(entries) > 100
         names = {e.name for e in entries}
@@ -557,8 +560,10 @@ def test_real_index_is_fast(real_kernels):
 
 
 def _bpftool() -> str | None:
-    tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.access(p, os.X_OK)), None)
-    require(tool is not None, "bpftool is missing (Debian package 'bpftool', ./dev installs it): it checks harness.kernel.btf")
+    tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
+                                            if os.access(p, os.X_OK)), None)
+    require(tool is not None,
+            "bpftool is missing (Debian package 'bpftool', ./dev installs it): it checks harness.kernel.btf")
     return tool
 
 
@@ -650,7 +655,8 @@ def bpftool_dumps(real_kernels):
     tool = _bpftool()
     dumps = {}
     for name, (k, _, _) in real_kernels.items():
-        text = subprocess.run([tool, "btf", "dump", "file", str(k.vmlinux), "format", "raw"], check=True, capture_output=True, text=True).stdout
+        text = subprocess.run([tool, "btf", "dump", "file", str(k.vmlinux), "format", "raw"],
+                              check=True, capture_output=True, text=True).stdout
         dumps[name] = parse_bpftool_raw(text)
     return dumps
 

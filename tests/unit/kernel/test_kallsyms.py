@@ -153,7 +153,8 @@ def test_non_utf8_names_the_line():
 
 
 def test_censored_kallsyms_is_an_error():
-    censored = "".join(f"0000000000000000 {t} {n}\n" for t, n in (("T", "_stext"), ("t", "cleanup"), ("D", "init_task")))
+    censored = "".join(f"0000000000000000 {t} {n}\n"
+                       for t, n in (("T", "_stext"), ("t", "cleanup"), ("D", "init_task")))
     with pytest.raises(KallsymsCensoredError, match=r"censored \(every address is 0\).*kptr_restrict"):
         Kallsyms.parse(censored)
     # a text symbol at 0 with real addresses elsewhere is just as impossible
@@ -395,7 +396,8 @@ def test_from_elf_matches_nm(tmp_path):
     subprocess.run([cc, "-O0", "-fno-common", "-c", str(src), "-o", str(obj)], check=True)
     ours = Kallsyms.from_elf(obj)
     nm_out = subprocess.run([nm, str(obj)], check=True, capture_output=True, text=True).stdout
-    theirs = sorted((n, int(a, 16), t) for a, t, n in (line.split() for line in nm_out.splitlines() if not line.startswith(" ")))
+    theirs = sorted((n, int(a, 16), t)
+                    for a, t, n in (line.split() for line in nm_out.splitlines() if not line.startswith(" ")))
     assert sorted((s.name, s.address, s.type) for s in ours) == theirs
     assert len(theirs) >= 6
     assert ours.symbol("api").type == "T" and ours.symbol("helper").type == "t"

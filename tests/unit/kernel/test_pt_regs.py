@@ -45,4 +45,5 @@ def test_inside_switch_to_the_new_tasks_own_stack_is_used():
 
 
 def test_another_tasks_regs_come_from_its_stack():
-    assert user_pt_regs_addr(_info(fred=True), _read_with_top(0), _task(B_STACK)) == B_STACK + THREAD_SIZE - 16 - PT_REGS_SIZE
+    assert (user_pt_regs_addr(_info(fred=True), _read_with_top(0), _task(B_STACK))
+            == B_STACK + THREAD_SIZE - 16 - PT_REGS_SIZE)

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.support.gating import require
 
 from harness.deferred.profile import mainline, seed_v10
 from harness.lockstep.compare import (
@@ -26,6 +25,7 @@ from harness.lockstep.compare import (
     renumber,
     replay,
 )
+from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
 DATA = TEST_DATA / "kernel-diff"
@@ -370,7 +370,8 @@ def test_replay_of_a_bad_file_exits_2_with_one_line(tmp_path, capsys):
     bad.write_text('{"seq": 0, "kind": "walk", "task": 1, "pid": 1, "cpu": 0}\n')
     assert main(["kernel-diff", "--replay", str(bad)]) == 2
     assert "no kernel-diff header" in capsys.readouterr().err
-    bad.write_text('{"header": "kernel-diff", "tracers": {}}\n{"seq": 0, "kind": "nmi", "task": 1, "pid": 1, "cpu": 0}\n')
+    bad.write_text('{"header": "kernel-diff", "tracers": {}}\n'
+                   '{"seq": 0, "kind": "nmi", "task": 1, "pid": 1, "cpu": 0}\n')
     assert main(["kernel-diff", "--replay", str(bad)]) == 2
     assert "unknown kind 'nmi'" in capsys.readouterr().err
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gating import require
 from harness.cli import main
 from harness.images.debperf import GUEST_LIB, GUEST_PERF, wrapper_script
 from harness.perf.debian import compare, total
@@ -32,9 +31,10 @@ from harness.perf.debian_run import (
     check_files,
     deferred_unsupported,
 )
-from harness.perf.perfdata import parse_perf_data
-from harness.perf.records import CallchainDeferred, PerfFormatError, Sample, parse_capture
-from harness.perf.script import ScriptFormatError, parse_script
+from harness.perfparse.perfdata import parse_perf_data
+from harness.perfparse.records import CallchainDeferred, PerfFormatError, Sample, parse_capture
+from harness.perfparse.script import ScriptFormatError, parse_script
+from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
 DATA = TEST_DATA
@@ -56,7 +56,7 @@ def compat() -> DebianFiles:
 @pytest.fixture(scope="module")
 def compat_program():
     """The 32-bit program the capture ran (the same content-keyed build), for the causes' ELF reads."""
-    from harness.images.cache import ImageError
+    from harness.images.errors import ImageError
     from harness.images.programs import Variant, build_program
     from harness.images.toolchain import get_toolchain
 

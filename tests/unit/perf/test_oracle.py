@@ -7,17 +7,16 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from tests.support import perf_build as pb
-
 from harness.perf.oracle import (
     DeferredChecker,
     PerfOracle,
     check_capture,
     deferred_log,
 )
-from harness.perf.records import parse_capture
+from harness.perfparse.records import parse_capture
 from harness.unwind.maps import load_image
 from harness.unwind.symbolize import Location
+from tests.support import perf_build as pb
 from tests.support.gating import require
 
 SP = 0x7FFFFFFFE000
@@ -175,7 +174,7 @@ def test_lost_events_unjoin_without_violations():
 
 
 def test_deferred_log_translation():
-    from harness.perf.records import Attr, parse_records
+    from harness.perfparse.records import Attr, parse_records
 
     attr = Attr.parse(pb.attr(flags=("sample_id_all", "defer_callchain")))
     recs = parse_records(dsample(C1, 1) + dsample(C1, 2) + drec(C1, WALK, 3) + dsample(C2, 4) + pb.lost(1, 5)

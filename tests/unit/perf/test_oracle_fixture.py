@@ -20,7 +20,7 @@ import struct
 import pytest
 
 from harness.perf.oracle import check_capture
-from harness.perf.records import (
+from harness.perfparse.records import (
     PERF_RECORD_MISC_KERNEL,
     PERF_RECORD_MISC_USER,
     CallchainDeferred,
@@ -51,7 +51,8 @@ def deferred() -> bytes:
 def test_plain_capture_records(plain):
     cap = parse_capture(plain)
     assert cap.info["release"] == "7.3.4+deb13-cloud-amd64" and cap.info["defer"] == "off"
-    assert cap.attr.flag("inherit") and cap.attr.flag("exclude_callchain_kernel") and not cap.attr.flag("defer_callchain")
+    assert cap.attr.flag("inherit") and cap.attr.flag("exclude_callchain_kernel")
+    assert not cap.attr.flag("defer_callchain")
     assert cap.vdso is not None and cap.vdso[1][:4] == b"\x7fELF"
     assert "/progs/host/callchain-fp-sframe-static-64-shadow" in cap.maps
     recs = cap.records()

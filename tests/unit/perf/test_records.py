@@ -1,16 +1,15 @@
-"""The perf record parser (harness.perf.records) on records crafted with struct, on random bytes,
+"""The perf record parser (harness.perfparse.records) on records crafted with struct, on random bytes,
 and on a real capture from the guest (tests/data/, see tests/unit/perf/test_oracle_fixture.py)."""
 
 from __future__ import annotations
 
 import struct
 
-from tests.support import perf_build as pb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.perf.records import (
+from harness.perfparse.records import (
     PERF_CONTEXT_USER_DEFERRED,
     Attr,
     CallchainDeferred,
@@ -25,6 +24,7 @@ from harness.perf.records import (
     split_callchain,
 )
 from harness.regs import USER_CS_32
+from tests.support import perf_build as pb
 
 REGS = {"ip": 0x401234, "sp": 0x7FFFFFFFE000, "bp": 0x7FFFFFFFE040, "cs": 0x33, "ss": 0x2B, "ax": 1, "r15": 15}
 ATTR = Attr.parse(pb.attr())
@@ -112,8 +112,10 @@ def test_header_errors(mutate, field):
 
 def _body_errors():
     s = pb.sample
-    yield "callchain nr past the record", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (40, 1 << 40), "sample.callchain.ips"
-    yield "dyn_size > size", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS, b"\1" * 8, 16), (-8, 17), "sample.stack_user.dyn_size"
+    yield ("callchain nr past the record", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (40, 1 << 40),
+           "sample.callchain.ips")
+    yield ("dyn_size > size", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS, b"\1" * 8, 16), (-8, 17),
+           "sample.stack_user.dyn_size")
     yield "regs abi 7", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (64, 7), "sample.regs_user.abi"
     yield "unknown marker", s(1, 1, 1, 1, 0, [pb.CONTEXT_USER, 1], REGS), (48, -100 & pb.U64), "sample.callchain[0]"
     yield "entry before a marker", s(1, 1, 1, 1, 0, [0x401000, 1], REGS), None, "sample.callchain[0]"

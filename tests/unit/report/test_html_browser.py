@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
+from harness.cli import main
 from tests.support.browser import Browser, chromium
 from tests.support.gating import require
-from harness.cli import main
 from tests.support.paths import TEST_DATA
 
 DATA = TEST_DATA / "run-small"
@@ -83,7 +83,8 @@ def test_a_divergence_with_its_decoded_prologue(page):
     assert key
     page.open(page.url + f"#ex-{key}")
     assert page.wait_for(f"document.querySelector('#ex-{key} table.sbs') !== null")
-    heads = page.eval(f"Array.from(document.querySelectorAll('#ex-{key} table.sbs th')).map(function (t) {{ return t.innerText; }})")
+    heads = page.eval(f"Array.from(document.querySelectorAll('#ex-{key} table.sbs th'))"
+                      ".map(function (t) { return t.innerText; })")
     assert any(h.startswith("fp ") for h in heads) and any(h.startswith("cfi ") for h in heads)
     assert page.eval(f"document.querySelectorAll('#ex-{key} table.sbs tr.first').length") == 1
     code = page.eval(f"document.querySelector('#ex-{key} pre.insns').innerText")
@@ -109,7 +110,8 @@ def test_flame_graph_draws_and_zooms(page):
     before = page.eval(f"+document.querySelector('{frame} rect').getAttribute('width')")
     page.eval(f"document.querySelector('{frame} rect').dispatchEvent(new MouseEvent('click', {{bubbles: true}}))")
     after = page.eval(f"+document.querySelector('{frame} rect').getAttribute('width')")
-    full = page.eval(f"+document.querySelector('{sel}').getAttribute('width') - 2 * document.querySelector('{sel}').getAttribute('data-pad')")
+    full = page.eval(f"+document.querySelector('{sel}').getAttribute('width')"
+                     f" - 2 * document.querySelector('{sel}').getAttribute('data-pad')")
     assert before == pytest.approx(full * 13 / 22, abs=0.1) and after == pytest.approx(full, abs=0.1)
     assert page.eval(f"document.querySelector('{sel} g.f[data-n=\"_start\"]').style.display") == "none"
     assert page.eval(f"document.querySelector('{sel} g.f[data-n=\"main\"]').style.display") == ""
@@ -122,11 +124,15 @@ def test_flame_graph_draws_and_zooms(page):
 
 def test_filters_and_timeline(page):
     page.open(page.url)
-    page.eval("var s = document.getElementById('f-scenario'); s.value = 'recurse'; s.dispatchEvent(new Event('change'))")
-    shown = page.eval("Array.from(document.querySelectorAll('#summary tbody tr')).filter(function (r) { return !r.classList.contains('hidden'); }).map(function (r) { return r.dataset.scenario; })")
+    page.eval("var s = document.getElementById('f-scenario'); s.value = 'recurse';"
+              " s.dispatchEvent(new Event('change'))")
+    shown = page.eval("Array.from(document.querySelectorAll('#summary tbody tr'))"
+                      ".filter(function (r) { return !r.classList.contains('hidden'); })"
+                      ".map(function (r) { return r.dataset.scenario; })")
     assert shown and set(shown) == {"recurse"}
     page.eval("""(function () { var box = document.querySelector('div.tl[data-tl="fp-syscall"]');
-        var s = box.querySelector('select'); s.value = s.options[1].value; s.dispatchEvent(new Event('change')); })()""")
+        var s = box.querySelector('select'); s.value = s.options[1].value;
+        s.dispatchEvent(new Event('change')); })()""")
     # fp-syscall is hidden by the filter, but its timeline was drawn
     rows = page.eval("document.querySelectorAll('div.tl[data-tl=\"fp-syscall\"] .tl-body tr').length")
     assert rows >= 2

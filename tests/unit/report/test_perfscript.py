@@ -8,12 +8,14 @@ import io
 import re
 import shutil
 
+from stackcollapse_perf import collapse
+
 from harness.cli import main
 from harness.report.flame import folded_lines, parse_folded
 from harness.report.perfscript import sample_text, write_perf_script
 from harness.report.run import read_run
-from tests.support.stackcollapse_perf import collapse
 from tests.support.paths import TEST_DATA
+from tests.support.stackcollapse_perf import collapse
 
 DATA = TEST_DATA / "run-small"
 

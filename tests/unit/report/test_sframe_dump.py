@@ -18,7 +18,7 @@ import shutil
 import pytest
 
 from harness.cli import main
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import SOURCES, Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
 from tests.support.gating import require

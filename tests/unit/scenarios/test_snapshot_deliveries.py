@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.support.gating import require
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Variant
 from harness.memory import BufferMemory, CapturedMemory, MemoryFault, SnapshotMiss
 from harness.scenarios.snapshot import DeliveryFileError, load, loaded_digest, replay
+from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
 DATA = TEST_DATA / "deliveries"

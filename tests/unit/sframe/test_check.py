@@ -23,15 +23,16 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from tests.support.gating import require
 from harness.cli import main
-from harness.images.cache import ImageError
+from harness.commands import sframe as sframe_command
+from harness.images.errors import ImageError
 from harness.images.programs import SOURCES, Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from harness.sframe.check import check_binary
+from harness.unwind.sframe_check import check_binary
+from tests.support.gating import require
 
 TOOLCHAINS = ("host", "trixie", "sid")
 VERSION = {"host": 1, "trixie": 2, "sid": 3}
@@ -416,11 +417,9 @@ def test_dump_prints_flags_as_each_objdump_does(tc_name, flags, tmp_path, capsys
 def test_an_io_error_is_infrastructure(monkeypatch, capsys):
     import errno
 
-    from harness.sframe import check
-
     def fail(path, **kw):
         raise OSError(errno.EIO, "Input/output error", str(path))
 
-    monkeypatch.setattr(check, "check_file", fail)
+    monkeypatch.setattr(sframe_command, "check_file", fail)
     rc, out, err = run_cli(capsys, "check", "/some/binary")
     assert rc == 3 and out == "" and err.startswith("harness sframe: ") and "Input/output error" in err

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gating import require
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Program, Variant, build_program
 from harness.images.toolchain import Toolchain, get_toolchain
+from harness.report.sframe import objdump_sframe
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from harness.report.sframe import objdump_sframe
+from tests.support.gating import require
 from tests.support.objdump_text import functions
 from tests.support.sframe_pinned import PINNED
 
@@ -35,7 +35,7 @@ EXPECTED_VERSION = {"host": 1, "trixie": 2, "sid": 3}
 VARIANTS = [Variant(frame_pointers=fp, static=st) for fp in (True, False) for st in (True, False)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toolchain(name: str) -> Toolchain | None:
     try:
         return get_toolchain(name)
@@ -49,12 +49,12 @@ def need(name: str) -> Toolchain:
     return tc  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def program(name: str, tc_name: str, variant: Variant) -> Program:
     return build_program(name, need(tc_name), variant)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def objdump(tc_name: str, path: Path) -> str:
     """The toolchain's own ``objdump --sframe NAME`` of ``path``, run inside its root."""
     tc = need(tc_name)
@@ -213,7 +213,7 @@ def test_32_bit_has_no_sframe(tc_name):
 def test_bench_lookups_reports_its_figures():
     """The benchmark runs and reports; its speed is printed (`harness bench unwind`), not asserted:
     a timed assertion flakes on a loaded machine."""
-    from harness.sframe.bench import bench_lookups
+    from harness.bench.sframe import bench_lookups
 
     p = program("sframe_many", "sid", Variant(frame_pointers=False, static=True))
     r = bench_lookups(p.path, 50_000)

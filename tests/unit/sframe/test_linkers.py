@@ -26,12 +26,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.support.gating import require
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import SOURCES
 from harness.images.toolchain import Toolchain, get_toolchain
-from harness.sframe.check import check_binary
+from harness.unwind.sframe_check import check_binary
+from tests.support.gating import require
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
 LINKERS = ("bfd", "gold", "mold", "lld")
@@ -108,7 +108,7 @@ def _objdump(tc_name: str, path: Path) -> str:
 
 def _our_dump(path: Path) -> str:
     from harness.report.sframe import objdump_sframe
-    from harness.sframe.check import load
+    from harness.unwind.sframe_check import load
 
     table, _ = load(path, strict=False, place=False)
     table.section.decode_all()

@@ -19,17 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.support.gating import require
 from elftools.elf.elffile import ELFFile
 
 from harness.cli import main
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import SOURCES
 from harness.images.toolchain import Toolchain, get_toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError
 from harness.sframe.ar import iter_members
-from harness.sframe.check import check_file, load
+from harness.unwind.sframe_check import check_file, load
+from tests.support.gating import require
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
 CASES = sorted(p.stem for p in CASES_DIR.glob("*.s"))
@@ -219,7 +219,7 @@ def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
     fc = check_file(lib)
     assert fc.archive and fc.members == len(CASES) + 1 and fc.without_sframe == ["nosframe.o"]
     assert [r.path for r in fc.checks] == [f"{lib}({c}.o)" for c in CASES]
-    for case, r in zip(CASES, fc.checks):
+    for case, r in zip(CASES, fc.checks, strict=False):
         alone = check_file(b.dir / f"{case}.o").checks[0]
         assert [f.message for f in r.findings] == [f.message for f in alone.findings]
     rc = main(["sframe", "check", str(lib)])

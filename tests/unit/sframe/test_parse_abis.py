@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gating import require
+from harness.report.sframe import objdump_sframe
 from harness.sframe import Location, SFrameError, SFrameSection, SFrameTable
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, encode_section
-from harness.report.sframe import objdump_sframe
-from tests.support.sframe_abi_sections import SECTION_NAMES, elf_with_sframe, s390x_cfa, s390x_reg, sections
+from tests.support.gating import require
 from tests.support.paths import TEST_DATA
+from tests.support.sframe_abi_sections import SECTION_NAMES, elf_with_sframe, s390x_cfa, s390x_reg, sections
 
 DATA = TEST_DATA / "sframe-abi"
 SECTIONS = sections()
@@ -99,7 +99,8 @@ def test_aarch64_tracks_ra_and_its_signature(name):
     sec = decode(name)
     assert sec.header.byte_order == ("<" if "-le-" in name else ">")
     rec = sec.fres(sec.fdes[0])[1]
-    assert rec.cfa == Location("sp", 16) and rec.ra == Location("cfa", -8, True) and rec.fp == Location("cfa", -16, True)
+    assert rec.cfa == Location("sp", 16)
+    assert rec.ra == Location("cfa", -8, True) and rec.fp == Location("cfa", -16, True)
     signed = sec.fres(sec.fdes[1])
     assert not signed[0].mangled_ra and signed[1].mangled_ra and signed[2].ra == Location("cfa", -24, True)
     m = sec.find_fre(0x1060 + 16 * 3 + 9)  # PCMASK: the second row of the fourth 16-byte block

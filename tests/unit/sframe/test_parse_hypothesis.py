@@ -13,6 +13,7 @@ import time
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_sframe_pinned import PINNED
 
 from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule
 from harness.sframe import SFrameError, SFrameSection
@@ -202,7 +203,7 @@ def test_round_trip(spec, data):
     sec = SFrameSection.parse(blob, vaddr).decode_all()
     assert sec.header.version == version and sec.header.num_fdes == len(fdes)
     assert sec.header.num_fres == sum(len(f.fres) for f in fdes)
-    for want, got in zip(fdes, sec.fdes):
+    for want, got in zip(fdes, sec.fdes, strict=True):
         assert (got.func_start, got.func_size, got.pcmask, got.flex) == (want.func_start, want.func_size,
                                                                          want.pcmask, want.flex)
         assert got.signal_frame == want.signal

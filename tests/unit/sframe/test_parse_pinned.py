@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.report.sframe import objdump_sframe
 from harness.rule import SAME, UNDEFINED, FrameRule, ValueRule, apply_rule
 from harness.sframe import SFrameError, SFrameSection, SFrameTable
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
-from harness.report.sframe import objdump_sframe
 from tests.support.sframe_pinned import PINNED
 
 

@@ -13,13 +13,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.support.gating import require
 from elftools.elf.elffile import ELFFile
 
 from harness.cli import main
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.toolchain import get_toolchain
-from harness.sframe.tree import NO_PACKAGE, check_tree
+from harness.unwind.sframe_tree import NO_PACKAGE, check_tree
+from tests.support.gating import require
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
 
@@ -105,7 +105,7 @@ def test_cut_and_corrupted_copies_are_findings_or_typed_errors(root, name, tmp_p
     is its own typed error; no copy makes the checker itself fail."""
     import random
 
-    from harness.sframe.tree import check_one
+    from harness.unwind.sframe_tree import check_one
 
     src = (root / name).read_bytes()
     rng = random.Random(24)

@@ -1,4 +1,5 @@
-"""The pool of guests (tests/support/guest_pool.py, the guest_pool fixture of tests/conftest.py), without a guest: what is one kind of guest, what a kind
+"""The pool of guests (tests/support/guest_pool.py, the guest_pool fixture of tests/conftest.py), without a
+guest: what is one kind of guest, what a kind
 boots with, and that a test may take only what its module declared (the pool's own check of a
 returned guest runs on real guests: tests/qemu/test_guest_pool.py)."""
 
@@ -6,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.guest_pool import GuestPool, pool_group, pool_key
 from harness.images.programs import Variant
 from harness.session import GuestSpec
+from tests.support.guest_pool import GuestPool, pool_group, pool_key
 
 A = ("callchain", "host", Variant())
 B = ("callchain", "host", Variant(bits=32))

@@ -9,12 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from tests.support.gating import require
 
 from harness.transport.affinity import STUB_PRIORITY, pin_apart, stub_first
 from harness.transport.errors import PinError
+from tests.support.gating import require
 from tests.support.paths import REPO
-
 
 # Three threads, the first named as QEMU names a TCG vCPU thread (prctl PR_SET_NAME).
 CHILD = """import ctypes, threading, time

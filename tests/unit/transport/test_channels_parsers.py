@@ -13,10 +13,10 @@ from harness.errors import HarnessError
 from harness.images.initramfs import INIT_SCRIPT
 from harness.transport.channels import (
     END,
+    PANIC_RE,
     FrameDecoder,
     KernelRecord,
     OutputFrameError,
-    PANIC_RE,
     panic_message,
     parse_frame,
     parse_kernel_line,
@@ -28,8 +28,10 @@ KERNEL_DEATHS = [
     "<0>[   12.345678] Kernel panic - not syncing: sysrq triggered crash",
     "<4>[    5.000001] Oops: 0002 [#1] PREEMPT SMP NOPTI",
     "<4>[    5.000001] Oops: 0000 [#1] SMP PTI",
-    "<4>[    5.000001] Oops: general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] SMP NOPTI",
-    "<4>[    5.000001] general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] PREEMPT SMP PTI",
+    "<4>[    5.000001] Oops: general protection fault, probably for non-canonical address 0xdead000000000100: "
+    "0000 [#1] SMP NOPTI",
+    "<4>[    5.000001] general protection fault, probably for non-canonical address 0xdead000000000100: "
+    "0000 [#1] PREEMPT SMP PTI",
     "<4>[    5.000001] Oops: int3: 0000 [#1] SMP NOPTI",
     "<4>[    5.000001] int3: 0000 [#1] PREEMPT SMP NOPTI",
     "<1>[    5.000000] BUG: kernel NULL pointer dereference, address: 0000000000000000",

@@ -8,7 +8,6 @@ is fine) and answers ``?`` with ``core:``.  Neither accepts ``QStartNoAckMode``.
 
 from __future__ import annotations
 
-
 import pytest
 
 from harness.transport.rsp import (
@@ -19,6 +18,7 @@ from harness.transport.rsp import (
     parse_stop_reply,
 )
 from tests.support.rsp_stub import RIP, FakeStub
+
 
 @pytest.fixture(params=["7.2", "11.1"])
 def stub(request, tmp_path):

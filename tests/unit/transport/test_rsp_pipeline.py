@@ -11,10 +11,10 @@ import threading
 import time
 
 import pytest
-from tests.support.rsp_stub import RIP, FakeStub
 
 from harness.transport.errors import TargetError, TargetTimeout
 from harness.transport.rsp import RspTarget, encode_packet
+from tests.support.rsp_stub import RIP, FakeStub
 
 UNREADABLE = 0x9000  # the fake's page that answers E14
 

@@ -30,14 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.support.captured import get, walk
-from tests.support.gating import require
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.structs import DWARFStructs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.regs import USER_CS_64
 from harness.rule import (
     SAME,
@@ -64,6 +62,8 @@ from harness.unwind.maps import ElfImage, load_image
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer, symbol_index
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
+from tests.support.captured import get, walk
+from tests.support.gating import require
 
 # (toolchain, frame pointers, static): the host toolchain (binutils 2.40, glibc 2.36: what the
 # guest's compat scenarios run) in all four variants, and sid's newest gcc without frame
@@ -356,7 +356,7 @@ class ReadelfFDE:
 _FDE = re.compile(r"^[0-9a-f]+ [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.([0-9a-f]+)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def readelf_fdes(path: Path) -> dict[int, ReadelfFDE]:
     """FDEs of ``readelf --debug-dump=frames-interp`` (rows) and ``--debug-dump=frames``
     (expression texts), by start address."""
@@ -386,7 +386,7 @@ def readelf_fdes(path: Path) -> dict[int, ReadelfFDE]:
         if words[0] == "LOC":
             columns = words[1:]
         elif len(words) == len(columns) + 1:
-            cur.rows.append((int(words[0], 16), dict(zip(columns, words[1:]))))
+            cur.rows.append((int(words[0], 16), dict(zip(columns, words[1:], strict=True))))
     for start, fde in fdes.items():
         # readelf prints no rows for an FDE without instructions: the CIE's initial row holds
         if not fde.rows and cie_of[start] in cies:

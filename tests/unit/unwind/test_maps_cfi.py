@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,8 @@ def test_unsupported_cfa_expressions_are_named(expr):
 def test_snapshot_round_trip_and_file_backed_code(tmp_path):
     path = pie_binary()
     data = path.read_bytes()
-    maps = f"555555554000-555555556000 r-xp 00000000 08:01 1 {path}\n7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]"
+    maps = (f"555555554000-555555556000 r-xp 00000000 08:01 1 {path}\n"
+            "7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]")
     stack = bytes(range(256)) * 16
     snap = Snapshot("t", UserRegs(ip=0x555555554010, sp=0x7FFFFFFFE000, bp=0), maps,
                     [Region(0x7FFFFFFFE000, stack, "stack")], {str(path): str(path)}, {"why": "test"})
@@ -154,7 +156,7 @@ def test_symbolizer_uses_call_site_for_return_addresses():
 
     idx = symbol_index(img)
     require(len(idx.symbols) >= 2, f"{path} has too few function symbols")
-    pairs = [(a, b) for a, b in zip(idx.symbols, idx.symbols[1:]) if a.size and a.addr + a.size == b.addr]
+    pairs = [(a, b) for a, b in itertools.pairwise(idx.symbols) if a.size and a.addr + a.size == b.addr]
     f0, f1 = pairs[0] if pairs else (idx.symbols[0], idx.symbols[1])
     first = next(s for s in img.segments if s.p_type == "PT_LOAD")
     maps = f"{0x555555554000:x}-{0x555555554000 + 0x400000:x} r-xp {first.offset:08x} 08:01 1 {path}"

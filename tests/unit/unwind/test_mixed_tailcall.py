@@ -24,8 +24,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, got
-from tests.support.objdump_text import functions
 
 from harness.memory import MemoryFault
 from harness.unwind.cfi import cfi_tables_for, unwind_cfi
@@ -33,6 +31,8 @@ from harness.unwind.mixed import sframe_tables_for
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import StopReason, UnwinderType, unwind_user
+from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, got
+from tests.support.objdump_text import functions
 
 ALL = pytest.mark.parametrize("tc", TOOLCHAINS)
 IN_DIE = pytest.mark.parametrize("stop", ["die-entry", "die-call"])

@@ -14,6 +14,7 @@ from harness.unwind.synth import RangeRules, fp_chain, mixed_chain, sp_rule
 from harness.unwind.user import (
     UNWIND_MAX_ENTRIES,
     UNWIND_MAX_ENTRIES_EARLY,
+    X86_VM_MASK,
     EntryFrame,
     Profile,
     StopReason,
@@ -21,7 +22,6 @@ from harness.unwind.user import (
     UnwindConfigError,
     UnwinderType,
     UserUnwinder,
-    X86_VM_MASK,
     unwind_user,
 )
 

@@ -48,11 +48,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, function_symbols, got
-from tests.support.gating import require
 from elftools.elf.elffile import ELFFile
 
-from harness.images.cache import ImageError
+from harness.images.errors import ImageError
 from harness.images.programs import Variant, build_program
 from harness.memory import Memory
 from harness.oracles.base import Oracle, OracleFrames, Request, Stack
@@ -61,7 +59,7 @@ from harness.oracles.regs import RegsOracle
 from harness.oracles.shadow import HOOK_ENTER, ShadowOracle, shadow_symbol
 from harness.perf.oracle import UNWINDER as PERF_UNWINDER
 from harness.perf.oracle import PerfOracle
-from harness.perf.records import Sample, TaskEvent, parse_capture
+from harness.perfparse.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
 from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
@@ -90,6 +88,8 @@ from harness.verdicts.types import (
     Divergence,
     PairVerdict,
 )
+from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, function_symbols, got
+from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
 ITER = "1000000"
@@ -111,7 +111,8 @@ _DATA_BRANCH = ('        elif "w" in parts[1] and os.path.realpath(path) == CFG[
 def data_regions():
     """capture_gdb's script, for the duration, dumping the program's writable mappings too."""
     script = capture_gdb.GDB_SCRIPT
-    assert _VDSO_BRANCH in script, "capture_gdb.GDB_SCRIPT changed: update data_regions() in tests/unit/verdicts/test_causes.py"
+    assert _VDSO_BRANCH in script, \
+        "capture_gdb.GDB_SCRIPT changed: update data_regions() in tests/unit/verdicts/test_causes.py"
     capture_gdb.GDB_SCRIPT = script.replace(_VDSO_BRANCH, _VDSO_BRANCH + _DATA_BRANCH)
     try:
         yield
@@ -276,7 +277,8 @@ def perf_captures():
     """The two real perf captures of tests/data (tests/unit/perf/test_oracle_fixture.py says where they come
     from), parsed: ``{"plain": ..., "deferred": ...}``."""
     return {k: parse_capture(gzip.decompress((DATA / f).read_bytes()))
-            for k, f in (("plain", "perf-callchain-7.3.4.perfcc.gz"), ("deferred", "perf-callchain-defer-7.3.4.perfcc.gz"))}
+            for k, f in (("plain", "perf-callchain-7.3.4.perfcc.gz"),
+                         ("deferred", "perf-callchain-defer-7.3.4.perfcc.gz"))}
 
 
 NOFDE_FLAGS = ["-O1", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables",
@@ -1240,7 +1242,8 @@ REFUSE = [
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("signal-delivery", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
-    Case("signal-delivery", "signal-fp-static-host:on-alarm:own-task-unmapped", own_task_unmapped(regs_signal_delivery)),
+    Case("signal-delivery", "signal-fp-static-host:on-alarm:own-task-unmapped",
+         own_task_unmapped(regs_signal_delivery)),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn:own-task-unmapped", own_task_unmapped(regs_sigreturn)),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task:restorer-changed",
          restorer_not_rt_sigreturn(regs_signal_delivery, lambda st: word(st.memory, st.regs.sp))),

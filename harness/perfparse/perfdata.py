@@ -101,7 +101,8 @@ def _section(data: bytes, at: int, name: str) -> tuple[int, int]:
 def parse_perf_data(data: bytes) -> PerfData:
     """Parse a whole perf.data file (``perf record -o FILE``, not pipe mode)."""
     if len(data) < 8 or data[:8] != PERFILE2:
-        what = "pipe-mode output (perf record -o -)" if data[:8] == PERFILE2 and len(data) < FILE_HEADER.size else repr(bytes(data[:8]))
+        pipe = data[:8] == PERFILE2 and len(data) < FILE_HEADER.size
+        what = "pipe-mode output (perf record -o -)" if pipe else repr(bytes(data[:8]))
         raise PerfFormatError(f"magic {what}, not {PERFILE2!r} (a perf.data file of perf 3.x or later)",
                               field="header.magic", offset=0)
     if len(data) < FILE_HEADER.size:

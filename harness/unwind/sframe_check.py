@@ -4,10 +4,12 @@ guest, structured results only.
 :func:`check_binary` reads one ELF file and returns a :class:`BinaryCheck`: what was checked
 (FDEs, FREs compared with the DWARF CFI) and a list of :class:`Finding`, each of one kind
 from :data:`KINDS`; :func:`check_file` does the same for an ELF file or each member of an ``ar``
-archive.  Rendering lives in :mod:`harness.report.sframe`, the command in :mod:`.cli`.
+archive.  Rendering lives in :mod:`harness.report.sframe`, the command in
+:mod:`harness.commands.sframe`.  It lives in unwind/, above sframe/, because it reads both sides:
+the SFrame section (:mod:`harness.sframe`) and the DWARF CFI (:mod:`.cfi`).
 
-A relocatable object is read placed (:func:`.reloc.place_object`: its sections at addresses of
-their own, ``.sframe`` and ``.eh_frame`` relocated) and checked by the rules that hold for
+A relocatable object is read placed (:func:`harness.sframe.reloc.place_object`: its sections at
+addresses of their own, ``.sframe`` and ``.eh_frame`` relocated) and checked by the rules that hold for
 objects: no FDE_SORTED, FDE order or segment rule (the linker sorts; objects have no segments),
 each function inside an executable section instead of a PT_LOAD.  A linked output is checked by
 every rule, and first for what its linker did with the inputs' sections (:data:`LINKER_KINDS`):
@@ -64,14 +66,14 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 from ..rule import UNDEFINED, FrameRule
-from ..unwind.cfi import CFITable, UnsupportedCFI, cfi_table
-from ..unwind.maps import ElfImage, MapsError
-from . import format as F
-from .ar import is_archive, iter_members
-from .elf import PT_GNU_SFRAME, SFrameTable, segment_type
-from .errors import SFrameError
-from .parse import SFrameFDE, SFrameFRE, SFrameSection
-from .reloc import place_object
+from ..sframe import format as F
+from ..sframe.ar import is_archive, iter_members
+from ..sframe.elf import PT_GNU_SFRAME, SFrameTable, segment_type
+from ..sframe.errors import SFrameError
+from ..sframe.parse import SFrameFDE, SFrameFRE, SFrameSection
+from ..sframe.reloc import place_object
+from .cfi import CFITable, UnsupportedCFI, cfi_table
+from .maps import ElfImage, MapsError
 
 __all__ = ["KINDS", "LINKER_KINDS", "RULE_KINDS", "BinaryCheck", "FileCheck", "Finding", "check_binary",
            "check_file", "check_table", "load", "load_data"]
@@ -427,7 +429,8 @@ def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: Binary
                     f"{prefix}the function starts are PC-relative -- read from their own fields, "
                     f"{hits_pc} of {len(piece.fdes)} FDEs start at a function, read from the section as the "
                     f"header says (no SFRAME_F_FDE_FUNC_START_PCREL), {hits_sec} do: FDE 0's field at "
-                    f"{piece.section_vaddr + off0:#x} holds {as_pcrel.fdes[0].func_start - piece.section_vaddr - off0:#x}"
+                    f"{piece.section_vaddr + off0:#x} holds "
+                    f"{as_pcrel.fdes[0].func_start - piece.section_vaddr - off0:#x}"
                     f", the input's relocated value, not rewritten", addr=piece.section_vaddr,
                     end=piece.section_vaddr + h.end))
                 piece = as_pcrel

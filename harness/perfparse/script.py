@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = ["COOKIE_SYMBOL", "Frame", "ScriptEntry", "ScriptFormatError", "parse_script"]
 
@@ -46,7 +46,7 @@ _FRAME = re.compile(r"^\t\s*(?P<ip>[0-9a-f]+) (?P<sym>.*?) \((?P<dso>[^()]*|\[un
 class ScriptFormatError(HarnessError, ValueError):
     """perf script text that does not follow the layout above; names the line and why."""
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
     def __init__(self, message: str, *, line: int, text: str) -> None:
         self.line = line

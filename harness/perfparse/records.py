@@ -31,7 +31,7 @@ import heapq
 import struct
 from dataclasses import dataclass, field
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 from ..regs import UserRegs
 
 U64 = (1 << 64) - 1
@@ -44,7 +44,7 @@ class PerfFormatError(HarnessError, ValueError):
     ``field`` names it in the header's terms (``"header.size"``, ``"sample.callchain.nr"``, ...).
     """
 
-    exit_code = 2  # bad input (harness.errors)
+    exit_code = EXIT_USAGE  # bad input
 
     def __init__(self, message: str, *, field: str, offset: int) -> None:
         self.field = field
@@ -418,7 +418,7 @@ def split_callchain(chain: tuple[int, ...], offset: int) -> tuple[tuple[int, ...
 
 def _regs(names: tuple[str, ...], values: tuple[int, ...]) -> UserRegs:
     fields = UserRegs.__dataclass_fields__
-    return UserRegs(**{n: v for n, v in zip(names, values) if n in fields})
+    return UserRegs(**{n: v for n, v in zip(names, values, strict=False) if n in fields})
 
 
 def _sample(r: _Reader, attr: Attr, offset: int, misc: int) -> Sample:

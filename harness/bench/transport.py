@@ -3,7 +3,8 @@
 For each transport, in one run on the same guest: stops per second at a breakpoint the guest
 hits continuously (``do_syscall_64`` while ``callchain N raw`` makes syscalls in a loop; every
 stop after the first includes the step over the breakpoint), and the latency of an 8-byte and a
-4 KiB read of kernel memory while stopped (median and 90th percentile).  The transports attach
+4 KiB read of kernel memory while stopped (median and 90th percentile); the table is
+:func:`harness.report.bench.transport_table`.  The transports attach
 one after the other (QEMU's stub takes one connection at a time); each detaches when done.
 """
 
@@ -13,9 +14,11 @@ import statistics
 import time
 from collections.abc import Callable
 
-from . import make_target
-from .errors import GuestError
-from .qemu import Machine
+from ..images.programs import Variant, build_program
+from ..images.toolchain import get_toolchain
+from ..transport import make_target
+from ..transport.errors import GuestError
+from ..transport.qemu import Machine
 
 WARMUP_STOPS = 5
 
@@ -44,9 +47,6 @@ def _symbol(machine: Machine, name: str) -> int:
 
 
 def _default_program() -> str:
-    from ..images.programs import Variant, build_program
-    from ..images.toolchain import get_toolchain
-
     return build_program("callchain", get_toolchain("host"), Variant()).guest_path
 
 
@@ -100,29 +100,3 @@ def bench_transport(machine: Machine, transports=("rsp", "mi"), n_stops: int = 2
     return {"n_stops": n_stops, "n_reads": n_reads, "breakpoint": bp, "cpus": machine.cpus,
             "transports": results}
 
-
-def format_bench(result: dict) -> str:
-    """Side-by-side table of :func:`bench_transport`'s result."""
-    kinds = list(result["transports"])
-    rows = [
-        ("attach (ms)", lambda r: r["attach_ms"]),
-        ("stops/s", lambda r: r["stops_per_s"]),
-        ("stop p50 (ms)", lambda r: r["stop_ms"]["p50"]),
-        ("stop p90 (ms)", lambda r: r["stop_ms"]["p90"]),
-        ("read 8 B p50 (ms)", lambda r: r["read8_ms"]["p50"]),
-        ("read 8 B p90 (ms)", lambda r: r["read8_ms"]["p90"]),
-        ("read 4 KiB p50 (ms)", lambda r: r["read4k_ms"]["p50"]),
-        ("read 4 KiB p90 (ms)", lambda r: r["read4k_ms"]["p90"]),
-    ]
-    width = max(len(label) for label, _ in rows)
-    head = f"{'':<{width}}" + "".join(f"{k:>12}" for k in kinds)
-    title = (f"transport benchmark: {result['n_stops']} stops at {result['breakpoint']:#x} "
-             f"(do_syscall_64), {result['n_reads']} reads each, {result['cpus']} vCPUs")
-    lines = [title, head]
-    for label, get in rows:
-        cells = []
-        for k in kinds:
-            v = get(result["transports"][k])
-            cells.append(f"{v:>12.1f}" if v >= 10 else f"{v:>12.3f}")
-        lines.append(f"{label:<{width}}" + "".join(cells))
-    return "\n".join(lines)

@@ -6,7 +6,7 @@ import os
 import random
 import time
 
-from .elf import SFrameTable
+from ..sframe.elf import SFrameTable
 
 
 def bench_lookups(path: str | os.PathLike, n: int = 200_000, *, seed: int = 0) -> dict:

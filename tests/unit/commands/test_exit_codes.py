@@ -9,10 +9,10 @@ import errno
 import json
 
 import pytest
-from tests.support.deferred_logs import agree, index, stack_log, text
 
 from harness.cli import exit_code, main
 from harness.transport.errors import GuestDied, GuestTimeout, TargetDied
+from tests.support.deferred_logs import agree, index, stack_log, text
 
 
 def _run(argv, capsys) -> tuple[int, str, str]:
@@ -105,23 +105,23 @@ def test_exit_code_of_an_error(exc, code):
 
 
 def test_an_infrastructure_error_in_a_subcommand_exits_3(capsys, monkeypatch):
-    import harness.cli as cli
+    from harness.commands import load
 
     def boom(args):
         raise GuestTimeout("guest did not print its ready line within 60 s")
 
-    monkeypatch.setattr(cli, "cmd_doctor", boom)
+    monkeypatch.setattr(load()["doctor"], "func", boom)
     rc, _, err = _run(["doctor"], capsys)
     assert rc == 3 and err.strip() == "harness doctor: guest did not print its ready line within 60 s"
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch):
-    import harness.cli as cli
+    from harness.commands import load
 
     def bug(args):
         raise AttributeError("a bug in the harness")
 
-    monkeypatch.setattr(cli, "cmd_doctor", bug)
+    monkeypatch.setattr(load()["doctor"], "func", bug)
     with pytest.raises(AttributeError):
         main(["doctor"])
 

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from .ar import is_archive
-from .check import ELF_DECODE_ERRORS, check_file
-from .elf import PT_GNU_SFRAME, segment_type
-from .errors import SFrameError
+from ..sframe.ar import is_archive
+from ..sframe.elf import PT_GNU_SFRAME, segment_type
+from ..sframe.errors import SFrameError
+from .sframe_check import ELF_DECODE_ERRORS, check_file
 
 NO_PACKAGE = "(no package)"
 DEFAULT_TIMEOUT = 1800.0  # the whole run's bound, seconds

@@ -1,0 +1,58 @@
+"""The options every guest-booting command shares (``--kernel``, ``--smp``, ``--qemu``, ...) and
+the :class:`~harness.session.GuestSpec` they describe."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..images.programs import Variant
+from ..images.qemu import DEFAULT_CHOICE
+from ..scenarios.catalog import DEFAULT_SET, programs_for, select_scenarios
+from ..session import GuestSpec
+from . import arg, positive_int
+
+__all__ = ["DEFAULT_PROGRAMS", "GUEST_ARGS", "guest_spec", "shell_spec"]
+
+DEFAULT_PROGRAMS = [
+    ("callchain", "host", Variant()),
+    ("callchain", "host", Variant(bits=32)),
+]
+
+GUEST_ARGS = (
+    arg("--kernel", default="default", help="default (trixie-backports 7.x), trixie (6.12), bookworm (6.1)"),
+    arg("--kernel-path", help="boot this bzImage or vmlinux instead"),
+    arg("--smp", type=positive_int, default=1),
+    arg("--accel", default="auto", choices=("auto", "tcg", "kvm")),
+    arg("--pti", action="store_true", help="boot with pti=on"),
+    arg("--transport", default="rsp", choices=("rsp", "mi")),
+    arg("--pin", action="store_true",
+        help="QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last "
+             "(faster stops; one harness at a time)"),
+    arg("--rt", action="store_true",
+        help="QEMU's main loop (gdb stub, NMI monitor) at SCHED_FIFO: it answers at once, not after "
+             "the harness's own work (needs CAP_SYS_NICE)"),
+    arg("--qemu", choices=("auto", "host", "backports"),
+        help="host: Debian 12's QEMU 7.2; backports: 11.x from trixie-backports (no flush of "
+             "translated code on every gdb stop); auto: backports if it can be built, else host "
+             f"(default: $HARNESS_QEMU, else {DEFAULT_CHOICE})"),
+)
+
+
+def guest_spec(args: argparse.Namespace, programs=None) -> GuestSpec:
+    """The guest the options in ``args`` describe, with these programs (default: callchain, 64 and 32 bits)."""
+    return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
+                     pti=args.pti, transport=getattr(args, "transport", "rsp"),
+                     programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
+                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False), rt=getattr(args, "rt", False))
+
+
+def shell_spec(args: argparse.Namespace) -> GuestSpec:
+    """The guest of ``harness shell`` / ``harness boot``: the default programs, those of the
+    default scenarios and of ``--scenario``, and the user's ``--program`` binaries."""
+    scenarios = select_scenarios(list(DEFAULT_SET) + list(args.scenario or []))
+    progs = list(DEFAULT_PROGRAMS)
+    progs += [p for p in programs_for(scenarios) if p not in progs]
+    spec = guest_spec(args, progs)
+    spec.user_programs = list(args.program or [])
+    return spec
+

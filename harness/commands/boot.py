@@ -1,0 +1,111 @@
+"""``harness boot``: boot a guest and leave its gdb and QMP sockets open (or run gdb on it)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import site
+import subprocess
+import time
+from pathlib import Path
+
+from ..errors import EXIT_OK
+from ..images.symfile import kernel_symbol_file
+from ..interactive import Guest
+from ..session import Session, kallsyms_path
+from . import UsageError, arg, command
+from ._guest import GUEST_ARGS, shell_spec
+
+__all__ = ["write_gdb_session"]
+
+
+def write_gdb_session(sess, started: dict | None = None, maps: dict | None = None):
+    """``session.json`` and the gdb loader ``harness-gdb.py`` in the guest's work directory
+    (:mod:`harness.gdbext`); returns the loader's path."""
+    m = sess.machine
+    symfile = kernel_symbol_file(sess.symbols, sess.kernel.sha256)
+    cfg = {
+        "release": m.release, "kernel_name": sess.spec.kernel, "vmlinux": str(sess.kernel.vmlinux),
+        "kallsyms": str(kallsyms_path(sess.kernel)), "symfile": str(symfile),
+        "gdb_socket": str(m.gdb_socket),
+        "programs": [{"name": p.name, "toolchain": p.toolchain, "variant": p.variant.tag, "path": str(p.path),
+                      "runtime": [[str(h), g] for h, g in p.runtime]} for p in sess.programs.values()],
+        "started": {str(k): v for k, v in (started or {}).items()},
+        "maps": {str(k): v for k, v in (maps or {}).items()},
+    }
+    (m.workdir / "session.json").write_text(json.dumps(cfg, indent=1))
+    repo = Path(__file__).resolve().parent.parent.parent
+    paths = [str(repo), *site.getsitepackages()]
+    loader = m.workdir / "harness-gdb.py"
+    loader.write_text(
+        "# gdb -x THIS: the harness's gdb extension (harness/gdbext.py) for this guest\n"
+        "import sys\n"
+        f"sys.path[0:0] = [p for p in {paths!r} if p not in sys.path]\n"
+        "import harness.gdbext\n"
+        f"harness.gdbext.setup({str(m.workdir / 'session.json')!r})\n")
+    return loader
+
+
+def _gdb_command(loader, socket) -> list[str]:
+    return ["gdb", "-q", "-ex", "set architecture i386:x86-64", "-x", str(loader),
+            "-ex", f"target remote | socat STDIO UNIX-CONNECT:{socket}"]
+
+
+@command("boot", help="boot a guest and leave gdb and QMP sockets open", args=[
+    *GUEST_ARGS,
+    arg("--gdb", action="store_true",
+        help="run gdb attached to the guest, with kernel symbols and the harness's commands"),
+    arg("--batch", action="store_true", help="with --gdb: run the -ex commands and exit"),
+    arg("-ex", dest="ex", action="append", metavar="CMD", help="with --gdb: a gdb command (repeatable)"),
+    arg("--start", action="append", metavar="SCENARIO|PATH",
+        help="start this program before gdb attaches (a catalog scenario's, a guest path or a --program; repeatable)"),
+    arg("--scenario", action="append", help="also put this scenario's program in the guest"),
+    arg("--program", action="append", metavar="PATH", help="also put this host binary in the guest"),
+])
+def cmd_boot(args) -> int:
+    if (args.batch or args.ex) and not args.gdb:
+        raise UsageError("--batch and -ex go with --gdb")
+    sess = Session(shell_spec(args)).start()
+    m = sess.machine
+    try:
+        started, maps = {}, {}
+        if args.start:
+            g = Guest(sess)
+            for what in args.start:
+                p = g.start(what)
+                started[p.pid] = list(p.argv)
+                maps[p.pid] = g.maps(p.pid)
+        loader = write_gdb_session(sess, started, maps)
+        # The session's own debugger connection is released so that gdb can attach.
+        sess.target.close()
+        sess.target = None
+        gdb_cmd = _gdb_command(loader, m.gdb_socket)
+        if args.gdb:
+            cmd = gdb_cmd + [x for ex in (args.ex or []) for x in ("-ex", ex)] + (["-batch"] if args.batch else [])
+            print(f"guest up in {m.boot_seconds:.1f}s ({sess.accel}), {m.release}; {shlex.join(cmd)}", flush=True)
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is gdb's
+            try:
+                return subprocess.call(cmd, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            finally:
+                signal.signal(signal.SIGINT, old)
+        print(json.dumps(sess.describe(), indent=1))
+        print(f"\nguest up in {m.boot_seconds:.1f}s ({sess.accel}); QEMU pid {m.pid}; QMP: {m.qmp_socket}")
+        print("attach with (kernel symbols and the commands tasks, user-bt [PID], deferred [PID] loaded):")
+        print(f"  {shlex.join(gdb_cmd)}")
+        print("or bare:")
+        print(f"  gdb -ex 'set architecture i386:x86-64' -ex 'target remote | socat STDIO UNIX-CONNECT:{m.gdb_socket}'")
+        print("programs in the guest:", ", ".join(sess.programs) or "none")
+        for pid, argv in started.items():
+            print(f"started pid {pid}: {' '.join(argv)}")
+        print("Ctrl-C (or SIGTERM) shuts the guest down.", flush=True)
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+        try:
+            while not stop and m.alive():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        return EXIT_OK
+    finally:
+        sess.close()

@@ -1,0 +1,55 @@
+"""``harness doctor``: what is installed, which accelerator, what is cached."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from ..errors import EXIT_FAILURES, EXIT_OK
+from ..images.apt import debian_archive_uri
+from ..images.cache import cache_root
+from ..images.qemu import HOST_PREFIX, cached_backports, choice_from_env, version_banner
+from . import command
+
+
+@command("doctor", help="what is installed and cached")
+def cmd_doctor(args) -> int:
+    ok = True
+    for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc", "bpftool"):
+        path = shutil.which(tool)
+        ok &= path is not None
+        print(f"{tool:20} {path or 'MISSING'}")
+    print(f"{'qemu version':20} {version_banner(HOST_PREFIX)} (host)")
+    for info in cached_backports():
+        print(f"{'':20} {info['banner']} ({info['suite']}, cached in {info['path']})")
+    try:
+        print(f"{'qemu choice':20} {choice_from_env()} (--qemu or $HARNESS_QEMU: auto, host, backports)")
+    except ValueError as exc:
+        ok = False
+        print(f"{'qemu choice':20} {exc}")
+    kvm = os.path.exists("/dev/kvm")
+    print(f"{'/dev/kvm':20} {'present' if kvm else 'absent'} "
+          "(whether it boots a kernel is probed at boot; verdicts below)")
+    probe = cache_root() / "kvm-probe.json"
+    if probe.exists():
+        for key, (usable, why) in json.loads(probe.read_text()).items():
+            print(f"{'':20} {'kvm' if usable else 'tcg'}: {why}  [{key[:60]}]")
+    try:
+        print(f"{'debian archive':20} {debian_archive_uri()}")
+    except Exception as exc:  # doctor reports, it does not fail on the first problem
+        ok = False
+        print(f"{'debian archive':20} {exc}")
+    root = cache_root()
+    print(f"{'cache':20} {root}")
+    for kind in ("kernels", "toolchains", "qemu", "programs", "initramfs", "kallsyms"):
+        d = root / kind
+        entries = sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.exists() else []
+        print(f"  {kind:18} {len(entries)} cached")
+        if kind == "kernels":
+            for e in entries:
+                meta = d / e / "kernel.json"
+                if meta.exists():
+                    k = json.loads(meta.read_text())
+                    print(f"    {k['package']}={k['version']} ({k.get('suite', '')})")
+    return EXIT_OK if ok else EXIT_FAILURES

@@ -1,0 +1,111 @@
+"""``harness run``: the main job: scenarios on one guest, every delivered stack checked."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from ..deferred.log import LogWriteError
+from ..errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE
+from ..images.lock import write_atomic
+from ..lockstep import driver as kernel_diff
+from ..progress import sampling_reporter
+from ..report.junit import junit_xml
+from ..report.rundir import new_run_dir
+from ..report.summary import run_exit_code, summary
+from ..report.text import run_lines
+from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
+from ..scenarios.engine import run_scenarios
+from ..session import Session
+from . import arg, command, positive_float, positive_int
+from ._guest import GUEST_ARGS, guest_spec
+from .kernel_diff import cmd_kernel_diff
+from .report import cmd_report
+
+
+@command("run", help="run scenarios on a guest and check every delivered stack", args=[
+    arg("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)"),
+    arg("--samples", type=positive_int, help="requests on the program's tasks per scenario"),
+    arg("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)"),
+    arg("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario"),
+    arg("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])"),
+    arg("--report", action="store_true", help="write report.html into the run directory"),
+    arg("--program", help="sample your own static or dynamic x86-64/i386 binary instead"),
+    arg("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)"),
+    arg("--kernel-diff", action="store_true",
+        help="instead of the model's own tracers: the guest kernel's unwind_deferred (perf's deferred callchains "
+             "on the scenarios' programs) against the model, event by event (harness kernel-diff; --samples sets "
+             "the requests per scenario)"),
+    *GUEST_ARGS,
+])
+def cmd_run(args) -> int:
+    """The main job: run scenarios on one guest and print the summary table."""
+    if args.kernel_diff:
+        if args.program:
+            print("harness run: --kernel-diff samples catalog scenarios, not --program", file=sys.stderr)
+            return EXIT_USAGE
+        kd = argparse.Namespace(**vars(args))
+        kd.scenarios = args.scenarios or list(kernel_diff.DEFAULT_SCENARIOS)
+        kd.samples = args.samples or kernel_diff.DEFAULT_SAMPLES
+        kd.freq, kd.profile, kd.show = kernel_diff.DEFAULT_FREQ, kernel_diff.DEFAULT_PROFILE, kernel_diff.DEFAULT_SHOW
+        return cmd_kernel_diff(kd)
+    if args.program:
+        sc = user_scenario(args.program, args.args or [], samples=args.samples or DEFAULT_SAMPLES)
+        if args.rate:
+            sc = dataclasses.replace(sc, rate=args.rate)
+        spec = guest_spec(args, [])
+        spec.user_programs = [args.program]
+        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report)
+    scenarios = select_scenarios(args.scenarios)
+    if args.samples:
+        scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
+    if args.rate:
+        scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
+    return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report)
+
+
+def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False) -> int:
+    out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
+    results: list = []
+    facts: dict = {}
+    try:
+        with Session(spec) as sess:
+            facts = sess.describe()
+            write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
+            for sc in scenarios:
+                print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
+            run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
+    except KeyboardInterrupt:
+        # Interrupted outside a scenario's own handling (booting, between scenarios, in a
+        # clean-up): what was done is still reported below, and the exit code says interrupted.
+        if not results:
+            raise
+        if not results[-1].errors:
+            results[-1].errors.append("interrupted (SIGINT)")
+    except LogWriteError as exc:
+        # A full disk: the log keeps its whole lines, and the table below still shows what was
+        # checked before it filled up (the exit code says infrastructure).
+        if not results:
+            raise
+        results[-1].errors.append(str(exc))
+    print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
+    for line in run_lines(results, out):
+        print(line)
+    code, why = run_exit_code(results)
+    if len(results) < len(scenarios):
+        code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
+    try:
+        write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code,
+                                                       "outcome": why}, indent=1))
+    except OSError as exc:  # the disk that cut the log short: say so, keep the table printed above
+        print(f"summary.json not written: {exc.strerror or exc}", file=sys.stderr)
+    if junit:
+        Path(junit).write_bytes(junit_xml(results))
+    report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
+    if report and cmd_report(report_args) and code == EXIT_OK:
+        code, why = EXIT_INFRA, "report.html could not be written"
+    print(f"exit {code}: {why}")
+    return code

@@ -1,0 +1,77 @@
+"""The text of ``harness bench``: each benchmark's figures (:mod:`harness.bench`, the deferred
+sampling run) as lines."""
+
+from __future__ import annotations
+
+__all__ = ["deferred_lines", "sframe_line", "transport_table", "unwind_line"]
+
+
+def unwind_line(r: dict) -> str:
+    """One line of :func:`harness.bench.unwind.bench_fp` / ``bench_mixed``'s figures."""
+    return (f"{r['name']}: {r['frames_per_s']:,.0f} frames/s ({r['walks']} walks of {r['depth']} frames "
+            f"in {r['seconds']:.2f}s)")
+
+
+def sframe_line(r: dict, what: str) -> str:
+    """:func:`harness.bench.sframe.bench_lookups`'s figures, on one line."""
+    return f"sframe lookups ({what}): " + ", ".join(
+        f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+
+
+def transport_table(result: dict) -> str:
+    """Side-by-side table of :func:`harness.bench.transport.bench_transport`'s result."""
+    kinds = list(result["transports"])
+    rows = [
+        ("attach (ms)", lambda r: r["attach_ms"]),
+        ("stops/s", lambda r: r["stops_per_s"]),
+        ("stop p50 (ms)", lambda r: r["stop_ms"]["p50"]),
+        ("stop p90 (ms)", lambda r: r["stop_ms"]["p90"]),
+        ("read 8 B p50 (ms)", lambda r: r["read8_ms"]["p50"]),
+        ("read 8 B p90 (ms)", lambda r: r["read8_ms"]["p90"]),
+        ("read 4 KiB p50 (ms)", lambda r: r["read4k_ms"]["p50"]),
+        ("read 4 KiB p90 (ms)", lambda r: r["read4k_ms"]["p90"]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    head = f"{'':<{width}}" + "".join(f"{k:>12}" for k in kinds)
+    title = (f"transport benchmark: {result['n_stops']} stops at {result['breakpoint']:#x} "
+             f"(do_syscall_64), {result['n_reads']} reads each, {result['cpus']} vCPUs")
+    lines = [title, head]
+    for label, get in rows:
+        cells = []
+        for k in kinds:
+            v = get(result["transports"][k])
+            cells.append(f"{v:>12.1f}" if v >= 10 else f"{v:>12.3f}")
+        lines.append(f"{label:<{width}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def deferred_lines(r, floor: float, kernel, kernel_why: str, perf_freq: int, trips: int | None,
+                   overlap: dict) -> list[str]:
+    """``harness bench deferred``'s figures: the sampling run's result ``r``
+    (:class:`harness.scenarios.result.Result`), the raw stop rate ``floor``, the guest kernel's
+    own deferred rate (:class:`harness.perf.rate.DeferredRate`, or None and why not), the stub's
+    round trips and the engine's overlap counters."""
+    rate = r.stacks / r.loop_seconds if r.loop_seconds else 0.0
+    goal = 0.8 * floor / 2
+    lines = [f"error in the sampling run: {e}" for e in r.errors + r.problems]
+    lines.append(f"raw stop rate (floor):        {floor:8.1f} stops/s")
+    if kernel is not None:
+        lines.append(f"guest kernel's deferred rate: {kernel.per_second:8.1f} deferred callchains/s "
+                     f"({kernel.deferred} in {kernel.seconds:.1f}s; perf at {perf_freq} Hz with defer_callchain: "
+                     f"{kernel.samples} samples, {kernel.cookies} with a cookie)")
+    else:
+        lines.append(f"guest kernel's deferred rate:      n/a ({kernel_why})")
+    lines.append(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
+    lines.append(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
+    lines.append(f"NMI stops left at once:       {r.continued:8d} (passed over, their guesses missed: {r.passed_over})")
+    if trips is not None:
+        lines.append(f"stub round trips per trace:   {trips / max(r.stacks, 1):8.2f}")
+    if overlap["deliveries"]:
+        lines.append(f"checks while the guest runs:  {1000 * overlap['seconds'] / overlap['deliveries']:8.2f} ms per "
+                     f"delivery; the next stop was already waiting after {overlap['late']} of {overlap['deliveries']}")
+    lines.append(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
+                 f" ({rate / goal if goal else 0:.2f} of it)")
+    if not (r.errors or r.problems) and (r.failed_stacks or r.invariant_violations):
+        lines.append(f"failed stacks in the sampling run: {r.failed_stacks}; invariant violations: "
+                     f"{len(r.invariant_violations)}")
+    return lines

@@ -1,0 +1,44 @@
+"""The text of ``harness perf``: a :class:`~harness.perf.oracle.PerfReport` (perfcc captures) and a
+:class:`~harness.perf.debian.DebianReport` (Debian's perf) as lines."""
+
+from __future__ import annotations
+
+__all__ = ["debian_lines", "nothing_compared", "perf_lines"]
+
+
+def nothing_compared(report) -> bool:
+    """No sample of the capture (nor of its deferred records) could be compared."""
+    d = report.deferred
+    return report.compared == 0 and (d is None or d.compared == 0)
+
+
+def perf_lines(report, examples: int, header: str) -> list[str]:
+    """The header, the table, an example of each expected difference (``examples`` > 0), the first
+    failures, the deferred records' failures and violations, the notes."""
+    lines = [header, report.table()]
+    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
+        lines.append(f"\nexample of '{kind}':\n{text}")
+    lines += [f"\nFAILURE: {f}" for f in report.failures[:5]]
+    if len(report.failures) > 5:
+        lines.append(f"\n... and {len(report.failures) - 5} more failures")
+    d = report.deferred
+    if d is not None:
+        for kind, text in sorted(d.examples.items()) if examples > 0 else ():
+            lines.append(f"\nexample of deferred '{kind}':\n{text}")
+        lines += [f"\nDEFERRED FAILURE: {f}" for f in d.failures[:5]]
+        lines += [f"\nDEFERRED VIOLATION: {v}" for v in d.violations[:10]]
+    lines += [f"note: {n}" for n in report.notes]
+    if nothing_compared(report):
+        lines.append("\nnothing was compared: no sample had a user callchain and user registers")
+    return lines
+
+
+def debian_lines(report, examples: int, header: str) -> list[str]:
+    """One scenario's (or the totals') comparison of Debian's perf script with ours."""
+    lines = [header, report.table()]
+    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
+        lines.append(f"\nexample of '{kind}':\n{text}")
+    lines += [f"\nUNEXPLAINED: {f}" for f in report.unexplained[:5]]
+    if len(report.unexplained) > 5:
+        lines.append(f"\n... and {len(report.unexplained) - 5} more")
+    return lines
