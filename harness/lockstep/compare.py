@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
 from ..errors import EXIT_USAGE, HarnessError
-from .btf import BtfLookupError
+from ..kernel.btf import BtfLookupError
 
 __all__ = [
     "EVENT_KINDS", "EXPECTED", "CallMatcher", "Difference", "Event", "LockstepError", "Lockstep",
