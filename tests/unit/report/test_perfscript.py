@@ -8,8 +8,6 @@ import io
 import re
 import shutil
 
-from stackcollapse_perf import collapse
-
 from harness.cli import main
 from harness.report.flame import folded_lines, parse_folded
 from harness.report.perfscript import sample_text, write_perf_script
