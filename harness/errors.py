@@ -76,6 +76,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `DeliveryFileError` [ValueError] scenarios: harness/scenarios/snapshot.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
  |         +-- `UsageError`                    commands: harness/commands/__init__.py
+ |         +-- `GuestSpecError`                session: harness/session.py
  |         +-- `UnknownScenario`               scenarios: harness/scenarios/catalog.py
 
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),

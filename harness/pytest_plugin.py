@@ -4,14 +4,15 @@ Installed with the package (entry point ``pytest11: unwind_harness``); without t
 point, load it with ``-p harness.pytest_plugin`` or ``pytest_plugins = ["harness.pytest_plugin"]``.
 
 Fixtures
-    ``unwind_run``    (function) ``unwind_run(path, args=(), samples=None, **scenario_fields)``
-                      samples a host binary on a guest and returns its
+    ``unwind_run``    (function) ``unwind_run(path, args=(), samples=None, libs=(), **scenario_fields)``
+                      samples a host binary (with ``libs``, the libraries it dlopens: the
+                      command line's ``--lib``) on a guest and returns its
                       :class:`harness.scenarios.result.Result`; ``unwind_run.source(name, args=None,
                       variant=Variant(), toolchain=None, ...)`` does the same for a guest program
                       built from ``guest_programs/NAME.c`` with the test's toolchain.  Each run's
                       JSONL log is written under the test's ``tmp_path`` (``unwind_run.logs``).
     ``unwind_guest``  (session) a factory ``unwind_guest(programs=(), sources=(), kernel=None,
-                      qemu=None, smp=None) -> Session``: a booted guest carrying those programs,
+                      qemu=None, smp=None, libs=()) -> Session``: a booted guest carrying those programs,
                       cached for the test session and closed at its end.
     ``unwind_kernel`` (session), ``unwind_toolchain`` (function): the kernel and toolchain
                       of this test: the marker's parameter, else the option.
@@ -205,18 +206,20 @@ class GuestPool:
         self.booted: list[str] = []  # one line per guest booted
         self.unusable: dict = {}  # declared program -> why no guest carries it
 
-    def get(self, kernel: str, qemu: str | None, smp: int, programs: Iterable = (), sources: Iterable = ()):
+    def get(self, kernel: str, qemu: str | None, smp: int, programs: Iterable = (), sources: Iterable = (),
+            libs: Iterable = ()):
         from .session import GuestSpec, Session  # lazy: see the note at the top
 
         programs = [str(Path(p)) for p in programs]
         sources = list(sources)
+        libs = [str(Path(p)) for p in libs]
         want_paths = {Path(p).resolve() for p in programs}
         for key, sess in self.live.items():
             if key[:3] != (kernel, qemu, smp):
                 continue
             have_paths = {p.path for p in sess.programs.values()}
             have_sources = set(sess.spec.programs)
-            if want_paths <= have_paths and set(sources) <= have_sources:
+            if want_paths <= have_paths and set(sources) <= have_sources and set(libs) <= set(sess.spec.libs):
                 self.live.move_to_end(key)
                 return sess
         all_programs = list(dict.fromkeys([*self._usable_declared("programs"), *programs]))
@@ -224,7 +227,9 @@ class GuestPool:
         while len(self.live) >= self.max_guests:
             _, old = self.live.popitem(last=False)
             old.close()
-        spec = GuestSpec(kernel=kernel, qemu=qemu, smp=smp, user_programs=all_programs, programs=all_sources)
+        all_libs = list(dict.fromkeys(libs))
+        spec = GuestSpec(kernel=kernel, qemu=qemu, smp=smp, user_programs=all_programs, programs=all_sources,
+                         libs=all_libs)
         sess = Session(spec).start()
         self.boots += 1
         self.booted.append(f"{kernel} ({sess.machine.release}) on {sess.accel.upper()}, "
@@ -294,10 +299,10 @@ def unwind_guest(_unwind_pool: GuestPool, pytestconfig: pytest.Config):
     (cached for the test session, closed at its end)."""
 
     def get(programs: Sequence = (), sources: Sequence = (), kernel: str | None = None,
-            qemu: str | None = None, smp: int | None = None):
+            qemu: str | None = None, smp: int | None = None, libs: Sequence = ()):
         return _unwind_pool.get(kernel or _option_kernels(pytestconfig)[0],
                                 qemu if qemu is not None else _opt(pytestconfig, "qemu"),
-                                smp or _opt(pytestconfig, "smp"), programs, sources)
+                                smp or _opt(pytestconfig, "smp"), programs, sources, libs)
 
     return get
 
@@ -319,16 +324,18 @@ class UnwindRunner:
         return _opt(self._request.config, name)
 
     def __call__(self, program: str | Path, args: Sequence[str] = (), samples: int | None = None,
-                 **scenario_fields):
-        """Sample the host binary ``program`` (static or dynamic, x86-64 or i386) run with ``args``.
+                 libs: Sequence[str | Path] = (), **scenario_fields):
+        """Sample the host binary ``program`` (static or dynamic, x86-64 or i386) run with ``args``,
+        with ``libs`` (the libraries it dlopens) in the guest too.
         ``scenario_fields`` override :class:`harness.scenarios.catalog.Scenario` fields
         (``requests=("timer",)``, ``seed=1``, ``break_ra=True``, ...).  With ``--uh-smp`` above 1
         the requests are timer interrupts unless ``requests`` is given."""
         from .scenarios.catalog import user_scenario  # lazy: see the note at the top
 
-        sc = user_scenario(str(program), list(args), samples=samples or self._config("samples"))
+        libs = tuple(str(p) for p in libs)
+        sc = user_scenario(str(program), list(args), samples=samples or self._config("samples"), libs=libs)
         sc = dataclasses.replace(sc, **self._smp_requests(scenario_fields))
-        sess = self._guest(programs=[str(program)])
+        sess = self._guest(programs=[str(program)], libs=libs)
         return self._run(sess, sc)
 
     def source(self, name: str, args: Sequence[str] | None = None, variant=None, toolchain: str | None = None,
@@ -356,8 +363,8 @@ class UnwindRunner:
             return {**fields, "requests": ("timer",)}
         return fields
 
-    def _guest(self, programs=(), sources=()):
-        return self._pool.get(self.kernel, self._config("qemu"), self._config("smp"), programs, sources)
+    def _guest(self, programs=(), sources=(), libs=()):
+        return self._pool.get(self.kernel, self._config("qemu"), self._config("smp"), programs, sources, libs)
 
     def _run(self, sess, sc):
         from .deferred.log import JsonlFile  # lazy: see the note at the top
@@ -406,6 +413,9 @@ def summarize(result, log: Path | None = None) -> str:
     for what in ("errors", "problems", "invariant_violations", "notes"):
         for text in getattr(r, what):
             lines.append(f"  {what.replace('_', ' ')[:-1]}: {text}")
+    if r.output_tail:
+        lines.append(f"  the program's output ends ({r.program_output or 'no file'}):")
+        lines += [f"    {line}" for line in r.output_tail]
     if log is not None:
         lines.append(f"  log: {log}")
     return "\n".join(lines)
@@ -437,7 +447,8 @@ def assert_unwinds(result, min_stacks: int = 1, show: int = 3) -> None:
         if getattr(r, what):
             why.append(f"{len(getattr(r, what))} {what.replace('_', ' ')}")
     if r.own_stacks < min_stacks:
-        why.append(f"{r.own_stacks} stacks of the program checked, fewer than {min_stacks}")
+        why.append(f"{r.own_stacks} stacks of the program checked, fewer than {min_stacks}: "
+                   f"{r.shortfall() or 'every request asked for landed on it'}")
     if not why:
         return
     text = f"unwinding failed: {'; '.join(why)}\n{summarize(r)}"

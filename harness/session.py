@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import HarnessError
 from .images.cache import cache_root
 from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, get_kernel
@@ -41,6 +42,20 @@ EXPECTED_READS_MAX = 16 * 1024
 POINTERS_KEPT = 3
 
 
+#: the most vCPUs a guest gets: TCG runs them all on this machine's cores, and a request point
+#: (an NMI, a timer interrupt, a syscall) only helps on a vCPU the program runs on
+MAX_SMP = 16
+#: the least guest RAM that boots the kernels the harness uses with its initramfs
+MEMORY_FLOOR_MB = 128
+
+
+class GuestSpecError(HarnessError):
+    """A guest that cannot work as asked (more vCPUs than :data:`MAX_SMP`, too little RAM): bad
+    usage, found before anything is built or booted (exit 2, one line)."""
+
+    exit_code = 2
+
+
 @dataclass
 class GuestSpec:
     kernel: str = "default"
@@ -54,7 +69,10 @@ class GuestSpec:
     #: "host" (Debian 12's), "backports" (11.x), "auto", a command prefix, or None for
     #: $HARNESS_QEMU / the default (harness/images/qemu.py)
     qemu: str | list[str] | None = None
-    memory_mb: int = 512
+    #: guest RAM in MiB; None: :func:`guest_memory_mb` of the initramfs (``--mem``)
+    memory_mb: int | None = None
+    #: libraries the user programs dlopen (``--lib``): copied in with theirs, at their own path
+    libs: list[str] = field(default_factory=list)
     #: more files for the initramfs, guest path -> host path (Debian's perf: harness/images/debperf.py)
     extra_files: dict[str, Path] = field(default_factory=dict)
     #: QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last
@@ -62,6 +80,32 @@ class GuestSpec:
     pin: bool = False
     #: QEMU's main loop at SCHED_FIFO (harness/transport/affinity.py: stub_first)
     rt: bool = False
+
+    def check(self) -> None:
+        """:class:`GuestSpecError` when this guest cannot work as asked (before any boot)."""
+        if not 1 <= self.smp <= MAX_SMP:
+            raise GuestSpecError(f"--smp {self.smp}: between 1 and {MAX_SMP} vCPUs")
+        if self.memory_mb is not None and self.memory_mb < MEMORY_FLOOR_MB:
+            raise GuestSpecError(f"--mem {self.memory_mb}: at least {MEMORY_FLOOR_MB} MiB")
+
+
+#: the smallest default guest: the 7.x cloud kernel with the harness's programs and Debian's perf
+MEMORY_MIN_MB = 512
+#: above the initramfs's share: the kernel's own (~100 MiB on the cloud kernel) and the program's
+#: heap, page cache and stack
+MEMORY_MARGIN_MB = 256
+
+
+def guest_memory_mb(initrd_bytes: int) -> int:
+    """The default guest RAM for an initramfs of ``initrd_bytes``: the kernel unpacks the archive
+    into its rootfs (page cache that is never written back: RAM) while the archive itself is still
+    in memory, so the initramfs costs twice its size until the archive is freed; plus a margin
+    for the kernel and the program.  At least :data:`MEMORY_MIN_MB`, rounded up to 64 MiB.  A
+    fixed default does not fit both a guest of the catalog's small programs and one of a user's
+    program with its libraries (a C++ or Rust program with libstdc++, a Go binary of tens of MB:
+    Debian's own tools' closures run to 5-30 MiB, twice that in the guest)."""
+    need = 2 * -(-initrd_bytes // (1 << 20)) + MEMORY_MARGIN_MB
+    return max(MEMORY_MIN_MB, -(-need // 64) * 64)
 
 
 def resolve_accel(spec: GuestSpec, kernel: Kernel, qemu: Qemu | None = None) -> tuple[str, str]:
@@ -122,6 +166,7 @@ class Session:
         self.programs: dict[str, Program] = {}
         self.accel = ""
         self.accel_why = ""
+        self.memory_mb = 0  # the guest's RAM in MiB, once started
         self.qemu: Qemu | None = None
         # Kernel bytes read at the current stop (Target.generation): pipelined prefetches and the
         # reads they answer.  Kernel memory does not change while the guest is stopped.
@@ -142,18 +187,20 @@ class Session:
 
     def start(self) -> Session:
         spec = self.spec
+        spec.check()
         self.kernel = get_kernel(spec.kernel, spec.kernel_path)
         for source, tc_name, variant in spec.programs:
             p = build_program(source, get_toolchain(tc_name), variant)
             self.programs[p.guest_path] = p
         for path in spec.user_programs:
-            p = user_program(path)
+            p = user_program(path, tuple(spec.libs))
             self.programs[p.guest_path] = p
         initrd = build_initramfs(list(self.programs.values()), spec.extra_files)
         self.qemu = resolve_qemu(spec.qemu)
         self.accel, self.accel_why = resolve_accel(spec, self.kernel, self.qemu)
+        self.memory_mb = spec.memory_mb or guest_memory_mb(initrd.stat().st_size)
         cfg = MachineConfig(self.kernel.vmlinux, initrd, smp=spec.smp, accel=self.accel, pti=spec.pti,
-                            qemu=list(self.qemu.prefix), memory_mb=spec.memory_mb)
+                            qemu=list(self.qemu.prefix), memory_mb=self.memory_mb)
         self.machine = Machine(cfg)
         try:
             vcpus = f"{spec.smp} vCPU{'s' if spec.smp > 1 else ''}"
@@ -209,6 +256,7 @@ class Session:
             "pinned": self.pinned,
             "realtime": self.realtime,
             "smp": self.spec.smp,
+            "memory_mb": self.memory_mb,
             "pti": self.spec.pti,
             "transport": self.spec.transport,
             "python": sys.version.split()[0],

@@ -11,7 +11,7 @@ from ..scenarios.catalog import DEFAULT_SET, programs_for, select_scenarios
 from ..session import GuestSpec
 from . import arg, positive_int
 
-__all__ = ["DEFAULT_PROGRAMS", "GUEST_ARGS", "guest_spec", "shell_spec"]
+__all__ = ["DEFAULT_PROGRAMS", "GUEST_ARGS", "LIB_ARG", "guest_spec", "shell_spec"]
 
 DEFAULT_PROGRAMS = [
     ("callchain", "host", Variant()),
@@ -21,7 +21,9 @@ DEFAULT_PROGRAMS = [
 GUEST_ARGS = (
     arg("--kernel", default="default", help="default (trixie-backports 7.x), trixie (6.12), bookworm (6.1)"),
     arg("--kernel-path", help="boot this bzImage or vmlinux instead"),
-    arg("--smp", type=positive_int, default=1),
+    arg("--smp", type=positive_int, default=1, help="vCPUs (at most 16)"),
+    arg("--mem", type=positive_int, metavar="MiB",
+        help="guest RAM (default: twice the initramfs plus 256 MiB, at least 512)"),
     arg("--accel", default="auto", choices=("auto", "tcg", "kvm")),
     arg("--pti", action="store_true", help="boot with pti=on"),
     arg("--transport", default="rsp", choices=("rsp", "mi")),
@@ -37,13 +39,19 @@ GUEST_ARGS = (
              f"(default: $HARNESS_QEMU, else {DEFAULT_CHOICE})"),
 )
 
+#: --lib (run, shell, boot): a library a user's program dlopens
+LIB_ARG = arg("--lib", action="append", metavar="PATH",
+              help="a library the program dlopens: copied in at its own path (and under its soname where the loader "
+                   "looks), with the libraries it needs (repeatable)")
+
 
 def guest_spec(args: argparse.Namespace, programs=None) -> GuestSpec:
     """The guest the options in ``args`` describe, with these programs (default: callchain, 64 and 32 bits)."""
     return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
                      pti=args.pti, transport=getattr(args, "transport", "rsp"),
                      programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
-                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False), rt=getattr(args, "rt", False))
+                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False), rt=getattr(args, "rt", False),
+                     memory_mb=getattr(args, "mem", None), libs=list(getattr(args, "lib", None) or []))
 
 
 def shell_spec(args: argparse.Namespace) -> GuestSpec:

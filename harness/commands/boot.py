@@ -15,7 +15,7 @@ from ..images.symfile import kernel_symbol_file
 from ..interactive import Guest
 from ..session import Session, kallsyms_path
 from . import UsageError, arg, command
-from ._guest import GUEST_ARGS, shell_spec
+from ._guest import GUEST_ARGS, LIB_ARG, shell_spec
 
 __all__ = ["write_gdb_session"]
 
@@ -62,6 +62,7 @@ def _gdb_command(loader, socket) -> list[str]:
         help="start this program before gdb attaches (a catalog scenario's, a guest path or a --program; repeatable)"),
     arg("--scenario", action="append", help="also put this scenario's program in the guest"),
     arg("--program", action="append", metavar="PATH", help="also put this host binary in the guest"),
+    LIB_ARG,
 ])
 def cmd_boot(args) -> int:
     if (args.batch or args.ex) and not args.gdb:

@@ -20,8 +20,8 @@ from ..report.text import run_lines
 from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
 from ..scenarios.engine import run_scenarios
 from ..session import Session
-from . import arg, command, positive_float, positive_int
-from ._guest import GUEST_ARGS, guest_spec
+from . import UsageError, arg, command, positive_float, positive_int
+from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
 from .kernel_diff import cmd_kernel_diff
 from .report import cmd_report
 
@@ -34,7 +34,8 @@ from .report import cmd_report
     arg("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])"),
     arg("--report", action="store_true", help="write report.html into the run directory"),
     arg("--program", help="sample your own static or dynamic x86-64/i386 binary instead"),
-    arg("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line)"),
+    arg("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line: put it last)"),
+    LIB_ARG,
     arg("--kernel-diff", action="store_true",
         help="instead of the model's own tracers: the guest kernel's unwind_deferred (perf's deferred callchains "
              "on the scenarios' programs) against the model, event by event (harness kernel-diff; --samples sets "
@@ -52,8 +53,17 @@ def cmd_run(args) -> int:
         kd.samples = args.samples or kernel_diff.DEFAULT_SAMPLES
         kd.freq, kd.profile, kd.show = kernel_diff.DEFAULT_FREQ, kernel_diff.DEFAULT_PROFILE, kernel_diff.DEFAULT_SHOW
         return cmd_kernel_diff(kd)
+    if args.args is not None and not args.program:
+        raise UsageError("--args goes after --program (it takes the rest of the line as the program's arguments)")
+    if args.lib and not args.program:
+        raise UsageError("--lib goes with --program (a library the program loads)")
     if args.program:
-        sc = user_scenario(args.program, args.args or [], samples=args.samples or DEFAULT_SAMPLES)
+        guest_spec(args, []).check()  # --smp and --mem before the binary is even read
+        sc = user_scenario(args.program, args.args or [], samples=args.samples or DEFAULT_SAMPLES, smp=args.smp,
+                           libs=tuple(args.lib or []))
+        if args.smp > 1:
+            print(f"{sc.name}: requests at timer interrupts on {args.smp} vCPUs (an injected NMI reaches "
+                  f"vCPU 0 only)", file=sys.stderr)
         if args.rate:
             sc = dataclasses.replace(sc, rate=args.rate)
         spec = guest_spec(args, [])

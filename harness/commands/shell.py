@@ -12,13 +12,14 @@ from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from ..interactive import BANNER, Guest
 from ..session import Session
 from . import arg, command
-from ._guest import GUEST_ARGS, shell_spec
+from ._guest import GUEST_ARGS, LIB_ARG, shell_spec
 
 
 @command("shell", help="boot a guest and open a Python REPL with a live `guest` object", args=[
     *GUEST_ARGS,
     arg("--program", action="append", metavar="PATH",
         help="put this host binary (and its libraries) in the guest (repeatable)"),
+    LIB_ARG,
     arg("--scenario", action="append", help="also put this scenario's program in the guest"),
     arg("--batch", metavar="FILE.py", help="run this script with `guest` in scope and exit"),
 ])

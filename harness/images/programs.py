@@ -9,6 +9,8 @@ several toolchains (several glibc builds) share one initramfs.
 
 from __future__ import annotations
 
+import os
+import posixpath
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -108,35 +110,73 @@ USER = "user"  # the toolchain name of a user's own binary
 
 
 class ProgramError(ImageError):
-    """A user's own binary (``--program``) that cannot run in the guest: missing, not ELF, or
-    not x86-64/i386."""
+    """A user's own binary (``--program``) or library (``--lib``) that cannot run in the guest:
+    missing, not ELF, not x86-64/i386, not a program (an object file, a shared library), or a
+    library it needs that this machine does not have."""
 
     exit_code = EXIT_USAGE  # bad input
 
 
-def user_program(path: str | Path) -> Program:
-    """A user's own x86-64 or i386 binary, run in the guest as it was linked: its interpreter
-    and libraries are copied from this machine to the same paths in the guest.  The variant
-    records what the binary has (32/64-bit, static, SFrame, the shadow-stack symbol); whether
-    it keeps frame pointers cannot be read from the file, so it is left True."""
-    path = Path(path).resolve()
+@dataclass(frozen=True)
+class ElfFacts:
+    """What the guest needs to know of a user's ELF before anything boots."""
+
+    bits: int
+    static: bool
+    sframe: bool
+    shadow: bool
+
+
+DF_1_PIE = 0x08000000  # DT_FLAGS_1: a position-independent executable (elf.h)
+
+
+def elf_facts(path: Path, what: str = "--program") -> ElfFacts:
+    """The facts of an x86-64 or i386 ELF *program*, or :class:`ProgramError` saying why it is
+    not one: an object file (ET_REL), a core file, a shared library (ET_DYN with a DT_SONAME
+    and no DF_1_PIE flag, like libc.so.6, or with neither an interpreter nor DF_1_PIE), an
+    executable without an entry point, another machine's ELF."""
     if not path.is_file():
-        raise ProgramError(f"--program {path}: no such file")
+        raise ProgramError(f"{what} {path}: no such file")
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            if elf.header.e_machine not in ("EM_X86_64", "EM_386"):
-                raise ProgramError(f"--program {path}: {elf.header.e_machine}, not x86-64 or i386")
-            bits = elf.elfclass
-            static = not any(s["p_type"] == "PT_INTERP" for s in elf.iter_segments())
+            h = elf.header
+            if h.e_machine not in ("EM_X86_64", "EM_386"):
+                raise ProgramError(f"{what} {path}: {h.e_machine}, not x86-64 or i386")
+            if h.e_type not in ("ET_EXEC", "ET_DYN"):
+                kind = {"ET_REL": "an object file (ET_REL)",
+                        "ET_CORE": "a core dump (ET_CORE)"}.get(h.e_type, h.e_type)
+                raise ProgramError(f"{what} {path}: {kind}, not a program")
+            segments = list(elf.iter_segments())
+            has_interp = any(s["p_type"] == "PT_INTERP" for s in segments)
+            dyn = elf.get_section_by_name(".dynamic")
+            tags = {t.entry.d_tag: t for t in dyn.iter_tags()} if dyn is not None else {}
+            pie = bool(tags["DT_FLAGS_1"].entry.d_val & DF_1_PIE) if "DT_FLAGS_1" in tags else False
+            if h.e_type == "ET_DYN" and not pie and ("DT_SONAME" in tags or not has_interp):
+                soname = f" (DT_SONAME {tags['DT_SONAME'].soname})" if "DT_SONAME" in tags else ""
+                raise ProgramError(f"{what} {path}: a shared library{soname}, not a program "
+                                   f"(a library the program loads goes with --lib)")
+            if h.e_entry == 0:
+                raise ProgramError(f"{what} {path}: no entry point (e_entry is 0), not a program")
             sframe = elf.get_section_by_name(".sframe") is not None or any(
-                s["p_type"] == "PT_GNU_SFRAME" for s in elf.iter_segments())
+                s["p_type"] == "PT_GNU_SFRAME" for s in segments)
             symtab = elf.get_section_by_name(".symtab")
             shadow = bool(symtab and symtab.get_symbol_by_name("harness_shadow"))
+            return ElfFacts(elf.elfclass, not has_interp, sframe, shadow)
     except ELFError as exc:
-        raise ProgramError(f"--program {path}: not an ELF file ({exc})") from exc
-    variant = Variant(bits=bits, sframe=sframe, static=static, shadow=shadow)
-    runtime = () if static else tuple(runtime_files(path, Path("/")))
+        raise ProgramError(f"{what} {path}: not an ELF file ({exc})") from exc
+
+
+def user_program(path: str | Path, libs: tuple[str | Path, ...] = ()) -> Program:
+    """A user's own x86-64 or i386 binary, run in the guest as it was linked: its interpreter
+    and libraries are copied from this machine to where the guest's loader looks for them
+    (:func:`user_runtime_files`), with ``libs`` (the ones it dlopens: ``--lib``) and theirs.
+    The variant records what the binary has (32/64-bit, static, SFrame, the shadow-stack
+    symbol); whether it keeps frame pointers cannot be read from the file, so it is left True."""
+    path = Path(path).resolve()
+    facts = elf_facts(path)
+    variant = Variant(bits=facts.bits, sframe=facts.sframe, static=facts.static, shadow=facts.shadow)
+    runtime = tuple(user_runtime_files(path, f"/user/{path.name}", [Path(p) for p in libs]))
     return Program(path.name, USER, variant, path, runtime)
 
 
@@ -221,3 +261,167 @@ def _find_lib(root: Path, name: str, bits: int) -> Path | None:
         if p.exists():
             return p.resolve()
     return None
+
+
+# -- a user's binary: its libraries where the guest's loader looks for them --------------------
+#: The directories glibc's loader searches last (no /etc/ld.so.cache in the guest), Debian's
+#: multiarch ones first; a library found in none of them on this machine lands in the first.
+_LOADER_DIRS = {
+    64: ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
+    32: ("/lib/i386-linux-gnu", "/usr/lib/i386-linux-gnu", "/lib32", "/usr/lib32", "/lib", "/usr/lib"),
+}
+#: ``$PLATFORM`` in a search path (the loader's AT_PLATFORM on the guest's CPU)
+_PLATFORM = {64: "x86_64", 32: "i686"}
+
+
+@dataclass(frozen=True)
+class _Object:
+    """An ELF the loader maps: the file on this machine (as found, not resolved: ``$ORIGIN`` is
+    the directory the loader opened it from) and its path in the guest."""
+
+    host: Path
+    guest: str
+    #: DT_RPATH directories in effect for what this object loads: its own (when it has no
+    #: DT_RUNPATH) then its loader's, as (host dir, guest dir) pairs
+    rpath: tuple[tuple[Path, str], ...] = ()
+
+
+def _dynamic(path: Path) -> tuple[list[str], list[str] | None, list[str] | None, str | None]:
+    """(DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME) of an ELF, read with pyelftools.  Not with
+    ldd: ldd runs the binary (its loader, with the binary's own constructors on some setups),
+    resolves against this machine's ld.so.cache rather than the guest's search path, and cannot
+    read an i386 binary without the i386 loader installed."""
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            dyn = elf.get_section_by_name(".dynamic")
+            if dyn is None:  # sections stripped: the PT_DYNAMIC segment has the same tags
+                dyn = next((s for s in elf.iter_segments() if s["p_type"] == "PT_DYNAMIC"), None)
+            if dyn is None:
+                return [], None, None, None
+            needed, rpath, runpath, soname = [], None, None, None
+            for t in dyn.iter_tags():
+                tag = t.entry.d_tag
+                if tag == "DT_NEEDED":
+                    needed.append(t.needed)
+                elif tag == "DT_RPATH":
+                    rpath = (rpath or []) + t.rpath.split(":")
+                elif tag == "DT_RUNPATH":
+                    runpath = (runpath or []) + t.runpath.split(":")
+                elif tag == "DT_SONAME":
+                    soname = t.soname
+            return needed, rpath, runpath, soname
+    except ELFError as exc:
+        raise ProgramError(f"{path}: not an ELF file ({exc})") from exc
+
+
+def _expand(entry: str, obj: _Object, bits: int) -> tuple[Path, str] | None:
+    """One search-path entry of ``obj`` as (host dir, guest dir): ``$ORIGIN`` (``${ORIGIN}``) is
+    the object's own directory on each side, ``$LIB`` and ``$PLATFORM`` what the loader puts
+    there on Debian.  A relative entry (the loader takes it from its working directory) has no
+    fixed place and is skipped, as an empty one is."""
+    if not entry:
+        return None
+    subst = {"LIB": _LOADER_DIRS[bits][0].lstrip("/"), "PLATFORM": _PLATFORM[bits]}
+    host = guest = entry
+    for var, value in subst.items():
+        for form in (f"${{{var}}}", f"${var}"):
+            host, guest = host.replace(form, value), guest.replace(form, value)
+    for form in ("${ORIGIN}", "$ORIGIN"):
+        host = host.replace(form, str(obj.host.parent))
+        guest = guest.replace(form, posixpath.dirname(obj.guest))
+    if not host.startswith("/"):
+        return None
+    return Path(posixpath.normpath(host)), posixpath.normpath(guest)
+
+
+def _search(name: str, obj: _Object, bits: int) -> tuple[Path, str] | None:
+    """Where the loader finds ``name`` (a DT_NEEDED entry of ``obj``), in its order: DT_RPATH
+    (the object's and its loaders', unless the object has DT_RUNPATH), DT_RUNPATH (for the
+    object's own needs only), then the system directories.  Returns (host file as found, guest
+    path): the name the loader asks for, in the guest directory it searches, so a soname that
+    is a symlink on this machine (liblzma.so.5 -> liblzma.so.5.4.1) keeps that name there."""
+    if "/" in name:  # a path: opened as it is
+        p = Path(name)
+        return (p, name) if p.is_absolute() and p.is_file() else None
+    _needed, _rpath, runpath, _soname = _dynamic(obj.host)
+    dirs = [] if runpath is not None else list(obj.rpath)
+    dirs += [d for d in (_expand(e, obj, bits) for e in runpath or []) if d is not None]
+    dirs += [(Path(d), d) for d in _LOADER_DIRS[bits]]
+    for host_dir, guest_dir in dirs:
+        p = host_dir / name
+        if p.is_file() and _elf_class(p) == bits:
+            return p, f"{guest_dir}/{name}"
+    return None
+
+
+def _elf_class(path: Path) -> int | None:
+    """32 or 64 (the loader skips a library of the other class and searches on), None: no ELF."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(5)
+    except OSError:
+        return None
+    return {1: 32, 2: 64}.get(head[4]) if head[:4] == b"\x7fELF" and len(head) == 5 else None
+
+
+def user_runtime_files(binary: Path, guest_path: str, libs: list[Path] = ()) -> list[tuple[Path, str]]:
+    """The interpreter and the libraries (transitively) of a user's ``binary`` at ``guest_path``,
+    plus ``libs`` (the libraries it dlopens) and theirs, as (host file, guest path) pairs: each
+    library at the name and in the directory the guest's loader will look in (:func:`_search`).
+    The host file is the resolved one (its bytes); the guest has no symlinks to follow.
+
+    A ``--lib`` lands at its own absolute path (as given, symlinks not resolved: the name a
+    dlopen() by path uses) and, when that is outside the loader's directories, also under its
+    DT_SONAME (else its file name) in the first of them, where a dlopen() by bare name looks."""
+    bits = _elf_class(binary)
+    facts = elf_facts(binary)
+    out: dict[str, Path] = {}  # guest path -> host file
+    loaded: set[str] = set()  # sonames the loader has before it searches (its own)
+    if facts.static and not _dynamic(binary)[0]:
+        todo: list[_Object] = []
+    else:
+        with open(binary, "rb") as f:
+            interp = next((s.get_interp_name() for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_INTERP"), None)
+        if interp is not None:
+            host = Path(interp)
+            if not host.is_file():
+                raise ProgramError(f"--program {binary}: its interpreter {interp} is not on this machine")
+            out[interp] = host.resolve()
+            loaded.add(_dynamic(host)[3] or host.name)
+        todo = [_Object(binary, guest_path)]
+    for lib in libs:
+        lib = Path(os.path.abspath(lib))
+        if not lib.is_file():
+            raise ProgramError(f"--lib {lib}: no such file")
+        if _elf_class(lib) != bits:
+            raise ProgramError(f"--lib {lib}: not a {bits}-bit ELF like the program {binary.name}")
+        out[str(lib)] = lib.resolve()
+        todo.append(_Object(lib, str(lib)))
+        if str(lib.parent) not in _LOADER_DIRS[bits]:
+            soname = _dynamic(lib)[3] or lib.name
+            out[f"{_LOADER_DIRS[bits][0]}/{soname}"] = lib.resolve()
+    seen: set[str] = set()
+    while todo:
+        obj = todo.pop()
+        needed, rpath, runpath, _ = _dynamic(obj.host)
+        # DT_RPATH reaches what the object's own libraries load, unless the object has DT_RUNPATH.
+        own = () if runpath is not None else tuple(
+            d for d in (_expand(e, obj, bits) for e in rpath or []) if d is not None)
+        inherited = tuple(dict.fromkeys(own + obj.rpath))
+        for name in needed:
+            if name in loaded:  # the loader itself: DT_NEEDED matches its soname, no search
+                continue
+            found = _search(name, replace(obj, rpath=inherited), bits)
+            if found is None:
+                raise ProgramError(f"--program {binary}: {obj.host.name} needs {name}, which is in none of "
+                                   f"the directories the loader would search on this machine "
+                                   f"(DT_RPATH/DT_RUNPATH of {obj.host.name}, {', '.join(_LOADER_DIRS[bits])}); "
+                                   f"install it, or name the file with --lib")
+            host, guest = found
+            if guest in seen:
+                continue
+            seen.add(guest)
+            out.setdefault(guest, host.resolve())
+            todo.append(_Object(host, guest, inherited))
+    return [(host, guest) for guest, host in out.items()]

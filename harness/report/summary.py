@@ -19,11 +19,17 @@ SUMMARY_VERSION = 1
 
 def run_exit_code(results) -> tuple[int, str]:
     """The exit-code contract for a run: 3 when the infrastructure failed in any scenario (its
-    stacks are incomplete), else 1 when any stack failed, any delivery went wrong, an invariant
-    was violated or a scenario delivered nothing, else 0."""
+    stacks are incomplete), else 2 when a user's program (``--program``) gave no stack to
+    check (it could not start, or ended or slept before its first checked stack: the input is
+    what failed), else 1 when any stack failed, any delivery went wrong, an invariant was
+    violated or a scenario delivered nothing, else 0.  A run with some stacks, but fewer than
+    asked for, is judged on those (:meth:`Result.shortfall` says so in a note)."""
     if any(r.errors for r in results):
         return EXIT_INFRA, "infrastructure: " + "; ".join(f"{r.scenario.name}: {r.errors[0].splitlines()[0]}"
                                                    for r in results if r.errors)
+    empty = [r for r in results if r.scenario.user_path and not r.own_stacks]
+    if empty:
+        return 2, "; ".join(f"{r.scenario.name}: {r.shortfall()}" for r in empty)
     bad = [r.scenario.name for r in results
            if r.failed_stacks or r.problems or r.invariant_violations or r.stacks == 0]
     if bad:
@@ -70,6 +76,8 @@ def summary(results, facts: dict | None = None) -> dict:
                 "errors": r.errors,
                 "invariant_violations": r.invariant_violations,
                 "notes": r.notes,
+                "shortfall": r.shortfall(),
+                "output_tail": r.output_tail,
                 "seconds": round(r.seconds, 3),
             }
             for r in results

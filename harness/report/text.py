@@ -41,7 +41,9 @@ def scenario_rows(results) -> list[dict]:
 def scenario_row(r, oracles: list[str] | None = None) -> dict:
     """One summary row: per oracle ``agree/explained`` of the stacks it judged ('-': it did not
     apply to this program)."""
-    row = {"scenario": r.scenario.name, "stacks": r.stacks, "tasks": len(r.tasks)}
+    row = {"scenario": r.scenario.name, "stacks": r.stacks, "tasks": len(r.tasks),
+           # the program's own stacks, and '!' when fewer requests landed on it than asked
+           "own": f"{r.own_stacks}{'!' if r.short else ''}"}
     for o in oracles if oracles is not None else _oracle_order(r.oracles):
         row[f"{o} agree/expl"] = f"{r.agreed(o)}/{r.explained(o)}" if o in r.oracles else "-"
     row["causes"] = sum(r.causes.values())
@@ -183,4 +185,7 @@ def run_lines(results, out) -> list[str]:
             lines += [f"\nFAILURE {text}" for text in stack_failures(rec)]
         lines += [f"\n{r.scenario.name}: {f}" for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]]
         lines += [f"{r.scenario.name}: note: {note}" for note in r.notes]
+        if r.output_tail and (r.short or not r.own_stacks):
+            lines.append(f"{r.scenario.name}: the program's output ends:")
+            lines += [f"    {line}" for line in r.output_tail]
     return lines

@@ -142,14 +142,20 @@ def unwinder_for(variant: Variant, toolchain: str) -> Unwinder:
     return Unwinder.FP
 
 
-def user_scenario(path: str, args: list[str], samples: int = DEFAULT_SAMPLES) -> Scenario:
+def user_scenario(path: str, args: list[str], samples: int = DEFAULT_SAMPLES, smp: int = 1,
+                  libs: tuple[str, ...] = ()) -> Scenario:
     """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
     frame pointers (:func:`unwinder_for`); the CFI oracle always, the shadow stack only for our
-    instrumented builds."""
-    p = user_program(path)
+    instrumented builds.
+
+    Its requests are injected NMIs on one vCPU; on more (``smp`` > 1) timer interrupts, which
+    every vCPU takes: an NMI reaches vCPU 0 only (Linux masks LINT1 on the others), so a program
+    the scheduler puts on another vCPU would get none.  The binary is checked here (a
+    :class:`harness.images.programs.ProgramError` before anything boots)."""
+    p = user_program(path, libs)
     return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
                     args=tuple(args), samples=samples, unwinder=unwinder_for(p.variant, p.toolchain),
-                    user_path=str(p.path))
+                    user_path=str(p.path), requests=("timer",) if smp > 1 else ("nmi",))
 
 
 def programs_for(scenarios: list[Scenario]) -> list[tuple[str, str, Variant]]:

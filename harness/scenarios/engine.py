@@ -86,6 +86,9 @@ FAILURES_KEPT = 1000  # failing stack records kept in memory per run (all are in
 # program's maps were read): up to the first unreadable page.
 UNKNOWN_STACK_PAGES = 16
 MAX_STACK_PAGES = 1024  # 4 MiB: a cap on one snapshot's stack
+#: pages read at the requested sp when it is on another stack than the walked one (a signal frame)
+SIGFRAME_PAGES = 2
+FP_CHAIN_HOPS = 256  # frame records followed at a delivery stop (Engine._follow_fp_chain)
 REPORT_EVERY = 0.05  # seconds between two progress reports of a sampling run (the last always)
 # NMIs passed over (their stop's guesses missed the task) before a run stops leaving NMI stops at
 # once, when they are also more than a tenth of those stops (_on_continued_request)
@@ -127,6 +130,24 @@ MAX_REQUESTS_PER_SAMPLE = 10
 # a guest that keeps stopping at return points (another task's work pending) before each
 # injection would otherwise take no request and keep the loop going.
 STOPS_PER_REQUEST_LIMIT = 20
+
+
+#: lines of a program's output a run that fell short of its stacks shows (Result.output_tail)
+OUTPUT_TAIL_LINES = 5
+
+
+def output_tail(path: Path | None, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-empty lines of a program's output file (its last 64 KiB read)."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
 
 
 class Engine:
@@ -366,6 +387,8 @@ class Engine:
                 self.result.errors.append(f"cleanup: {exc}")
             if self.proc is not None and self.result.program_output is None:
                 self._program_output(wait=False)
+            if self.proc is not None and (self.result.short or not self.result.own_stacks):
+                self.result.output_tail = output_tail(self.proc.output)
         verdict = check_events(self.log.events)
         self.result.invariant_violations = verdict.messages() + list(self.model.violations)
         self.result.seconds = time.monotonic() - start
@@ -665,11 +688,38 @@ class Engine:
                 mem.add_fault(got.fault)
         for o in oracles:
             o.complete(mem, regs, fs_base, req)  # what the first reads said is needed too
+        if own is not None:
+            self._follow_fp_chain(mem, regs)
         snap = StopSnapshot(task, point, regs, req, own, fs_base, mem)
         if self.verify:
             snap = replace(snap, expected=self._live_check(snap))
         mem.seal()
         return snap
+
+    def _follow_fp_chain(self, mem: CapturedMemory, regs: UserRegs) -> None:
+        """Read the frame-pointer chain at the stop, through ``mem`` (what the capture missed is
+        read from the stopped guest and kept): the walk after the guest runs on may follow it
+        off the stack sp is in, where the capture did not look.  A Go runtime thread's does: its
+        outermost frame's rbp, inherited at clone(), points into the main thread's [stack], and
+        the snapshot would answer that read with a miss the live guest never gives.  Within the
+        captured stack this reads nothing new; at most FP_CHAIN_HOPS frames, upward only."""
+        ws = self.ws
+        mask = (1 << (8 * ws)) - 1
+        bp = regs.bp & mask
+        for _ in range(FP_CHAIN_HOPS):
+            if bp == 0 or bp % ws:
+                return
+            try:
+                # The whole page (the walk's reads are page-sized: UserAccess), and the next one
+                # where the frame record straddles it.
+                for page in dict.fromkeys((bp - bp % PAGE, (bp + 2 * ws - 1) - (bp + 2 * ws - 1) % PAGE)):
+                    mem.read(page, PAGE)
+                nxt = int.from_bytes(mem.read(bp, ws), "little")
+            except (MemoryFault, TargetError):
+                return
+            if nxt <= bp:
+                return
+            bp = nxt
 
     def _capture_ranges(self, regs: UserRegs, want: UserRegs | None, own: str | None,
                         fs_base: int) -> list[tuple[int, int]]:
@@ -686,6 +736,12 @@ class Engine:
             if (m is not None and m.start <= wsp < sp) or (m is None and sp - UNKNOWN_STACK_PAGES * PAGE <= wsp < sp):
                 base = wsp - wsp % PAGE
         ranges = [(base, min(end, base + MAX_STACK_PAGES * PAGE) - base)]
+        if want is not None and want.user_mode and own is not None:
+            # ... and on another stack: a signal frame on the alternate signal stack (Go runs
+            # every handler there), which rt_sigreturn restored the walked registers from.
+            wsp = want.sp & 0xFFFFFFFF if want.compat else want.sp
+            if not base <= wsp < base + ranges[0][1]:
+                ranges.append((wsp - wsp % PAGE, SIGFRAME_PAGES * PAGE))
         if own is not None:
             for o in self.oracles:
                 ranges += o.captures(regs, fs_base)

@@ -49,6 +49,31 @@ class Result:
     program_exit: int | None = None  # the status /init reported, if the program ended during the run
     log: str | None = None  # the JSONL log's file name in the run directory
     program_output: str | None = None  # the file with the program's stdout and stderr (beside the log)
+    output_tail: list[str] = field(default_factory=list)  # its last lines, when the run fell short
+
+    @property
+    def short(self) -> bool:
+        """Fewer requests landed on the program than were asked for (``--samples``)."""
+        return self.sampled < self.scenario.samples
+
+    def shortfall(self) -> str | None:
+        """Why this run has fewer stacks than it was asked for, in one line, or None: the
+        program ended (or never started: a loader's error is status 127) before its first
+        checked stack, or before all of them, or sampling gave up on it."""
+        own = self.own_stacks
+        if own and not self.short:
+            return None
+        asked = f"{self.sampled} of {self.scenario.samples} requests landed on the program"
+        if self.program_exit is not None:
+            when = "before its first checked stack" if not own else f"after {own} checked stack(s)"
+            why = f"the program exited with status {self.program_exit} {when} ({asked})"
+        elif not own:
+            why = f"no stack of the program was checked ({asked}: it sleeps, or other tasks keep the CPU)"
+        else:
+            why = f"{own} stack(s) checked on the program: {asked}"
+        if self.output_tail:
+            why += f"; its output ends: {self.output_tail[-1][:200]}"
+        return why
 
     @property
     def own_stacks(self) -> int:

@@ -18,6 +18,9 @@ Stop points (:class:`StopPoint`):
   ``int $0x80``, or in the vDSO's ``__kernel_vsyscall``);
 * ``offset`` ``func`` ``n``: ``func + n``.
 
+The stack saved is the mapping sp is in, from sp's page to its end: ``[stack]`` for a C
+program's main thread, an anonymous mapping for another thread's or a Go goroutine's stack.
+
 Dynamically linked programs built for the guest look for their loader under ``/tc/...``; here
 they run through the toolchain root's loader with ``--library-path``, and the snapshot's
 ``files`` map every mapped path to the host file (on the host, the same path).
@@ -97,7 +100,9 @@ def dump(stop):
         if path.startswith("/"):
             files[path] = path
         what = None
-        if path == "[stack]":
+        # The mapping sp is in, from sp's page: [stack] for a C program's main thread, an
+        # anonymous mapping for a thread's stack or a Go goroutine's (in Go's heap arena).
+        if lo <= regs["sp"] < hi:
             lo, what = regs["sp"] & ~0xFFF, "stack"
         elif path == "[vdso]":
             what = "vdso"

@@ -69,23 +69,75 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+#: what a kernel that runs prints once it is past its early boot: it looked for a root file system
+KVM_BOOTED_RE = re.compile(r"VFS: Unable to mount root|Kernel panic - not syncing: VFS|Run /init|No working init")
+#: what QEMU says when the accelerator cannot run the guest (it may keep running, paused)
+KVM_FAILED_RE = re.compile(r"KVM internal error|emulation failure|failed to set MSR|kvm_.*Assertion|"
+                           r"Could not access KVM|failed to initialize kvm|KVM_[A-Z_]+ failed")
+#: seconds a guest may stay silent before its first byte: with earlyprintk the kernel writes
+#: "Linux version ..." within its first milliseconds under a KVM that runs it (0.2-0.5 s after
+#: QEMU starts, TCG included); a KVM that cannot run it writes nothing (this machine's
+#: paravirtual KVM spins, QEMU 11 silent, for as long as it is let: the old probe's 30 s)
+PROBE_FIRST_OUTPUT = 3.0
+
+
+def boot_probe(qemu: list[str], vmlinux: Path, accel: str = "kvm", timeout: float = 30.0,
+               first_output: float = PROBE_FIRST_OUTPUT) -> tuple[bool, str, float]:
+    """Boot ``vmlinux`` with no root file system under ``accel`` and watch its console as it
+    comes: (booted, why, seconds).  It booted when it gets as far as looking for its root; it
+    did not when QEMU ends or reports the accelerator's failure (at once), or when the console
+    stays silent for ``first_output`` seconds; ``timeout`` bounds a boot that prints but never
+    gets there.  QEMU is killed as soon as the answer is known."""
+    start = time.monotonic()
+    cmd = [*qemu, "-accel", accel, "-cpu", "host" if accel == "kvm" else "max,la57=off", "-m", "256",
+           "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", str(vmlinux),
+           "-append", "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1 loglevel=7"]
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
+    except OSError as exc:
+        return False, f"QEMU did not start: {exc}", time.monotonic() - start
+    out = bytearray()
+    why = None
+    try:
+        fd = proc.stdout.fileno()
+        while why is None:
+            now = time.monotonic()
+            console = any(not ln.startswith(b"qemu-system") for ln in bytes(out).splitlines() if ln.strip())
+            limit = start + (timeout if console else first_output)
+            if now >= limit:
+                why = (f"no boot within {timeout:g} s" if console
+                       else f"no console output within {first_output:g} s")
+                break
+            if not wait_readable(fd, limit - now):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                why = f"QEMU exited (status {proc.wait(timeout=5)})"
+                break
+            out += chunk
+            text = out.decode(errors="replace")
+            if KVM_BOOTED_RE.search(text):
+                return True, f"{accel.upper()} booted the guest kernel", time.monotonic() - start
+            if KVM_FAILED_RE.search(text):
+                why = "QEMU reported the failure"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+    last = [ln for ln in out.decode(errors="replace").splitlines() if ln.strip()][-3:]
+    return False, f"{why}: " + (" | ".join(last) if last else "no output"), time.monotonic() - start
+
+
 def kvm_usable(qemu: list[str], vmlinux: Path, timeout: float = 30.0) -> tuple[bool, str]:
-    """Boot ``vmlinux`` under KVM with no root file system: a kernel that gets as far as
-    looking for its root has shown that KVM runs it.  Returns (usable, why)."""
+    """Whether KVM runs ``vmlinux`` (:func:`boot_probe`): (usable, why).  Seconds where KVM
+    cannot (the first console byte's wait, or QEMU's error at once), about a second where it
+    can."""
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False, "/dev/kvm is missing or not accessible"
-    cmd = [*qemu, "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-display", "none",
-           "-no-reboot", "-serial", "stdio", "-kernel", str(vmlinux),
-           "-append", "console=ttyS0 panic=-1 loglevel=7"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=die_with_parent)
-        out = r.stdout + r.stderr
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-    if re.search(r"VFS: Unable to mount root|Kernel panic - not syncing: VFS|Run /init|No working init", out):
-        return True, "KVM booted the guest kernel"
-    last = [ln for ln in out.splitlines() if ln.strip()][-3:]
-    return False, "KVM cannot boot this kernel: " + (" | ".join(last) if last else "no output")
+    ok, why, _seconds = boot_probe(qemu, vmlinux, "kvm", timeout)
+    return ok, why if ok else "KVM cannot boot this kernel: " + why
 
 
 def default_qemu() -> list[str]:

@@ -507,6 +507,12 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
         if ra is None:
             trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address undefined (outermost frame)")
             return trace
+        if ra & mask == 0:
+            # A return address of 0 ends the stack as an undefined one does: the outermost
+            # frame's caller slot, zeroed (Go's goroutine stacks below runtime.goexit, a thread's
+            # start on some runtimes).  No frame at 0 is another frame of the trace.
+            trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address 0 (outermost frame)")
+            return trace
         ip, sp, fp = ra & mask, cfa, new_fp & mask
         topmost = False
         frames.append(Frame(ip, sp, fp, UnwinderType.CFI))

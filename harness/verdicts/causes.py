@@ -85,7 +85,20 @@ def cause(name: str, kinds, summary: str, *, oracles=None, unwinders=None):
 
 
 def explain(stack: Stack, d: Divergence) -> Divergence:
-    """``d`` proven by the first registered cause that accepts it, or ``d`` as it is."""
+    """``d`` proven by the first registered cause that accepts it, or ``d`` as it is.
+
+    A frame of the oracle's that is no address of the task (0, or in no mapping) is not a frame
+    any cause looks at (a cause examines the step that diverged, and ENDS and DIFFERS take the
+    oracle's whole rest with it): the unwinder "lost" it, "ended" before it or "differs" from it only in
+    the oracle's own walk gone past its end, which is the oracle's failure to show, not the
+    unwinder's to explain.  (Not for the oracles that run the kernel's own walk, ``perf``: their
+    frames past a check the unwinder makes are garbage by design, and their causes say so.)"""
+    oracle = ORACLES.get(d.oracle)
+    if (oracle is None or oracle.generic_causes) and d.kind in (LOST, ENDS, DIFFERS):
+        # LOST covers one frame of the oracle's; ENDS and DIFFERS cover the rest of its walk.
+        covered = d.want[d.want_index:d.want_index + 1] if d.kind == LOST else d.want[d.want_index:]
+        if not all(_task_address(stack, ip) for ip in covered):
+            return d
     for c in CAUSES.values():
         if c.applies(d):
             ev = c.predicate(stack, d)
@@ -94,18 +107,33 @@ def explain(stack: Stack, d: Divergence) -> Divergence:
     return d
 
 
+def _task_address(stack: Stack, addr: int) -> bool:
+    """``addr`` is in one of the task's mappings (the file-backed ones, the vDSO, anonymous)."""
+    if addr == 0:
+        return False
+    try:
+        return stack.space.mapping_at(addr) is not None
+    except (AttributeError, ValueError):  # a stack without an address space: nothing to say
+        return True
+
+
 def evidence(text: str, **facts) -> dict:
     return {"text": text, **facts}
 
 
 # -- what the failing step started from ------------------------------------------------------
-def _from(d: Divergence) -> tuple[int, bool]:
+def _from(d: Divergence) -> tuple[int, bool] | None:
     """The frame the step that went wrong started from, and whether it is an interrupted IP
-    (looked up at itself) rather than a return address (looked up at ra - 1)."""
+    (looked up at itself) rather than a return address (looked up at ra - 1).  None when the
+    unwinder's step did not start there: the oracle's frame before the divergence is not the
+    unwinder's (a frame lost just before it, say), so what a cause would examine at that frame
+    is not the step that diverged."""
     if d.kind in (EXTRA, PAST_END):
         k = d.got_index - 1
         return d.got[k], k == 0
     k = d.want_index - 1
+    if d.got_index < 1 or k < 0 or d.got[d.got_index - 1] != d.want[k]:
+        return None
     return d.want[k], k in d.want_marks
 
 
@@ -206,7 +234,10 @@ def _truncated(stack: Stack, d: Divergence) -> dict | None:
        "an IP in a prologue: the FP step takes the caller's rbp (entry rule off) and skips the caller, or "
        "ends or goes astray where the caller keeps no frame pointer in rbp", unwinders={"fp"})
 def _fp_prologue(stack: Stack, d: Divergence) -> dict | None:
-    addr, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    addr, is_ip = found_from
     if not is_ip or _step(stack, d) not in FP_STEPS:
         return None
     found = _in_prologue(stack, addr)
@@ -218,7 +249,10 @@ def _fp_prologue(stack: Stack, d: Divergence) -> dict | None:
 
 @cause("fp-epilogue-ip", (LOST,), "an IP at an epilogue ret: the FP step skips the caller", unwinders={"fp"})
 def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
-    addr, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    addr, is_ip = found_from
     if not is_ip or _step(stack, d) not in FP_STEPS:
         return None
     found = _at_epilogue(stack, addr)
@@ -232,7 +266,10 @@ def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
 def _fp_frameless(stack: Stack, d: Divergence) -> dict | None:
     if _step(stack, d) not in FP_STEPS:
         return None
-    addr, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    addr, is_ip = found_from
     found = _frameless(stack, addr, is_ip)
     if found is None:
         return None
@@ -245,7 +282,10 @@ def _sframe_fallback(stack: Stack, d: Divergence) -> tuple[int, bool, dict] | No
     (address, is_ip, why FP could not)."""
     if _step(stack, d) not in FP_STEPS:
         return None  # SFrame had an FRE and took the step (or another unwinder did)
-    addr, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    addr, is_ip = found_from
     fp = _fp_cannot_step(stack, addr, is_ip)
     if fp is None:
         return None
@@ -297,7 +337,10 @@ def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
 def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     if _step(stack, d) is not UnwinderType.SFRAME:
         return None
-    ra, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    ra, is_ip = found_from
     if is_ip:
         return None
     table = stack.sframe_for(ra)
@@ -411,7 +454,10 @@ def _shadow_in_hooks(stack: Stack, d: Divergence) -> dict | None:
        "the shadow stack has no frame for code built without the hooks (nor for anything past it)",
        oracles={"shadow"})
 def _shadow_uninstrumented(stack: Stack, d: Divergence) -> dict | None:
-    addr, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    addr, is_ip = found_from
     f = stack.code.function_at(addr, not is_ip)
     if f is None or instrumented(stack.code, f):
         return None
@@ -428,7 +474,10 @@ def _shadow_uninstrumented(stack: Stack, d: Divergence) -> dict | None:
 @cause("shadow-hook-window", (EXTRA,), "the IP is before the enter hook's call or after the exit hook's",
        oracles={"shadow"})
 def _shadow_hook_window(stack: Stack, d: Divergence) -> dict | None:
-    addr, is_ip = _from(d)
+    found_from = _from(d)
+    if found_from is None:
+        return None
+    addr, is_ip = found_from
     if not is_ip:
         return None
     f = stack.code.function_at(addr)
@@ -546,6 +595,16 @@ def _in_entry_asm(stack: Stack, d: Divergence) -> dict | None:
                     window=req.window)
 
 
+def _kernel_layout_applies(stack: Stack, req, restorer: int) -> bool:
+    """Whether a signal frame may be read by the kernel's own layout (proven by the restorer's
+    code, :func:`kernel_sigframe_regs`) where no CFI with 'S' describes it: for another task
+    (the scenario's space does not map its binaries), and for the program's own when its space
+    maps the restorer in an ELF whose CFI has no 'S' for it (Go's runtime.sigreturn: Go has only
+    .debug_frame, and runs its handlers on the goroutine's signal stack).  An own task's space
+    is authoritative: a restorer it does not map is not read that way."""
+    return req.own is None or stack.space.elf_at(restorer) is not None
+
+
 @cause("signal-delivery", (REGS,), "the request came during signal delivery, after get_signal() ran the work",
        oracles={"regs", "perf"})
 def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
@@ -559,7 +618,7 @@ def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     except MemoryFault:
         return None
     saved, how = signal_frame_regs(stack.space, stack.memory, pretcode, regs.sp + 8), "its CIE has 'S'"
-    if saved is None and req.own is None:  # another task: the scenario's space does not map its binaries
+    if saved is None and _kernel_layout_applies(stack, req, pretcode):
         saved, how = kernel_sigframe_regs(stack.memory, pretcode, regs.sp + 8), "its code is rt_sigreturn"
     if saved is None or (saved.ip, saved.sp, saved.bp) != (req.want.ip, req.want.sp, req.want.bp):
         return None
@@ -590,8 +649,9 @@ def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
     if req is None or req.syscall != RT_SIGRETURN or req.want is None or req.want.compat:
         return None
     restored = signal_frame_regs(stack.space, stack.memory, req.want.ip, req.want.sp)
-    if restored is None and req.own is None:  # another task: its restorer's code and the kernel's layout
-        restored = kernel_sigframe_regs(stack.memory, req.want.ip - len(RT_SIGRETURN_CODE), req.want.sp)
+    restorer = req.want.ip - len(RT_SIGRETURN_CODE)
+    if restored is None and _kernel_layout_applies(stack, req, restorer):
+        restored = kernel_sigframe_regs(stack.memory, restorer, req.want.sp)
     if restored is None or (restored.ip, restored.sp, restored.bp) != (regs.ip, regs.sp, regs.bp):
         return None
     return evidence("the task was in rt_sigreturn and the walked registers are those it restored from the "

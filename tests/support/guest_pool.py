@@ -43,7 +43,7 @@ def pool_key(spec) -> tuple:
     is a kind of its own without a change here."""
     key = []
     for f in dataclasses.fields(spec):
-        if f.name in ("programs", "user_programs"):
+        if f.name in ("programs", "user_programs", "libs"):
             continue
         value = qemu_choice(spec) if f.name == "qemu" else getattr(spec, f.name)
         key.append((f.name, tuple(sorted(value.items())) if isinstance(value, dict) else value))
@@ -57,8 +57,9 @@ class GuestPool:
         self._union = {}  # kind -> the spec it boots with: every declared program of that kind
         for spec in declared:
             key = pool_key(spec)
-            union = self._union.setdefault(key, dataclasses.replace(spec, programs=[], user_programs=[]))
+            union = self._union.setdefault(key, dataclasses.replace(spec, programs=[], user_programs=[], libs=[]))
             union.programs += [p for p in spec.programs if p not in union.programs]
+            union.libs += [p for p in spec.libs if p not in union.libs]
             union.user_programs += [p for p in spec.user_programs if p not in union.user_programs]
         self._idle = {}  # kind -> Session, stopped, checked
         self.boots = 0
@@ -69,7 +70,8 @@ class GuestPool:
         """The spec the pool boots for ``spec``'s kind; an error if ``spec`` was not declared."""
         union = self._union.get(pool_key(spec))
         missing = [] if union is None else ([p for p in spec.programs if p not in union.programs]
-                                            + [p for p in spec.user_programs if p not in union.user_programs])
+                                            + [p for p in spec.user_programs if p not in union.user_programs]
+                                            + [p for p in spec.libs if p not in union.libs])
         if union is None or missing:
             raise AssertionError(f"a pooled guest was not declared in its module's POOL_GUESTS: {spec} "
                                  f"(missing {missing or 'the whole kind'})")

@@ -273,3 +273,17 @@ def test_a_plain_assert_gets_the_stacks_as_a_report_section(pytester):
     assert "- unwind: failing stacks -" in plain and "!! #6" in plain and "log: " in plain
     assert "unwind: failing stacks" not in helper and "UnwindFailure: unwinding failed" in helper
     assert helper.count("[UNEXPLAINED]") == 1
+
+
+def test_assert_unwinds_says_why_a_program_gave_no_stack_and_shows_its_output():
+    r = _result(0, stacks=0)
+    r.program_exit = 127
+    r.program_output = "user:sha256sum.out"
+    r.output_tail = ["/user/prog: error while loading shared libraries: libfoo.so.1: cannot open shared "
+                     "object file: No such file or directory"]
+    with pytest.raises(UnwindFailure) as exc:
+        assert_unwinds(r)
+    text = str(exc.value)
+    assert ("0 stacks of the program checked, fewer than 1: the program exited with status 127 before its "
+            "first checked stack") in text
+    assert "the program's output ends (user:sha256sum.out):\n    /user/prog: error while loading" in text

@@ -54,7 +54,7 @@ from harness.images.errors import ImageError
 from harness.images.programs import Variant, build_program
 from harness.memory import Memory
 from harness.oracles.base import Oracle, OracleFrames, Request, Stack
-from harness.oracles.cfi import CFIOracle, is_signal_trampoline, signal_frame_regs
+from harness.oracles.cfi import is_signal_trampoline, signal_frame_regs
 from harness.oracles.regs import RegsOracle
 from harness.oracles.shadow import HOOK_ENTER, ShadowOracle, shadow_symbol
 from harness.perf.oracle import UNWINDER as PERF_UNWINDER
@@ -65,13 +65,10 @@ from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
 from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
-from harness.unwind.mixed import sframe_tables_for
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import (
-    UNWIND_MAX_ENTRIES,
     StopReason,
-    UnwindConfig,
     unwind_user,
 )
 from harness.verdicts.align import judge
@@ -89,6 +86,7 @@ from harness.verdicts.types import (
     PairVerdict,
 )
 from tests.support.cause_snapshots import TOOLCHAINS, CauseCapture, corrupt, function_symbols, got
+from tests.support.cause_stacks import cfi_of, stack_of
 from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
@@ -312,32 +310,6 @@ def nofde_snaps(tmp_path_factory) -> CauseCapture:
 
 
 # --- stacks, oracles, divergences -----------------------------------------------------------------
-
-def stack_of(snap: Snapshot, unwinder: str = "fp", *, memory: Memory | None = None, regs: UserRegs | None = None,
-             request: Request | None = None, max_entries: int = UNWIND_MAX_ENTRIES,
-             walk_entries: int | None = None) -> Stack:
-    """The Stack the engine would build at this stop: the kernel model's walk ("fp": frame
-    pointers only; "sframe": SFrame where an FRE exists, else FP) from ``regs`` (default the
-    snapshot's) over ``memory`` (default the snapshot's), delivered with ``max_entries``."""
-    space = snap.address_space()
-    mem = memory if memory is not None else snap.memory()
-    regs = regs if regs is not None else snap.regs
-    tables = sframe_tables_for(space)
-    config = UnwindConfig(tables_for=tables if unwinder == "sframe" else None,
-                          max_entries=walk_entries or max_entries)
-    trace = unwind_user(mem, regs, config)
-    return Stack(regs, trace, unwinder, max_entries, mem, space, CodeFacts(space, mem, 8), tables, request=request)
-
-
-def cfi_of(stack: Stack, snap: Snapshot | None = None) -> tuple[CFIOracle, OracleFrames]:
-    """The CFI oracle and its frames; with ``snap``, over that snapshot's own (uncorrupted)
-    memory: where a test corrupts a frame record the FP walk reads, CFI would restore rbp and the
-    return address from the same slots, so the truth is the stack before the corruption."""
-    oracle = CFIOracle(stack.space, stack.memory if snap is None else snap.memory())
-    if snap is None:
-        return oracle, oracle.frames(stack)
-    return oracle, oracle.frames(dataclasses.replace(stack, memory=snap.memory()))
-
 
 def shadow_of(stack: Stack, binary: str) -> tuple[ShadowOracle, OracleFrames]:
     oracle = ShadowOracle(shadow_symbol(binary))
