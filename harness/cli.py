@@ -77,7 +77,7 @@ def positive_float(text: str) -> float:
 
 
 def _guest_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", default="default", help="default (trixie-backports 7.x), trixie (6.12), bookworm (6.1)")
+    p.add_argument("--kernel", default="default", help="default (trixie-backports 7.x, cloud flavour), generic and rt (the same suite's generic and PREEMPT_RT flavours), trixie (6.12), bookworm (6.1)")
     p.add_argument("--kernel-path", help="boot this bzImage or vmlinux instead")
     p.add_argument("--smp", type=positive_int, default=1)
     p.add_argument("--accel", default="auto", choices=("auto", "tcg", "kvm"))
