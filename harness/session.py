@@ -147,7 +147,7 @@ def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
             if not path.exists():
                 with step("guest", f"dumping /proc/kallsyms of {kernel.release or kernel.package} "
                                    f"(once per kernel build)") as st:
-                    text = machine.dump("/proc/kallsyms").decode()
+                    text = machine.dump("/proc/kallsyms", packed=True).decode()
                     st.end(f"dumped /proc/kallsyms ({len(text) / 1e6:.1f} MB) in {st.elapsed:.1f}s")
                 write_atomic(path, text)
     return Kallsyms.parse(path.read_text())

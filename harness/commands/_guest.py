@@ -19,7 +19,9 @@ DEFAULT_PROGRAMS = [
 ]
 
 GUEST_ARGS = (
-    arg("--kernel", default="default", help="default (trixie-backports 7.x), trixie (6.12), bookworm (6.1)"),
+    arg("--kernel", default="default",
+        help="default (trixie-backports 7.x, cloud flavour), generic and rt (the same suite's generic and "
+             "PREEMPT_RT flavours), trixie (6.12), bookworm (6.1)"),
     arg("--kernel-path", help="boot this bzImage or vmlinux instead"),
     arg("--smp", type=positive_int, default=1, help="vCPUs (at most 16)"),
     arg("--mem", type=positive_int, metavar="MiB",

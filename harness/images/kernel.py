@@ -28,6 +28,10 @@ KERNELS = {
     "default": ("trixie-backports", "linux-image-cloud-amd64"),  # 7.x: CONFIG_UNWIND_USER=y, BTF
     "trixie": ("trixie", "linux-image-cloud-amd64"),  # 6.12
     "bookworm": ("bookworm", "linux-image-cloud-amd64"),  # 6.1
+    # The default suite's other flavours: the generic kernel (modules for real hardware, the
+    # same unwind_user) and PREEMPT_RT, where the deferred path runs with sleeping locks.
+    "generic": ("trixie-backports", "linux-image-amd64"),
+    "rt": ("trixie-backports", "linux-image-rt-amd64"),
 }
 
 
