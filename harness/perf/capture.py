@@ -100,6 +100,9 @@ def resolver(programs: list[Program]) -> Resolver:
 
 
 def run_perf(session: Session, program: Program, args: list[str], spec: PerfSpec = PerfSpec()) -> tuple[bytes, PerfReport]:
-    """Capture ``program`` under perfcc and check every sample: (the capture, the report)."""
+    """Capture ``program`` under perfcc and check every sample against the capture's declaration:
+    (the capture, the report)."""
+    from ..scenarios.catalog import program_facts
+
     data = capture(session, [program.guest_path, *args], spec)
-    return data, check_capture(parse_capture(data), resolver([program]))
+    return data, check_capture(parse_capture(data), resolver([program]), program_facts(program.name, program.toolchain))

@@ -116,6 +116,7 @@ def cmd_perf(args, spec_for) -> int:
         return cmd_debian_perf(args, spec_for)
     if args.check:
         return _check_file(args)
+    from ..scenarios.catalog import program_facts
     from ..session import Session
     from .capture import PERFCC, CaptureError, PerfSpec, capture, resolver
     from .oracle import check_capture
@@ -152,7 +153,7 @@ def cmd_perf(args, spec_for) -> int:
         print(f"capture saved to {args.save} ({len(data)} bytes)", file=sys.stderr)
     try:
         cap = parse_capture(data)
-        report = check_capture(cap, resolve)
+        report = check_capture(cap, resolve, program_facts(prog.name, prog.toolchain))
     except PerfFormatError as exc:
         print(f"harness perf: the capture does not parse: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ from ..progress import step
 from ..session import Session
 from .capture import PERFCC, PerfSpec, _guest_running, resolver
 from .debian import DebianReport, compare
+from .oracle import capture_facts
 from .perfdata import parse_perf_data
 from .records import parse_capture
 from .script import parse_script
@@ -137,12 +138,15 @@ def check_defer(evlist: str) -> None:
                            f"kernel recorded without deferred callchains although fp,defer was asked for")
 
 
-def check_files(files: DebianFiles, resolve=None) -> DebianReport:
-    """Parse and compare (no guest): the report of :func:`harness.perf.debian.compare`."""
+def check_files(files: DebianFiles, resolve=None, program_facts: frozenset[str] | None = None) -> DebianReport:
+    """Parse and compare (no guest): the report of :func:`harness.perf.debian.compare`; with the
+    target program's facts, its named differences against the run's declaration."""
     check_defer(files.evlist)
     data = parse_perf_data(files.perf_data)
     cc = parse_capture(files.perfcc) if files.perfcc else None
-    r = compare(data, parse_script(files.merged), parse_script(files.unmerged), cc, resolve)
+    # perf record execs perfcc, which forks and execs the target; fp,defer
+    r = compare(data, parse_script(files.merged), parse_script(files.unmerged), cc, resolve,
+                capture_facts(program_facts, defer=True))
     m = re.search(r"perf version (\S+)", files.record_log)
     r.perf_version = m.group(1) if m else ""
     if cc is not None:
@@ -201,4 +205,6 @@ def run_debian_perf(session: Session, program: Program, args: list[str], seconds
 
 
 def check_run(files: DebianFiles, program: Program) -> DebianReport:
-    return check_files(files, resolver([program]))
+    from ..scenarios.catalog import program_facts
+
+    return check_files(files, resolver([program]), program_facts(program.name, program.toolchain))

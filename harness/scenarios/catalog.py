@@ -5,6 +5,10 @@ the unwinder the deferred walk uses (frame pointers, or SFrame with the kernel's
 the kernel revision's rules (``profile``), where tracers request (NMI, timer, syscall entry)
 and how many requests must land on the program.  :data:`CATALOG` is what ``harness run all``
 runs; :data:`DEFAULT_SET` is the one-minute main job.
+
+What a scenario may show follows from facts about it (:attr:`Scenario.facts`: what its program
+does, :data:`PROGRAM_FACTS`, and how it is requested) and the registry's conditions per cause
+(:func:`harness.verdicts.causes.allowed_causes`); nothing here lists causes.
 """
 
 from __future__ import annotations
@@ -12,9 +16,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HarnessError
-from ..images.programs import Variant
+from ..images.programs import USER, Variant
+from ..verdicts.causes import FACTS, allowed_causes
 
-__all__ = ["CATALOG", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for", "select_scenarios", "user_scenario"]
+__all__ = ["CATALOG", "DEFAULT_SET", "PROGRAM_FACTS", "Scenario", "UnknownScenario", "program_facts", "programs_for",
+           "select_scenarios", "user_scenario"]
+
+# What each guest program does, as facts the causes need (harness/verdicts/causes.py: FACTS); the
+# program's header comment is the source.  One line per program of guest_programs/.
+PROGRAM_FACTS: dict[str, frozenset[str]] = {
+    "callchain": frozenset(),  # main -> a -> b -> c, getppid from c: no buffer on the stack
+    "forkexec": frozenset({"execs", "exits", "stack-buffers"}),  # children exec and exit; wait4(&status)
+    "soak": frozenset({"execs", "exits", "stack-buffers"}),  # the same, in 8 workers
+    "threads": frozenset(),  # threads spin until killed
+    "signal": frozenset({"signals", "stack-buffers"}),  # SIGALRM handler; clock_gettime(&ts)
+    "vdso": frozenset({"stack-buffers"}),  # clock_gettime(&ts), a syscall from the vDSO without a vDSO clock
+    "recurse": frozenset({"deep"}),  # 600 levels
+    "prologues": frozenset(),
+    "tailcall": frozenset({"noreturn-calls"}),  # middle and die end with calls of noreturn functions
+}
+assert all(f <= set(FACTS) for f in PROGRAM_FACTS.values()), "PROGRAM_FACTS names an unknown fact"
+
+
+def program_facts(name: str, toolchain: str | None = None) -> frozenset[str] | None:
+    """The facts of the guest program ``name`` (a built :class:`~harness.images.programs.Program`'s
+    name and toolchain), or None for one not in :data:`PROGRAM_FACTS` or a user's own binary
+    (unknown)."""
+    return None if toolchain == USER else PROGRAM_FACTS.get(name)
 
 
 @dataclass(frozen=True)
@@ -45,6 +73,24 @@ class Scenario:
     seed: int = 0
     break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
     user_path: str | None = None  # a user's own binary (toolchain "user") instead of a guest program
+
+    @property
+    def facts(self) -> frozenset[str] | None:
+        """What the scenario's tasks do and how they are requested (causes.FACTS); None for a
+        user's own binary, whose behaviour is unknown."""
+        if self.user_path:
+            return None
+        facts = program_facts(self.program)
+        if facts is None:
+            return None
+        if self.rate or {"nmi", "timer"} & set(self.requests):
+            facts |= {"interrupts"}
+        return facts
+
+    def allowed_causes(self, oracles) -> frozenset[str]:
+        """The causes this scenario may prove, judged by ``oracles`` (its declaration): a cause
+        outside it is a finding (Result.undeclared)."""
+        return allowed_causes(self.facts, oracles, self.unwinder)
 
     def describe(self) -> str:
         return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "
