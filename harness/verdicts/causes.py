@@ -12,7 +12,7 @@ What a run may show is declared here too, once: each cause names the facts about
 which it cannot arise (``needs``: the program execs, has signal handlers, recurses deeper than the
 kernel's limits, ...; :data:`FACTS`), a run declares its facts (a scenario's follow from its
 program and its request points, :attr:`harness.scenarios.catalog.Scenario.facts`; a perf capture's
-from perfcc and its target, :func:`harness.perf.capture.capture_facts`), and
+from perfcc and its target, :func:`harness.perf.oracle.capture_facts`), and
 :func:`allowed_causes` is what such a run may prove.  A proven cause outside it is a finding: the
 run says so (``undeclared``), and the tests fail on it.
 
