@@ -80,7 +80,7 @@ class Scenario:
         user's own binary, whose behaviour is unknown."""
         if self.user_path:
             return None
-        facts = program_facts(self.program)
+        facts = program_facts(self.program, self.toolchain)
         if facts is None:
             return None
         if self.rate or {"nmi", "timer"} & set(self.requests):

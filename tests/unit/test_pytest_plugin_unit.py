@@ -271,3 +271,19 @@ def test_a_plain_assert_gets_the_stacks_as_a_report_section(pytester):
     assert "- unwind: failing stacks -" in plain and "!! #6" in plain and "log: " in plain
     assert "unwind: failing stacks" not in helper and "UnwindFailure: unwinding failed" in helper
     assert helper.count("[UNEXPLAINED]") == 1
+
+
+def test_assert_unwinds_fails_on_a_cause_outside_the_declaration():
+    """A guest program's run whose stacks proved a cause its facts say it cannot show (the engine
+    counts it in Result.undeclared) fails, the cause named; a user's binary declares every cause."""
+    from harness.scenarios.catalog import CATALOG
+
+    r = _result(0)
+    r.scenario = CATALOG["fp-spin"]
+    r.declared = r.scenario.allowed_causes(r.oracles)
+    assert "execve-replaced" not in r.declared
+    r.causes["execve-replaced"] += 1
+    r.undeclared["execve-replaced"] += 1
+    with pytest.raises(UnwindFailure, match="causes outside the scenario's declaration: execve-replaced x1"):
+        assert_unwinds(r)
+    assert "execve-replaced" in _result(0).scenario.allowed_causes(["cfi", "regs"])  # user:sha256sum
