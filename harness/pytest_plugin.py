@@ -435,9 +435,9 @@ def failing_stacks(result, show: int = 3) -> str:
 
 
 def assert_unwinds(result, min_stacks: int = 1, show: int = 3) -> None:
-    """Fail (:class:`UnwindFailure`) unless every stack agreed or was explained by a proven cause,
-    with no delivery problem, error or invariant violation, and at least ``min_stacks`` stacks of
-    the program were checked."""
+    """Fail (:class:`UnwindFailure`) unless every stack agreed or was explained by a proven cause
+    the scenario's facts allow (a user's binary: any), with no delivery problem, error or
+    invariant violation, and at least ``min_stacks`` stacks of the program were checked."""
     __tracebackhide__ = True  # the failure is the test's, not this helper's
     r = result
     why = []
@@ -446,6 +446,9 @@ def assert_unwinds(result, min_stacks: int = 1, show: int = 3) -> None:
     for what in ("errors", "problems", "invariant_violations"):
         if getattr(r, what):
             why.append(f"{len(getattr(r, what))} {what.replace('_', ' ')}")
+    if r.undeclared:  # a guest program's run proved a cause its facts say it cannot show
+        why.append("causes outside the scenario's declaration: "
+                   + ", ".join(f"{c} x{n}" for c, n in r.undeclared.items()))
     if r.own_stacks < min_stacks:
         why.append(f"{r.own_stacks} stacks of the program checked, fewer than {min_stacks}: "
                    f"{r.shortfall() or 'every request asked for landed on it'}")

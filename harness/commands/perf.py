@@ -24,7 +24,7 @@ from pathlib import Path
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, HarnessError
 from ..images.debperf import get_debian_perf
 from ..images.kernel import get_kernel
-from ..images.programs import Variant
+from ..images.programs import Variant, program_facts
 from ..perf.capture import PERFCC, CaptureError, PerfSpec, capture, resolver
 from ..perf.debian import total
 from ..perf.debian_run import DebianFiles, check_files, check_run, deferred_unsupported, run_debian_perf
@@ -144,7 +144,7 @@ def cmd_perf(args) -> int:
         print(f"capture saved to {args.save} ({len(data)} bytes)", file=sys.stderr)
     try:
         cap = parse_capture(data)
-        report = check_capture(cap, resolve)
+        report = check_capture(cap, resolve, program_facts(prog.name, prog.toolchain))
     except PerfFormatError as exc:
         print(f"harness perf: the capture does not parse: {exc}", file=sys.stderr)
         return EXIT_USAGE

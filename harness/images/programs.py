@@ -19,6 +19,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from ..errors import EXIT_USAGE
+from ..verdicts.causes import FACTS
 from .cache import cached_dir, content_key, repo_root
 from .errors import ImageError
 from .toolchain import Toolchain
@@ -107,6 +108,29 @@ class Program:
 
 
 USER = "user"  # the toolchain name of a user's own binary
+
+
+# What each guest program does, as facts the causes need (harness/verdicts/causes.py: FACTS); the
+# program's header comment is the source.  One line per program of guest_programs/.
+PROGRAM_FACTS: dict[str, frozenset[str]] = {
+    "callchain": frozenset(),  # main -> a -> b -> c, getppid from c: no buffer on the stack
+    "forkexec": frozenset({"execs", "exits", "stack-buffers"}),  # children exec and exit; wait4(&status)
+    "soak": frozenset({"execs", "exits", "stack-buffers"}),  # the same, in 8 workers
+    "threads": frozenset(),  # threads spin until killed
+    "signal": frozenset({"signals", "stack-buffers"}),  # SIGALRM handler; clock_gettime(&ts)
+    "vdso": frozenset({"stack-buffers"}),  # clock_gettime(&ts), a syscall from the vDSO without a vDSO clock
+    "recurse": frozenset({"deep"}),  # 600 levels
+    "prologues": frozenset(),
+    "tailcall": frozenset({"noreturn-calls"}),  # middle and die end with calls of noreturn functions
+}
+assert all(f <= set(FACTS) for f in PROGRAM_FACTS.values()), "PROGRAM_FACTS names an unknown fact"
+
+
+def program_facts(name: str, toolchain: str | None = None) -> frozenset[str] | None:
+    """The facts of the guest program ``name`` (a built :class:`~harness.images.programs.Program`'s
+    name and toolchain), or None for one not in :data:`PROGRAM_FACTS` or a user's own binary
+    (unknown)."""
+    return None if toolchain == USER else PROGRAM_FACTS.get(name)
 
 
 class ProgramError(ImageError):

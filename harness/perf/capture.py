@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import HarnessError
-from ..images.programs import Program, Variant
+from ..images.programs import Program, Variant, program_facts
 from ..perfparse.records import parse_capture
 from ..progress import step
 from ..session import Session
@@ -102,6 +102,7 @@ def resolver(programs: list[Program]) -> Resolver:
 
 def run_perf(session: Session, program: Program, args: list[str],
              spec: PerfSpec = PerfSpec()) -> tuple[bytes, PerfReport]:
-    """Capture ``program`` under perfcc and check every sample: (the capture, the report)."""
+    """Capture ``program`` under perfcc and check every sample against the capture's declaration:
+    (the capture, the report)."""
     data = capture(session, [program.guest_path, *args], spec)
-    return data, check_capture(parse_capture(data), resolver([program]))
+    return data, check_capture(parse_capture(data), resolver([program]), program_facts(program.name, program.toolchain))

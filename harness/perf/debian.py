@@ -48,7 +48,7 @@ from ..perfparse.script import ScriptEntry
 from ..unwind.maps import Resolver
 from ..unwind.user import Trace
 from ..verdicts.align import judge
-from ..verdicts.causes import FP_STEPS, explain
+from ..verdicts.causes import FP_STEPS, PERF_SCRIPT_AFTER_RECORD, STACK_WRITTEN, allowed_causes, explain, undeclared
 from ..verdicts.types import AGREE, FAILURE, REGS, Divergence, PairVerdict
 from .oracle import UNWINDER, PerfOracle
 
@@ -80,10 +80,18 @@ class DebianReport:
     examples: dict[str, str] = field(default_factory=dict)
     unexplained: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The run's facts and the differences they allow (None: unknown, nothing is declared).
+    facts: frozenset[str] | None = None
+    declared: frozenset[str] | None = None
 
     @property
     def ok(self) -> bool:
         return not self.unexplained
+
+    @property
+    def undeclared(self) -> dict[str, int]:
+        """Named differences outside the run's declaration (a finding: tests fail on it)."""
+        return {} if self.declared is None else undeclared(self.named, self.declared)
 
     def rows(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = [
@@ -109,6 +117,7 @@ class DebianReport:
             ("  equal", self.records_shared_equal),
         ]
         out += [(f"named difference: {k}", n) for k, n in sorted(self.named.items())]
+        out += [(f"outside the declaration (suspicious): {k}", n) for k, n in self.undeclared.items()]
         out.append(("unexplained", len(self.unexplained)))
         return out
 
@@ -147,8 +156,14 @@ def _match(entries: list[ScriptEntry], records: list, key, report: DebianReport,
 
 
 def compare(data: PerfData, merged: list[ScriptEntry], unmerged: list[ScriptEntry],
-            cc: Capture | None = None, resolve: Resolver | None = None) -> DebianReport:
-    r = DebianReport()
+            cc: Capture | None = None, resolve: Resolver | None = None,
+            facts: frozenset[str] | None = None) -> DebianReport:
+    """perf script (merged, unmerged) against perf.data and our stitcher, and perf's deferred
+    records against our unwinder on perfcc's samples; ``facts``: the run's (None: unknown), whose
+    declaration the named differences are held to."""
+    r = DebianReport(facts=facts)
+    if facts is not None:
+        r.declared = allowed_causes(facts, ("perf",), UNWINDER)
     records = data.kernel_records()
     samples = [(i, s) for i, s in enumerate(records) if isinstance(s, Sample)]
     defs = [(i, d) for i, d in enumerate(records) if isinstance(d, CallchainDeferred)]
@@ -199,7 +214,7 @@ def compare(data: PerfData, merged: list[ScriptEntry], unmerged: list[ScriptEntr
             # callback ran: mainline keeps the cookie until the return to user space).  Our stitcher
             # joins it with that record; perf script merges only samples waiting when the record
             # arrives, and prints this one with its cookie.
-            r.name("perf-script-sample-after-record",
+            r.name(PERF_SCRIPT_AFTER_RECORD,
                    f"{title}\n  the entry's record is perf.data record {joined[i].seq}, before this sample "
                    f"(record {i}), same tid and cookie: perf script printed the cookie, unmerged")
             continue
@@ -335,9 +350,6 @@ def _against_ours(r: DebianReport, records: list, joined: dict, cc: Capture, res
                 r.name(dv.cause, o.show(title, stack, theirs, v, of.stop))
 
 
-STACK_WRITTEN = "stack-written-during-entry"
-
-
 def written_during_entry(s: Sample, ours: tuple[int, ...], theirs: tuple[int, ...],
                          trace: Trace | None = None) -> str | None:
     """Why our walk over the sample's stack bytes and the kernel's deferred walk of the same entry
@@ -399,4 +411,8 @@ def total(reports: list[DebianReport]) -> DebianReport:
                     mine.setdefault(k, v)
         out.release = out.release or r.release
         out.perf_version = out.perf_version or r.perf_version
+    # a difference is declared for the total where its run declared it: the union, unless a run's
+    # facts are unknown (then nothing is)
+    known = [r.declared for r in reports]
+    out.declared = None if not known or None in known else frozenset().union(*known)
     return out

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import EXIT_USAGE, HarnessError
 from ..images.debperf import GUEST_PERF
-from ..images.programs import Program
+from ..images.programs import Program, program_facts
 from ..perfparse.perfdata import parse_perf_data
 from ..perfparse.records import parse_capture
 from ..perfparse.script import parse_script
@@ -39,6 +39,7 @@ from ..progress import step
 from ..session import Session
 from .capture import PERFCC, PerfSpec, _guest_running, resolver
 from .debian import DebianReport, compare
+from .oracle import capture_facts
 
 __all__ = ["DebianFiles", "DebianFilesError", "DeferIgnored", "DebianRunError", "FILES", "deferred_unsupported",
            "run_debian_perf", "check_files"]
@@ -138,12 +139,15 @@ def check_defer(evlist: str) -> None:
                            f"kernel recorded without deferred callchains although fp,defer was asked for")
 
 
-def check_files(files: DebianFiles, resolve=None) -> DebianReport:
-    """Parse and compare (no guest): the report of :func:`harness.perf.debian.compare`."""
+def check_files(files: DebianFiles, resolve=None, program_facts: frozenset[str] | None = None) -> DebianReport:
+    """Parse and compare (no guest): the report of :func:`harness.perf.debian.compare`; with the
+    target program's facts, its named differences against the run's declaration."""
     check_defer(files.evlist)
     data = parse_perf_data(files.perf_data)
     cc = parse_capture(files.perfcc) if files.perfcc else None
-    r = compare(data, parse_script(files.merged), parse_script(files.unmerged), cc, resolve)
+    # perf record execs perfcc, which forks and execs the target; fp,defer
+    r = compare(data, parse_script(files.merged), parse_script(files.unmerged), cc, resolve,
+                capture_facts(program_facts, defer=True))
     m = re.search(r"perf version (\S+)", files.record_log)
     r.perf_version = m.group(1) if m else ""
     if cc is not None:
@@ -204,4 +208,5 @@ def run_debian_perf(session: Session, program: Program, args: list[str], seconds
 
 
 def check_run(files: DebianFiles, program: Program) -> DebianReport:
-    return check_files(files, resolver([program]))
+
+    return check_files(files, resolver([program]), program_facts(program.name, program.toolchain))

@@ -38,6 +38,11 @@ a deferred record is the entry's ``walk`` and ``callback``; a new cookie starts 
 
 The CFI oracle's verdicts are counted, not failures (for a program without frame pointers, CFI
 is the truth that both FP walks miss).
+
+What a capture may show is declared by its facts (:func:`capture_facts`: perfcc starts its target
+by fork + exec and samples it until it exits, the target program's own facts, defer_callchain or
+not) and the registry's conditions per cause (:func:`harness.verdicts.causes.allowed_causes`); a
+cause proven outside that declaration is listed in the report (``undeclared``) as a finding.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ from ..unwind.user import (
     unwind_user,
 )
 from ..verdicts.align import judge
-from ..verdicts.causes import explain
+from ..verdicts.causes import allowed_causes, explain, undeclared
 from ..verdicts.types import AGREE, FAILURE, PAST_END, REGS, Divergence, PairVerdict
 
 __all__ = [
@@ -94,6 +99,7 @@ __all__ = [
     "DeferredReport",
     "PerfOracle",
     "PerfReport",
+    "capture_facts",
     "check_capture",
     "deferred_log",
     "sigreturn_regs",
@@ -102,6 +108,20 @@ __all__ = [
 
 PERF_MAX_STACK_DEPTH = 127  # kernel.perf_event_max_stack's default (include/uapi/linux/perf_event.h)
 UNWINDER = "fp"  # our unwind_user() without SFrame tables: frame pointers only
+
+# perfcc forks and execs its target (a sample in that window is legitimately on the registers the
+# exec replaced) and samples it until it exits or is killed at the capture's end: facts of every
+# capture, whatever the target does.  So are they of Debian's perf record, which execs perfcc.
+PERFCC_FACTS = frozenset({"execs", "exits"})
+
+
+def capture_facts(program: frozenset[str] | None, defer: bool) -> frozenset[str] | None:
+    """The facts of a capture of a program with facts ``program`` (None: unknown, a user's
+    binary: then the capture's are unknown too)."""
+    if program is None:
+        return None
+    return PERFCC_FACTS | program | ({"defer"} if defer else set())
+
 
 NOT_COMPARED_NO_USER = "no user callchain (task without mm, or a kernel thread)"
 NOT_COMPARED_NO_REGS = "no user registers (PERF_SAMPLE_REGS_ABI_NONE)"
@@ -147,11 +167,26 @@ class PerfReport:
     tasks: set = field(default_factory=set)
     deferred: DeferredReport | None = None
     notes: list[str] = field(default_factory=list)
+    cfi_causes: collections.Counter = field(default_factory=collections.Counter)  # ours vs cfi, by cause
+    # The capture's facts and the causes they allow (None: unknown, nothing is declared).
+    facts: frozenset[str] | None = None
+    declared: frozenset[str] | None = None
 
     @property
     def ok(self) -> bool:
         d = self.deferred
         return not self.failures and (d is None or not (d.failures or d.violations))
+
+    @property
+    def causes(self) -> collections.Counter:
+        """Every cause proven in the capture: the kernel's FP chains, its deferred records, CFI."""
+        out = self.expected + self.cfi_causes
+        return out + self.deferred.expected if self.deferred is not None else out
+
+    @property
+    def undeclared(self) -> dict[str, int]:
+        """The causes proven outside the capture's declaration (a finding: tests fail on it)."""
+        return {} if self.declared is None else undeclared(self.causes, self.declared)
 
     def rows(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = [
@@ -183,6 +218,7 @@ class PerfReport:
             out += [("deferred: stacks compared", d.compared), ("deferred: equal", d.equal)]
             out += [(f"deferred: explained: {k}", n) for k, n in sorted(d.expected.items())]
             out += [("deferred: failures", len(d.failures)), ("deferred: invariant violations", len(d.violations))]
+        out += [(f"outside the declaration (suspicious): {k}", n) for k, n in self.undeclared.items()]
         return out
 
     def table(self) -> str:
@@ -194,7 +230,8 @@ class PerfReport:
 class PerfOracle:
     """Checks one capture; ``resolve`` maps the guest's paths to host files (symbols, CFI)."""
 
-    def __init__(self, capture: Capture, resolve: Resolver | None = None, max_entries: int = UNWIND_MAX_ENTRIES):
+    def __init__(self, capture: Capture, resolve: Resolver | None = None, max_entries: int = UNWIND_MAX_ENTRIES,
+                 program_facts: frozenset[str] | None = None):
         self.cap = capture
         self.max_entries = max_entries
         self.max_stack = capture.attr.sample_max_stack or capture.info_int("max_stack", PERF_MAX_STACK_DEPTH)
@@ -213,6 +250,10 @@ class PerfOracle:
         self.code = CodeFacts(space, Overlay(vdso, FileBackedMemory(space)))
         self._space = space
         self.report = PerfReport(release=capture.info.get("release", ""))
+        r = self.report
+        r.facts = capture_facts(program_facts, capture.defer)
+        if r.facts is not None:
+            r.declared = allowed_causes(r.facts, ("perf", *(("cfi",) if self.cfi is not None else ())), UNWINDER)
         self._walks: dict[int, Trace] = {}
 
     @property
@@ -309,6 +350,8 @@ class PerfOracle:
         c[f"ours vs cfi: {v.verdict}"] += 1
         for d in v.divergences:
             c[f"ours vs cfi: {d.kind} ({d.cause or 'no cause'})"] += 1
+            if d.cause:
+                self.report.cfi_causes[d.cause] += 1
 
     # -- the whole capture -------------------------------------------------------------------------
     def run(self) -> PerfReport:
@@ -342,6 +385,9 @@ class PerfOracle:
         if self.cap.info.get("defer") == "unsupported":
             r.notes.append(f"defer_callchain was asked for but {r.release} refused it (EINVAL): "
                            f"sampled without it")
+        for c, n in r.undeclared.items():
+            r.notes.append(f"cause {c} proven {n} time(s), outside the capture's declaration (facts: "
+                           f"{', '.join(sorted(r.facts))}): suspicious")
         return r
 
 
@@ -557,6 +603,8 @@ def deferred_log(records: list[Record], max_entries: int = UNWIND_MAX_ENTRIES) -
     return segments
 
 
-def check_capture(capture: Capture, resolve: Resolver | None = None) -> PerfReport:
-    return PerfOracle(capture, resolve).run()
+def check_capture(capture: Capture, resolve: Resolver | None = None,
+                  program_facts: frozenset[str] | None = None) -> PerfReport:
+    """``capture`` checked; with the target program's facts, against the capture's declaration."""
+    return PerfOracle(capture, resolve, program_facts=program_facts).run()
 

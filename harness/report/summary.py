@@ -62,6 +62,7 @@ def summary(results, facts: dict | None = None) -> dict:
                 "failed_stacks": r.failed_stacks,
                 "pairs": _pairs(r),
                 "causes": dict(sorted(r.causes.items())),
+                "undeclared": dict(sorted(r.undeclared.items())),
                 "not_checked": [{"oracle": o, "reason": why, "stacks": n}
                                 for (o, why), n in sorted(r.not_checked.items())],
                 "requests": {str(k): v for k, v in sorted(r.requests.items())},

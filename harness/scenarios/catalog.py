@@ -5,6 +5,10 @@ the unwinder the deferred walk uses (frame pointers, or SFrame with the kernel's
 the kernel revision's rules (``profile``), where tracers request (NMI, timer, syscall entry)
 and how many requests must land on the program.  :data:`CATALOG` is what ``harness run all``
 runs; :data:`DEFAULT_SET` is the one-minute main job.
+
+What a scenario may show follows from facts about it (:attr:`Scenario.facts`: what its program
+does, :data:`PROGRAM_FACTS`, and how it is requested) and the registry's conditions per cause
+(:func:`harness.verdicts.causes.allowed_causes`); nothing here lists causes.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import EXIT_USAGE, HarnessError
-from ..images.programs import USER, Variant, user_program
+from ..images.programs import USER, Variant, program_facts, user_program
 from ..unwind.user import UnknownUnwinder, Unwinder
+from ..verdicts.causes import allowed_causes
 
 __all__ = ["CATALOG", "DEFAULT_SAMPLES", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for",
            "select_scenarios", "unwinder_for", "user_scenario"]
@@ -58,6 +63,24 @@ class Scenario:
             object.__setattr__(self, "unwinder", Unwinder(self.unwinder))
         except UnknownUnwinder as exc:
             raise UnknownUnwinder(f"scenario {self.name}: {exc}") from None
+
+    @property
+    def facts(self) -> frozenset[str] | None:
+        """What the scenario's tasks do and how they are requested (causes.FACTS); None for a
+        user's own binary, whose behaviour is unknown."""
+        if self.user_path:
+            return None
+        facts = program_facts(self.program, self.toolchain)
+        if facts is None:
+            return None
+        if self.rate or {"nmi", "timer"} & set(self.requests):
+            facts |= {"interrupts"}
+        return facts
+
+    def allowed_causes(self, oracles) -> frozenset[str]:
+        """The causes this scenario may prove, judged by ``oracles`` (its declaration): a cause
+        outside it is a finding (Result.undeclared)."""
+        return allowed_causes(self.facts, oracles, self.unwinder)
 
     def describe(self) -> str:
         return (f"{self.program} [{self.variant.tag}] {self.toolchain}, {self.unwinder}, {self.profile}, "

@@ -250,6 +250,9 @@ class Engine:
         self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
         self.oracles = build_oracles(Setup(self.space, self.memory, str(self.program.path), self.sc.variant.shadow))
         self.result.oracles = [o.name for o in self.oracles]
+        # What the program's stacks may show (the scenario's facts, the registry's conditions):
+        # a proven cause outside it is counted in Result.undeclared and said in a note.
+        self.result.declared = self.sc.allowed_causes(self.result.oracles)
         self.checker = StackChecker(self.space, self.oracles, self.sc.unwinder, self.max_entries, self.ws,
                                     self.sc.break_ra)
         self.checker.warm()  # tables parsed here, not in the first trace's time
@@ -391,6 +394,7 @@ class Engine:
                 self.result.output_tail = output_tail(self.proc.output)
         verdict = check_events(self.log.events)
         self.result.invariant_violations = verdict.messages() + list(self.model.violations)
+        self.result.notes += self.result.undeclared_notes()
         self.result.seconds = time.monotonic() - start
         self._end("error" if self.result.errors else "complete")
         self._report(finished=True)
@@ -817,6 +821,10 @@ class Engine:
             for dv in v.divergences:
                 if dv.cause:
                     r.causes[dv.cause] += 1
+                    # another task (init's shell, a kernel thread's user) is no program of the
+                    # scenario's: its facts are unknown, only the program's stacks are declared
+                    if own is not None and r.declared is not None and dv.cause not in r.declared:
+                        r.undeclared[dv.cause] += 1
         entry, epoch = d.delivered[-1].entry, d.delivered[-1].epoch  # one entry: that of the task work
         ev.problems = problems
         records = ev.records(self.sc.unwinder)

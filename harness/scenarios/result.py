@@ -15,6 +15,18 @@ from .catalog import Scenario
 __all__ = ["Result"]
 
 
+def _needs_text(name: str) -> str:
+    from ..verdicts.causes import CAUSES, NAMED
+
+    c = CAUSES.get(name) or NAMED.get(name)
+    if c is None:
+        return "nothing (not a registered cause)"
+    parts = [" or ".join(sorted(n)) for n in c.needs]
+    more = [f"oracle {' or '.join(sorted(c.oracles))}"] if c.oracles else []
+    more += [f"unwinder {' or '.join(sorted(c.unwinders))}"] if c.unwinders else []
+    return ", ".join(parts + more) or "no fact"
+
+
 @dataclass
 class Result:
     scenario: Scenario
@@ -24,6 +36,10 @@ class Result:
     foreign: int = 0  # of which of other tasks (init, kernel threads' users): the model's rules only
     pairs: collections.Counter = field(default_factory=collections.Counter)  # (oracle, verdict) -> stacks
     causes: collections.Counter = field(default_factory=collections.Counter)  # cause -> divergences
+    # The causes the program's stacks may show (Scenario.allowed_causes for the run's oracles), and
+    # those proven on its stacks outside that declaration: each a finding (tests fail on it).
+    declared: frozenset[str] | None = None
+    undeclared: collections.Counter = field(default_factory=collections.Counter)  # cause -> divergences
     not_checked: collections.Counter = field(default_factory=collections.Counter)  # (oracle, reason) -> n
     failures: list[dict] = field(default_factory=list)  # the stack records with a failing pair (the first 1000)
     failed_stacks: int = 0  # stacks with a failing pair, all of them
@@ -89,6 +105,12 @@ class Result:
     def judged(self, oracle: str) -> int:
         """Stacks for which ``oracle`` gave a verdict (agree, explained or failure)."""
         return sum(n for (o, v), n in self.pairs.items() if o == oracle and v != "not checked")
+
+    def undeclared_notes(self) -> list[str]:
+        facts = self.scenario.facts
+        return [f"cause {c} proven {n} time(s) on the program's stacks, outside {self.scenario.name}'s declaration "
+                f"(facts: {', '.join(sorted(facts)) if facts else 'none'}): the registry says it needs "
+                f"{_needs_text(c)}; suspicious" for c, n in sorted(self.undeclared.items())]
 
     @property
     def ok(self) -> bool:

@@ -100,6 +100,7 @@ class SoakReport:
     own_stacks: int = 0
     failed_stacks: int = 0
     causes: dict = field(default_factory=dict)
+    undeclared: dict = field(default_factory=dict)  # causes outside the soak program's declaration
     seconds: float = 0.0
     stops: int = 0  # guest stops (requests, returns, forks, exits)
     rss_series: list[tuple[int, int]] = field(default_factory=list)  # (requests done, RSS KiB)
@@ -401,10 +402,11 @@ class SoakEngine(Engine):
         rep.still_owed = led.pending
         rep.stacks, rep.own_stacks, rep.failed_stacks = r.stacks, r.own_stacks, r.failed_stacks
         rep.causes = dict(sorted(r.causes.items()))
+        rep.undeclared = dict(sorted(r.undeclared.items()))
         rep.seconds = r.loop_seconds
         rep.stops = r.stops
         rep.errors = r.errors + r.problems + r.invariant_violations
-        rep.notes += r.notes
+        rep.notes += r.notes + r.undeclared_notes()
 
     def recheck(self, path: Path) -> None:
         """``harness check`` over the whole log file (after the run: its memory is not the soak's)."""
@@ -458,7 +460,9 @@ def format_soak(rep: SoakReport) -> list[str]:
         f"cookie reuse:      {led['cookie_reuse']} ({led['cookies']} cookies; two in one entry: "
         f"{led['cookie_mismatch']})",
         f"stacks:            {rep.stacks} checked ({rep.own_stacks} of the program's), {rep.failed_stacks} failed"
-        + (" (causes: " + ", ".join(f"{c} {n}" for c, n in rep.causes.items()) + ")" if rep.causes else ""),
+        + (" (causes: " + ", ".join(f"{c} {n}" for c, n in rep.causes.items()) + ")" if rep.causes else "")
+        + (" (outside the declaration, suspicious: " + ", ".join(f"{c} {n}" for c, n in rep.undeclared.items())
+           + ")" if rep.undeclared else ""),
         "log re-check:      "
         + ("not run" if rep.check_violations is None else f"{rep.check_violations} violation(s)")
         + (f" ({rep.log})" if rep.log else ""),

@@ -8,6 +8,14 @@ causes registered for the divergence's kind, unwinder and oracle in registry ord
 before general) and returns the divergence proven by the first that accepts.  A divergence no
 cause accepts is a failure.  Adding a cause is one function with one :func:`cause` line.
 
+What a run may show is declared here too, once: each cause names the facts about a run without
+which it cannot arise (``needs``: the program execs, has signal handlers, recurses deeper than the
+kernel's limits, ...; :data:`FACTS`), a run declares its facts (a scenario's follow from its
+program and its request points, :attr:`harness.scenarios.catalog.Scenario.facts`; a perf capture's
+from perfcc and its target, :func:`harness.perf.oracle.capture_facts`), and
+:func:`allowed_causes` is what such a run may prove.  A proven cause outside it is a finding: the
+run says so (``undeclared``), and the tests fail on it.
+
 Oracles that run the unwinder's own algorithm (``perf``: the kernel's FP callchain, or its
 deferred unwind_user() record) set ``generic_causes = False``: a cause registered for any oracle
 says why an unwinder misses the truth, which the same walk misses the same way, so only causes
@@ -26,7 +34,7 @@ from dataclasses import dataclass
 from elftools.common.exceptions import ELFError
 
 from ..memory import MemoryFault
-from ..oracles.base import ORACLES, Stack
+from ..oracles.base import ORACLES, Stack, load_all
 from ..oracles.cfi import RT_SIGRETURN_CODE, is_signal_trampoline, kernel_sigframe_regs, signal_frame_regs
 from ..oracles.perf import (
     PERF_WALK_LACKS,
@@ -45,11 +53,27 @@ from ..unwind.code import Function
 from ..unwind.user import StopReason, Trace, UnwindConfig, UnwinderType, unwind_user
 from .types import DIFFERS, ENDS, EXTRA, KINDS, LOST, PAST_END, REGS, Divergence
 
-__all__ = ["CAUSES", "Cause", "cause", "evidence", "explain"]
+__all__ = ["CAUSES", "FACTS", "NAMED", "Cause", "allowed_causes", "cause", "evidence", "explain", "named", "undeclared"]
 
 PT_GNU_SFRAME = 0x6474E554
 FP_STEPS = (UnwinderType.FP, UnwinderType.COMPAT_FP, UnwinderType.FP_ENTRY)
 EXECVE, EXECVEAT, RT_SIGRETURN = 59, 322, 15  # x86-64 syscall numbers
+
+# The facts about a run that a cause may need (each cause's ``needs``): what its tasks do and how
+# they are sampled.  A cause that needs none arises wherever its oracle and unwinder judge (a
+# sample in a prologue, in glibc without frame pointers, in the shadow stack's hooks: any program).
+FACTS = {
+    "execs": "a sampled task calls execve (forkexec, soak; perfcc and perf record start their target by "
+             "fork + exec, and a sample in that window is on the replaced registers)",
+    "exits": "a sampled task exits while it is sampled (perf: the target's last entry at the capture's end)",
+    "signals": "the program runs signal handlers (a signal frame on its stack, rt_sigreturn)",
+    "deep": "recursion deeper than the kernel's limits (perf_event_max_stack 127, UNWIND_MAX_ENTRIES 510)",
+    "noreturn-calls": "our own code (with SFrame) ends a function with a call of a noreturn function",
+    "interrupts": "requests by interrupt (NMI, timer): they may land in the kernel's entry assembly",
+    "stack-buffers": "a syscall writes into a buffer on the user stack (wait4's status, clock_gettime's "
+                     "timespec, an exec'd image's start-up) between a sample and the deferred walk",
+    "defer": "perf sampled with defer_callchain: the kernel's deferred records are compared",
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +84,9 @@ class Cause:
     predicate: Callable[[Stack, Divergence], dict | None]
     oracles: frozenset[str] | None = None  # None: any oracle
     unwinders: frozenset[str] | None = None  # None: any unwinder
+    # The facts of a run without which the cause cannot arise: each item is one fact the run must
+    # have, or a set of facts of which it must have one.
+    needs: tuple[frozenset[str], ...] = ()
 
     def applies(self, d: Divergence) -> bool:
         if self.oracles is None:
@@ -69,19 +96,70 @@ class Cause:
         return (d.kind in self.kinds and (self.oracles is None or d.oracle in self.oracles)
                 and (self.unwinders is None or d.unwinder in self.unwinders))
 
+    def possible(self, facts: frozenset[str] | None, oracles, unwinder: str) -> bool:
+        """Whether a run with ``facts`` (None: unknown, as for a user's own binary), judged by
+        ``oracles`` with ``unwinder``, can show this cause."""
+        if self.unwinders is not None and unwinder not in self.unwinders:
+            return False
+        if self.oracles is None:
+            # a generic cause: some oracle of the run that takes generic causes
+            judged = any(getattr(ORACLES.get(o), "generic_causes", True) for o in oracles)
+        else:
+            judged = bool(self.oracles & set(oracles))
+        return judged and (facts is None or all(need & facts for need in self.needs))
+
 
 CAUSES: dict[str, Cause] = {}
+# Differences named (and proven) outside this registry's predicates, declared here with their
+# facts all the same: harness/perf/debian.py's, between Debian's perf and perf.data or our walk.
+NAMED: dict[str, Cause] = {}
 
 
-def cause(name: str, kinds, summary: str, *, oracles=None, unwinders=None):
-    """Decorator: register ``predicate`` as the cause ``name`` for divergences of ``kinds``."""
+def _needs(needs) -> tuple[frozenset[str], ...]:
+    out = tuple(frozenset([n]) if isinstance(n, str) else frozenset(n) for n in needs)
+    unknown = set().union(*out) - set(FACTS) if out else set()
+    if unknown:
+        raise ValueError(f"unknown facts {sorted(unknown)}; known: {', '.join(FACTS)}")
+    return out
+
+
+def cause(name: str, kinds, summary: str, *, oracles=None, unwinders=None, needs=()):
+    """Decorator: register ``predicate`` as the cause ``name`` for divergences of ``kinds``, which
+    can arise only in a run with the facts ``needs`` (each a fact, or a set of which one)."""
+    needs = _needs(needs)
+
     def deco(fn):
-        if name in CAUSES:
+        if name in CAUSES or name in NAMED:
             raise ValueError(f"cause {name!r} registered twice")
-        CAUSES[name] = Cause(name, frozenset(kinds), summary, fn,
-                             frozenset(oracles) if oracles else None, frozenset(unwinders) if unwinders else None)
+        CAUSES[name] = Cause(name, frozenset(kinds), summary, fn, frozenset(oracles) if oracles else None,
+                             frozenset(unwinders) if unwinders else None, needs)
         return fn
     return deco
+
+
+def named(name: str, summary: str, *, oracles, needs=()) -> str:
+    """Declare a difference that code outside this registry names and proves (no predicate here)."""
+    if name in CAUSES or name in NAMED:
+        raise ValueError(f"cause {name!r} registered twice")
+    NAMED[name] = Cause(name, frozenset(), summary, lambda stack, d: None, frozenset(oracles), None, _needs(needs))
+    return name
+
+
+def allowed_causes(facts: frozenset[str] | None, oracles, unwinder: str) -> frozenset[str]:
+    """The causes a run may prove (its declaration): those whose oracle and unwinder the run has
+    and whose facts it has.  ``facts`` None: unknown (a user's own binary), every cause its
+    oracles and unwinder allow."""
+    if facts is not None and set(facts) - set(FACTS):
+        raise ValueError(f"unknown facts {sorted(set(facts) - set(FACTS))}; known: {', '.join(FACTS)}")
+    load_all()  # every oracle registered: which take generic causes
+    oracles = set(oracles)
+    return frozenset(c.name for c in (*CAUSES.values(), *NAMED.values()) if c.possible(facts, oracles, unwinder))
+
+
+def undeclared(counts, allowed: frozenset[str]) -> dict[str, int]:
+    """The causes of ``counts`` (cause -> n) outside a run's declaration ``allowed``: each a
+    proven difference the run's facts say it cannot show, which is suspicious."""
+    return {c: n for c, n in sorted(counts.items()) if n and c not in allowed}
 
 
 def explain(stack: Stack, d: Divergence) -> Divergence:
@@ -204,7 +282,8 @@ def _fp_cannot_step(stack: Stack, addr: int, is_ip: bool) -> dict | None:
     return found
 
 
-@cause("signal-frame", (LOST,), "the interrupted IP below a signal frame: no frame links it to the handler")
+@cause("signal-frame", (LOST,), "the interrupted IP below a signal frame: no frame links it to the handler",
+       needs=("signals",))
 def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
     j = d.want_index
     # The trampoline is the frame above (a return address into it), or the topmost frame itself
@@ -221,7 +300,8 @@ def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
                     f"function's caller", trampoline=name, interrupted_ip=d.want[j])
 
 
-@cause("truncated", (ENDS,), "the walk stopped at UNWIND_MAX_ENTRIES (the deferred cache is one page)")
+@cause("truncated", (ENDS,), "the walk stopped at UNWIND_MAX_ENTRIES (the deferred cache is one page)",
+       needs=("deep",))
 def _truncated(stack: Stack, d: Divergence) -> dict | None:
     t = stack.trace
     if t.stop.reason is not StopReason.LIMIT or len(t) != stack.max_entries:
@@ -308,7 +388,8 @@ def _has_sframe(stack: Stack, addr: int) -> bool | None:
 
 @cause("sframe-tail-call", (LOST, ENDS, DIFFERS),
        "a call in tail position: the return address is its function's end; the kernel looks it up "
-       "at itself, no FDE covers it, and the FP fallback cannot step", unwinders={"sframe"})
+       "at itself, no FDE covers it, and the FP fallback cannot step", unwinders={"sframe"},
+       needs=("noreturn-calls",))
 def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
     found = _sframe_fallback(stack, d)
     if found is None or found[1]:
@@ -333,7 +414,8 @@ def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
 
 @cause("sframe-tail-call-next-fde", (LOST, ENDS, DIFFERS),
        "a call in tail position whose return address is the next function's start: the kernel's lookup "
-       "finds that function's FDE and applies its entry row", unwinders={"sframe"})
+       "finds that function's FDE and applies its entry row", unwinders={"sframe"},
+       needs=("noreturn-calls",))
 def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     if _step(stack, d) is not UnwinderType.SFRAME:
         return None
@@ -519,7 +601,7 @@ def _perf(stack: Stack) -> PerfSample | None:
 
 
 @cause("perf-max-stack", (PAST_END,), "the kernel's FP callchain is cut at perf_event_max_stack; the unwinder "
-       "goes on", oracles={"perf"})
+       "goes on", oracles={"perf"}, needs=("deep",))
 def _perf_max_stack(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     if ps is None or ps.deferred or d.want_outermost or len(d.want) < ps.max_stack or d.want_index != len(d.want):
@@ -562,7 +644,8 @@ def _perf_unchecked_fp(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("perf-after-callback", (REGS,), "a sample after its entry's CALLCHAIN_DEFERRED (the request returned 1), "
-       "with the user registers changed since (a signal frame set up): not the walked stack", oracles={"perf"})
+       "with the user registers changed since (a signal frame set up): not the walked stack", oracles={"perf"},
+       needs=("defer", {"execs", "signals"}))
 def _perf_after_callback(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     if ps is None or ps.record_seq is None or ps.seq is None or ps.record_seq >= ps.seq:
@@ -573,7 +656,8 @@ def _perf_after_callback(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("perf-exit-unanswered", (PAST_END,), "the task's last entry (exit): do_exit() runs perf_event_exit_task() "
-       "before unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf", oracles={"perf"})
+       "before unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf", oracles={"perf"},
+       needs=("defer", "exits"))
 def _perf_exit_unanswered(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     if ps is None or not ps.deferred or ps.chain is not None or ps.exit_seq is None or d.want:
@@ -585,7 +669,7 @@ def _perf_exit_unanswered(stack: Stack, d: Divergence) -> dict | None:
 
 # -- the request's registers ------------------------------------------------------------------
 @cause("request-in-entry-asm", (REGS,), "the request hit the entry/exit assembly: delivered at the next exit",
-       oracles={"regs"})
+       oracles={"regs"}, needs=("interrupts",))
 def _in_entry_asm(stack: Stack, d: Divergence) -> dict | None:
     req = stack.request
     if req is None or req.window is None:
@@ -606,7 +690,7 @@ def _kernel_layout_applies(stack: Stack, req, restorer: int) -> bool:
 
 
 @cause("signal-delivery", (REGS,), "the request came during signal delivery, after get_signal() ran the work",
-       oracles={"regs", "perf"})
+       oracles={"regs", "perf"}, needs=("signals",))
 def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_signal_delivery(stack, d)
@@ -628,7 +712,7 @@ def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("execve-replaced", (REGS,), "the request came during execve: the new image's registers were walked",
-       oracles={"regs", "perf"})
+       oracles={"regs", "perf"}, needs=("execs",))
 def _execve(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_execve(stack, d)
@@ -641,7 +725,7 @@ def _execve(stack: Stack, d: Divergence) -> dict | None:
 
 
 @cause("sigreturn-restored", (REGS,), "the request came during rt_sigreturn: the restored registers were walked",
-       oracles={"regs", "perf"})
+       oracles={"regs", "perf"}, needs=("signals",))
 def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_sigreturn(stack, d)
@@ -713,3 +797,13 @@ def _perf_execve(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the kernel's deferred walk starts at {d.got[0]:#x}, {where}: the task was in execve and "
                     f"the walk ran on the new image's registers (unwind_deferred has no exec hook)",
                     how="new image", walked_ip=d.got[0], elf=entry or "")
+
+
+# -- differences harness/perf/debian.py names and proves ---------------------------------------
+PERF_SCRIPT_AFTER_RECORD = named(
+    "perf-script-sample-after-record", "perf script prints a sample after its entry's CALLCHAIN_DEFERRED unmerged "
+    "(it merges only samples waiting when the record arrives)", oracles={"perf"}, needs=("defer",))
+STACK_WRITTEN = named(
+    "stack-written-during-entry", "a syscall wrote into the user stack between perfcc's dump (a kernel-mode "
+    "sample) and the deferred walk at the return to user space", oracles={"perf"},
+    needs=("defer", {"stack-buffers", "execs"}))

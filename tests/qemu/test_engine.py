@@ -86,12 +86,23 @@ def _check_scenario(session, name, tmp_path):
     assert not r.failures, "\n\n".join(t for rec in r.failures[:3] for t in stack_failures(rec))
     assert not r.problems, r.problems[:3]
     assert not r.invariant_violations, r.invariant_violations[:3]
+    # What the program's stacks may show is the scenario's declaration (its program's facts and
+    # request points, the registry's conditions per cause): a cause outside it is a finding.
+    assert r.declared == sc.allowed_causes(r.oracles)
+    assert not r.undeclared, r.undeclared_notes()
     # Requests that land in other tasks (init's shell, kernel threads) are handled by the
-    # model's rules and counted, but only the program's own stacks have oracles.
+    # model's rules and counted, but only the program's own stacks have oracles.  The engine
+    # samples until sc.samples requests have landed on the program's tasks (or says why it
+    # stopped: the program exited, or the request budget ran out), and each request that queued
+    # work in a new entry is one stack: the count is the test's own, not the machine's.
     own = r.own_stacks
+    assert r.sampled == sc.samples or r.notes, (r.sampled, r.notes)
     assert own >= 8, (f"only {own} of the program's stacks delivered from {sc.samples} requests: "
                       f"requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}")
-    assert r.agreed("regs") >= own // 2
+    # The walk starts from the requested registers but where a declared cause proves why not
+    # (the entry assembly, execve, signal delivery, rt_sigreturn: each a fact of the scenario):
+    # how many requests land in those windows is TCG's timing, so no share is asserted.
+    assert r.agreed("regs") >= 1, dict(r.pairs)
     # Every stack of the program is judged by each oracle: it agrees, or every difference is
     # proven by a registered cause.
     assert r.judged("cfi") == own, dict(r.pairs)
@@ -129,17 +140,27 @@ def _divergences(records, cause=None, kind=None, oracle=None):
                     yield d
 
 
+# The EXPECT checks below each assert what the scenario exists to show, at least once; each says
+# why that is the program's doing rather than the machine's timing.
+
+
 def _threads(r, sc, records):
+    # 4 spinning threads share one vCPU by the scheduler's time slices (ms), while 30 requests
+    # come over several hundred ms of guest time
     assert len(r.tasks) >= 2, f"stacks from {len(r.tasks)} threads only"
 
 
 def _forkexec_syscall(r, sc, records):
+    # requests at syscall entry follow the program's own syscalls: a fork/exec/exit round is ~15
+    # of them and 60 are asked, so children and an exit_group are requested whatever the timing;
+    # execve-replaced is declared for forkexec and arises only in a child that execs
     assert r.children >= 1, "no stack of a forked child was checked"
     assert r.at_exit >= 1, "no request was pending at exit (delivered in do_exit)"
     assert r.causes["execve-replaced"] <= r.children
 
 
 def _signal(r, sc, records):
+    # the handler runs a third of each 20 ms period (signal.c): requests fall on both sides
     assert r.causes["signal-frame"] >= 1, dict(r.causes)
 
 
@@ -150,12 +171,14 @@ def _vdso(r, sc, records):
 
 
 def _recurse(r, sc, records):
+    # the program spends nearly all its time in bottom, 600 levels down
     assert r.truncated >= 1
     assert r.causes["truncated"] >= 1, dict(r.causes)
     assert all(d["evidence"]["nr"] == 510 for d in _divergences(records, "truncated"))
 
 
 def _prologues(r, sc, records):
+    # TCG takes interrupts at translation-block starts, and every callee's first instruction is one
     assert r.causes["fp-prologue-ip"] >= 1, dict(r.causes)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.images.programs import Variant
+from harness.images.programs import Variant, program_facts
 from harness.perf.capture import PERFCC, PerfSpec, capture, resolver
 from harness.perf.oracle import check_capture
 from harness.perfparse.records import parse_capture
@@ -35,18 +35,22 @@ def _run(session, defer: bool):
     prog = session.program(*TARGET)
     data = capture(session, [prog.guest_path, *ARGS], PerfSpec(seconds=SPEC.seconds, freq=SPEC.freq, defer=defer))
     cap = parse_capture(data)
-    return cap, check_capture(cap, resolver([prog]))
+    # held to the capture's declaration: perfcc's fork + exec of the target, callchain's own facts
+    return cap, check_capture(cap, resolver([prog]), program_facts(prog.name, prog.toolchain))
 
 
 def test_kernel_fp_callchains_equal_our_unwinder(session):
     cap, r = _run(session, defer=False)
     assert cap.info["defer"] == "off" and cap.info["release"] == session.machine.release
     assert r.failures == [], "\n\n".join(r.failures[:3])
+    # The counts are the test's own: cpu-clock at 200 Hz for 3 s of the guest's clock, which runs in
+    # real time however slow TCG is, and the target is the only busy task on the vCPU: ~600
+    # samples, a third of them asked for.  raw mode spends a large share in getppid: both modes.
     assert r.compared >= 200, r.table()
     assert r.compared_kernel_mode >= 20 and r.user_mode >= 20, r.table()  # both kinds of sample
     assert r.equal + sum(r.expected.values()) == r.compared
-    assert set(r.expected) <= {"perf-unchecked-fp", "perf-ran-off-dump", "perf-max-stack"}, r.table()
-    assert {d.evidence["max_stack"] for d in r.explained if d.cause == "perf-max-stack"} <= {127}
+    # every proven cause is one the capture's facts allow (harness/verdicts/causes.py's needs)
+    assert r.declared is not None and r.undeclared == {}, r.table()
     # c <- b <- a <- main is on every stack the program spends its time in: CFI agrees up to where
     # our walk stops (in glibc, which keeps no frame pointer), and goes on to _start.
     cfi_goes_on = sum(n for k, n in r.cfi.items() if k.startswith("ours vs cfi: ends "))
@@ -65,7 +69,9 @@ def test_deferred_callchains_checked(session):
     assert d.failures == [], "\n\n".join(d.failures[:3])
     assert d.samples >= 200 and d.records >= 200 and d.joined >= 200, r.table()
     assert d.compared >= 200 and d.equal + sum(d.expected.values()) >= d.compared, r.table()
-    assert set(d.expected) <= {"perf-ran-off-dump", "perf-exit-unanswered"}, r.table()
+    # every proven cause is one the capture's facts allow: perfcc execs the target, so a sample in
+    # that window may be proven execve-replaced (seen once in a cold-cache CI run); none outside
+    assert r.declared is not None and "execve-replaced" in r.declared and r.undeclared == {}, r.table()
     # every cookie got its record: a sample without one only in the entry the task left by exiting
     assert sum(n for why, n in d.unjoined.items() if why != "at exit") == 0, r.table()
     assert r.failures == [] and r.ok

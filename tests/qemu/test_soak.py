@@ -70,8 +70,11 @@ def test_the_soak_exercised_what_it_claims(soak):
 
 
 def test_every_stack_checked_none_unexplained(soak):
+    # 8 busy tasks (and their children) on 2 vCPUs: nearly every NMI and timer interrupt lands on
+    # one of them; a request on a task whose entry has work already shares its stack
     assert soak.own_stacks >= REQUESTS // 2
     assert soak.failed_stacks == 0
+    assert soak.undeclared == {}, soak.notes  # every proven cause one the soak program's facts allow
 
 
 def test_memory_sampled_and_flat(soak):

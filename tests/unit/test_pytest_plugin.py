@@ -287,3 +287,17 @@ def test_assert_unwinds_says_why_a_program_gave_no_stack_and_shows_its_output():
     assert ("0 stacks of the program checked, fewer than 1: the program exited with status 127 before its "
             "first checked stack") in text
     assert "the program's output ends (user:sha256sum.out):\n    /user/prog: error while loading" in text
+def test_assert_unwinds_fails_on_a_cause_outside_the_declaration():
+    """A guest program's run whose stacks proved a cause its facts say it cannot show (the engine
+    counts it in Result.undeclared) fails, the cause named; a user's binary declares every cause."""
+    from harness.scenarios.catalog import CATALOG
+
+    r = _result(0)
+    r.scenario = CATALOG["fp-spin"]
+    r.declared = r.scenario.allowed_causes(r.oracles)
+    assert "execve-replaced" not in r.declared
+    r.causes["execve-replaced"] += 1
+    r.undeclared["execve-replaced"] += 1
+    with pytest.raises(UnwindFailure, match="causes outside the scenario's declaration: execve-replaced x1"):
+        assert_unwinds(r)
+    assert "execve-replaced" in _result(0).scenario.allowed_causes(["cfi", "regs"])  # user:sha256sum
