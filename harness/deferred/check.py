@@ -46,7 +46,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .log import VERDICTS, LogFormatError, read_events, stack_causes, stack_failed, trace_hash
+from .log import VERDICTS, LogFormatError, LogReader, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 
@@ -89,6 +89,8 @@ class Verdict:
     verdicts: dict[tuple[str, str], Counter] = field(default_factory=dict)  # (unwinder, oracle) -> verdict -> n
     causes: Counter = field(default_factory=Counter)  # cause -> divergences it explained
     failures: list[StackFailure] = field(default_factory=list)  # one per "failure" verdict, in log order
+    version: int | None = None  # the header's version (None: events checked in memory, no header read)
+    sealed: bool | None = None  # the end record's digest matched (False: a version 1 log has none)
 
     @property
     def clean(self) -> bool:
@@ -439,8 +441,13 @@ def check_events(events: Iterable[dict]) -> Verdict:
 
 
 def check_lines(lines: Iterable[str]) -> Verdict:
-    """Check JSONL text; raises :class:`LogFormatError` naming the first malformed line."""
-    return check_events(read_events(lines))
+    """Check JSONL text; raises :class:`LogFormatError` naming the first line that is not what the
+    writer writes (:class:`~harness.deferred.log.LogReader`: the header, seq, each record's
+    fields, the digest)."""
+    reader = LogReader()
+    verdict = check_events(reader.events(lines))
+    verdict.version, verdict.sealed = reader.version, reader.sealed
+    return verdict
 
 
 def main_check(argv: list[str] | None = None) -> int:
@@ -473,6 +480,9 @@ def render(verdict: Verdict, path: str) -> list[str]:
         out.append(f"{len(verdict.violations)} violation(s) in {verdict.events} events")
     if verdict.incomplete:
         out.append(f"incomplete: {verdict.incomplete}")
+    elif verdict.sealed is False:
+        out.append(f"unsealed: a version {verdict.version} log carries no digest, so an edit that keeps it "
+                   "well-formed would go unseen")
     return [f"{path}: {line}" for line in out]
 
 

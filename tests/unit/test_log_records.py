@@ -13,6 +13,7 @@ import pytest
 from harness.deferred import IRQ, Context, DeferredModel, EventLog, LogFormatError, UnwindWork, mainline
 from harness.deferred.check import StackFailure, _run_check, check_events, check_lines, render
 from harness.deferred.log import parse_line, stack_counts
+from tests.support.eventlog import relog
 
 STACKS = ([0x401000, 0x401100, 0x401200], [0x401000, 0x401180], [0x402000, 0x401100, 0x401200, 0x7F0000])
 
@@ -82,7 +83,7 @@ def stack_log(end: bool = True) -> list[dict]:
 
 
 def text(events: list[dict]) -> list[str]:
-    return [json.dumps(e) for e in events]
+    return relog(events)  # each line with its seq, the end record with its digest: the edit is checked
 
 
 def index(events: list[dict], ev: str, n: int = 0) -> int:
@@ -391,9 +392,21 @@ def _divergence(**change):
         ('{"seq":1,"ev":{"a":1}}', "unknown or missing event name {'a': 1}"),
         ('{"seq":1,"ev":5}', "unknown or missing event name 5"),
         ('{"seq":1,"ev":null}', "unknown or missing event name None"),
-        ('{"seq":"1","ev":"task","task":1}', "task field 'seq' must be an integer"),
-        ('{"ev":"init","tracer":["perf"],"bit":0,"ret":0}', "init field 'tracer' must be a string"),
-        ('{"ev":"header","profile":"mainline","max_entries":"510"}', "header field 'max_entries' must be an integer"),
+        ('{"seq":"1","ev":"task","task":1}', "task record: seq must be an integer"),
+        ('{"seq":3,"ev":"init","tracer":["perf"],"bit":0,"ret":0}', "init record: tracer must be a string"),
+        ('{"seq":3,"ev":"header","profile":"mainline","word_bits":64,"version":2,"max_entries":"510"}',
+         "header record: max_entries must be a positive integer"),
+        ('{"seq":3,"ev":"header","profile":"mainline","word_bits":7,"version":2,"max_entries":510}',
+         "header record: word_bits must be one of 32, 64, not 7"),
+        ('{"seq":3,"ev":"header","profile":"mainline","word_bits":64,"version":99,"max_entries":510}',
+         "header record: version must be one of 1, 2, not 99"),
+        ('{"seq":3,"ev":"header","profile":"mainline","word_bits":64,"version":2}',
+         "header record: missing field(s) max_entries"),
+        ('{"seq":3,"ev":"task","task":1,"pid":1}', "task record: pid: no writer writes such a field"),
+        ('{"seq":3,"ev":"walk","task":1,"entry":1,"epoch":1,"nr":2,"trace_hash":"0000000000000000","trace":[1]}',
+         "walk record: nr 2 but 1 address(es) in its trace"),
+        ('{"seq":3,"ev":"walk","task":1,"entry":1,"epoch":1,"nr":1,"trace_hash":"0000000000000000","trace":[1]}',
+         "walk record: the trace hashes to"),
         ('{"ev":"task","task":' + "1" * 5000 + "}", "not JSON"),
         ("[" * 100000 + "]" * 100000, "not JSON"),
         (stack_line(verdicts=_verdicts(verdict="passed")), "verdicts[0].verdict must be one of 'agree', 'explained', "
@@ -401,7 +414,7 @@ def _divergence(**change):
         (stack_line(verdicts=_verdicts(verdict=["agree"])), "verdicts[0].verdict must be one of"),
         (stack_line(verdicts={"cfi": "agree"}), "verdicts must be a list"),
         (stack_line(verdicts=["agree"]), "verdicts[0] must be an object"),
-        (stack_line(verdicts=[{"unwinder": "fp", "verdict": "agree"}]), "verdicts[0] lacks field(s) oracle"),
+        (stack_line(verdicts=[{"unwinder": "fp", "verdict": "agree"}]), "verdicts[0]: missing field(s) oracle"),
         (stack_line(verdicts=_verdicts(oracle=3)), "verdicts[0].oracle must be a string"),
         (stack_line(verdicts=_verdicts(reason=1)), "verdicts[0].reason must be a string or null"),
         (stack_line(verdicts=_verdicts(divergences={})), "verdicts[0].divergences must be a list"),
@@ -410,23 +423,23 @@ def _divergence(**change):
         (stack_line(verdicts=_divergence(got_index="1")), "verdicts[0].divergences[0].got_index must be an integer"),
         (stack_line(verdicts=_divergence(evidence="x")), "verdicts[0].divergences[0].evidence must be an object"),
         (stack_line(verdicts=[{**failure("cfi"), "divergences": [{"kind": "lost", "cause": None}]}]),
-         "verdicts[0].divergences[0] lacks field(s) text"),
-        (stack_line(regs={"ip": "0x1"}), "regs must be an object of integers"),
+         "verdicts[0].divergences[0]: missing field(s) text"),
+        (stack_line(regs={"ip": "0x1"}), "regs must be an object of unsigned 64-bit integers"),
         (stack_line(stops=["end"]), "stops must be an object of strings"),
         (stack_line(own=1), "own must be a string or null"),
-        (stack_line(unwinder=None), "stack field 'unwinder' must be a string"),
-        (stack_line(cookie="1"), "stack field 'cookie' must be an integer"),
-        ('{"ev":"stack","task":1,"entry":1,"frames":{}}', "stack event lacks field(s) verdicts"),
-        ('{"ev":"end","reason":"done","stacks":0}', "end record: reason must be one of 'complete', 'error', "
+        (stack_line(unwinder=None), "stack record: unwinder must be a string"),
+        (stack_line(cookie="1"), "stack record: cookie must be an unsigned 64-bit integer"),
+        ('{"seq":3,"ev":"stack","task":1,"entry":1,"frames":{}}', "stack record: missing field(s) verdicts"),
+        ('{"seq":3,"ev":"end","reason":"done","stacks":0}', "end record: reason must be one of 'complete', 'error', "
                                                     "'interrupted', not 'done'"),
-        ('{"ev":"end","reason":"complete","stacks":-1}', "end record: stacks must be a non-negative integer"),
-        ('{"ev":"end","reason":"complete","stacks":1.0}', "end record: stacks must be a non-negative integer"),
-        ('{"ev":"end","reason":"complete","stacks":0,"failures":true}', "end record: failures must be a non-negative"),
-        ('{"ev":"end","reason":"complete","stacks":0,"requests":"3"}', "end record: requests must be a non-negative"),
-        ('{"ev":"end","reason":"complete","stacks":0,"causes":[]}', "end record: causes must be an object"),
-        ('{"ev":"end","reason":"complete","stacks":0,"causes":{"x":-2}}', "end record: causes['x'] must be a non-neg"),
-        ('{"ev":"end","reason":"complete","stacks":0,"errors":"boom"}', "end record: errors must be a list of strings"),
-        ('{"ev":"end","reason":"complete"}', "end event lacks field(s) stacks"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":-1}', "end record: stacks must be a non-negative integer"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":1.0}', "end record: stacks must be a non-negative integer"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":0,"failures":true}', "end record: failures must be a non-negative"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":0,"requests":"3"}', "end record: requests must be a non-negative"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":0,"causes":[]}', "end record: causes must be an object"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":0,"causes":{"x":-2}}', "end record: causes['x'] must be a non-neg"),
+        ('{"seq":3,"ev":"end","reason":"complete","stacks":0,"errors":"boom"}', "end record: errors must be a list of strings"),
+        ('{"seq":3,"ev":"end","reason":"complete"}', "end record: missing field(s) stacks"),
     ],
 )
 def test_malformed_record_is_a_format_error_naming_the_line(line, fragment):
@@ -439,7 +452,7 @@ def test_malformed_record_is_a_format_error_naming_the_line(line, fragment):
 @pytest.mark.parametrize(
     "bad",
     ['{"seq":1,"ev":[]}', stack_line(frames={"fp": [["0x401000", "m", "s"]]}),
-     stack_line(verdicts=_verdicts(verdict="passed")), '{"ev":"end","reason":"complete","stacks":-1}'],
+     stack_line(verdicts=_verdicts(verdict="passed")), '{"seq":3,"ev":"end","reason":"complete","stacks":-1}'],
     ids=["non-string ev", "bad frames", "unknown verdict", "negative count"],
 )
 def test_cli_reports_a_malformed_record_in_one_line_and_exits_2(tmp_path, capsys, bad):
