@@ -107,6 +107,11 @@ class LogFormatError(HarnessError):
         super().__init__(f"line {line_no}: {message}" + (f": {text[:120]!r}" if text else ""))
 
 
+class LogDigestError(LogFormatError):
+    """A version 2 log whose end record's digest is not that of its lines: well-formed, but not
+    the log its writer wrote (a value or a line changed after it was written)."""
+
+
 class LogWriteError(HarnessError):
     """A log line could not be written (a full disk, a failing device): the log keeps its whole
     lines before it and nothing after (the error names the file and how many lines it keeps)."""
@@ -336,24 +341,40 @@ def _frames(frames, what: str) -> None:
                 raise _Bad(f"{what}[{name!r}][{i}]: address {row[0]} is not a 64-bit address")
 
 
-def _fields(obj: dict, schema: dict[str, tuple[FieldType, bool]], what: str = "") -> None:
+def _fields(obj: dict, schema: dict[str, tuple[FieldType, bool]], what: str = "",
+            skip: frozenset = frozenset()) -> None:
     """``obj``'s fields against ``schema`` (name -> (type, required)): none missing, none other.
-    ``what`` names ``obj`` inside its record ("" for the record itself)."""
-    missing = [f for f, (_, required) in schema.items() if required and f not in obj]
-    if missing:
+    ``what`` names ``obj`` inside its record ("" for the record itself); ``skip``: fields checked
+    elsewhere.  (The reader runs this for every record: the common path is a set test and one
+    type test per field.)"""
+    required, allowed = _SHAPE[id(schema)]
+    keys = obj.keys()
+    if not required <= keys:
+        missing = [f for f in schema if f in required and f not in obj]
         raise _Bad(f"{what + ': ' if what else ''}missing field(s) {', '.join(missing)}")
     for f, value in obj.items():
+        if f in skip:
+            continue
         t = schema.get(f)
         if t is None:
             raise _Bad(f"{what + '.' if what else ''}{f}: no writer writes such a field")
-        t[0].check(value, f"{what}.{f}" if what else f)
+        if not t[0].test(value) or isinstance(t[0], _Nested):
+            t[0].check(value, f"{what}.{f}" if what else f)
 
 
-_DIVERGENCE = {
+_SHAPE: dict[int, tuple[frozenset, frozenset]] = {}  # id(schema) -> (required fields, all fields)
+
+
+def _shape(schema: dict[str, tuple[FieldType, bool]]) -> dict[str, tuple[FieldType, bool]]:
+    _SHAPE[id(schema)] = (frozenset(f for f, (_, r) in schema.items() if r), frozenset(schema))
+    return schema
+
+
+_DIVERGENCE = _shape({
     "kind": (_one_of(*DIVERGENCE_KINDS), True), "cause": (_or_null(STR), True), "text": (STR, True),
     "got_index": (_or_null(INT), False), "want_index": (_or_null(INT), False),
     "evidence": (FieldType("an object", lambda v: isinstance(v, dict)), False),
-}
+})
 
 
 def _verdicts(verdicts, what: str) -> None:
@@ -371,14 +392,14 @@ def _verdicts(verdicts, what: str) -> None:
             _fields(d, _DIVERGENCE, dwhere)
 
 
-_VERDICT = {
+_VERDICT = _shape({
     "unwinder": (STR, True), "oracle": (STR, True), "verdict": (_one_of(*VERDICTS), True),
     "reason": (_or_null(STR), False),
     "divergences": (FieldType("a list", lambda v: isinstance(v, list)), False),
-}
+})
 
-_REQUEST = {"where": (STR, True), "window": (_or_null(STR), False), "syscall": (_or_null(INT), False),
-            "regs": (REGS, False)}
+_REQUEST = _shape({"where": (STR, True), "window": (_or_null(STR), False), "syscall": (_or_null(INT), False),
+                   "regs": (REGS, False)})
 
 
 def _request(request, what: str) -> None:
@@ -438,7 +459,10 @@ RECORDS: dict[str, dict[str, tuple[FieldType, bool]]] = {
             "invariant_violations": _o(COUNT), "program_output": _o(_or_null(STR)),
             "digest": _o(DIGEST)},  # required in version 2, absent in version 1 (LogReader)
 }
+for _schema in RECORDS.values():
+    _shape(_schema)
 _ALLOWED = {ev: frozenset(fields) | {"seq", "ev"} for ev, fields in RECORDS.items()}
+_SEQ_EV = frozenset(("seq", "ev"))
 REQUIRED: dict[str, tuple[str, ...]] = {ev: tuple(f for f, (_, r) in fields.items() if r)
                                         for ev, fields in RECORDS.items()}
 
@@ -447,7 +471,7 @@ def check_record(event: dict) -> None:
     """``event``'s fields against :data:`RECORDS` (raises :class:`_Bad`); and the record's own
     consistency: a walk's ``trace`` is ``nr`` addresses hashing to its ``trace_hash``."""
     ev = event["ev"]
-    _fields({k: v for k, v in event.items() if k not in ("seq", "ev")}, RECORDS[ev])
+    _fields(event, RECORDS[ev], skip=_SEQ_EV)
     if ev == "walk" and "trace" in event:
         trace = event["trace"]
         if len(trace) != event["nr"]:
@@ -590,7 +614,7 @@ class LogReader:
         digest = self._digest.copy()
         digest.update(canonical({k: v for k, v in event.items() if k != "digest"}) + b"\n")
         if digest.hexdigest() != event["digest"]:
-            raise LogFormatError(line_no, f"the log's digest is {digest.hexdigest()[:16]}..., the end record "
+            raise LogDigestError(line_no, f"the log's digest is {digest.hexdigest()[:16]}..., the end record "
                                  f"says {event['digest'][:16]}...: a record was changed, added or removed "
                                  "after it was written", text)
         self.sealed = True
