@@ -1,0 +1,51 @@
+"""Two rules of harness/verdicts/align.py that mutation testing found unpinned (issue 21): the regs
+verdict compares bp too, and a run of equal addresses never reaches back to the IP (entry 0)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.memory import BufferMemory
+from harness.oracles.base import Request, Stack
+from harness.oracles.regs import RegsOracle
+from harness.regs import UserRegs
+from harness.unwind.code import CodeFacts
+from harness.unwind.maps import AddressSpace
+from harness.unwind.user import Frame, Trace, UnwinderType
+from harness.verdicts.align import _run_start, judge
+from harness.verdicts.types import AGREE, FAILURE, REGS
+
+IP, RA, OUTER = 0x401136, 0x401182, 0x4011C0
+SP, BP = 0x7FFFFFFFE000, 0x7FFFFFFFE030
+
+
+def stack_of(ips, regs: UserRegs, want: UserRegs | None = None) -> Stack:
+    memory = BufferMemory({})
+    space = AddressSpace([], memory=memory)
+    frames = [Frame(ip, SP + 16 * k, BP + 16 * k, UnwinderType.REGS if k == 0 else UnwinderType.FP)
+              for k, ip in enumerate(ips)]
+    return Stack(regs, Trace(frames), "fp", 510, memory, space, CodeFacts(space, memory),
+                 request=Request(want) if want is not None else None)
+
+
+def test_the_regs_verdict_compares_bp():
+    regs = UserRegs(ip=IP, sp=SP, bp=BP)
+    agree = stack_of([IP], regs, want=regs)
+    assert judge(agree, RegsOracle(), RegsOracle().frames(agree)).verdict == AGREE
+    other_bp = stack_of([IP], regs, want=dataclasses.replace(regs, bp=BP + 0x40))
+    v = judge(other_bp, RegsOracle(), RegsOracle().frames(other_bp))
+    assert v.verdict == FAILURE  # no cause explains a walk from another frame's rbp here
+    (d,) = v.divergences
+    assert d.kind == REGS and d.got == (IP, SP, BP) and d.want == (IP, SP, BP + 0x40)
+
+
+def test_a_run_of_equal_addresses_starts_after_the_ip():
+    # a lost or extra frame is placed at the start of its run of equal addresses (recursion: the
+    # same return address again and again); the IP is no return address, so no run reaches it (an
+    # IP right after a recursive call equals the return addresses above it), and the first entries
+    # must agree anyway
+    assert _run_start((RA, RA, RA, OUTER), 2) == 1  # entry 0 is the IP: never part of a run
+    assert _run_start((IP, RA, RA, RA), 3) == 1
+    assert _run_start((IP, RA, OUTER), 2) == 2
+    assert _run_start((IP, RA), 1) == 1
+
