@@ -225,7 +225,9 @@ def _one(rng, lines: list[str], m: Mutation) -> list[str]:
         m.structural = False  # a nullable field made null, an evidence object's inside: only the digest sees it
     elif op == "truncate":
         i = rng.randrange(n)
-        k = rng.randrange(len(lines[i]))
+        if not lines[i]:  # cut to nothing by an earlier mutation: cut the next line instead
+            i = (i + 1) % n
+        k = rng.randrange(len(lines[i])) if lines[i] else 0
         lines[i] = lines[i][:k]
         m.ops.append(f"line {i + 1} cut to {k} characters")
     elif op == "flip":
