@@ -87,13 +87,17 @@ def _align(stack: Stack, oracle: str, got: tuple[int, ...], of: OracleFrames) ->
 
     def walk(i: int, j: int, divs: list[Divergence], matched: int) -> None:
         while i < len(got) and j < len(want) and got[i] == want[j]:
-            i, j, matched = i + 1, j + 1, matched + 1
+            # pragma: no mutate below (equivalent: matched only ranks candidates against each other, so
+            # counting 2 a match, or any positive step, ranks them the same)
+            i, j, matched = i + 1, j + 1, matched + 1  # pragma: no mutate
         if i == len(got) and j == len(want):
             consider(True, matched, divs)
             return
         if (i, j, len(divs)) in seen:
             return
-        seen.add((i, j, len(divs)))
+        # pragma: no mutate below (equivalent: a state seen again has the same matched, (i + j -
+        # len(divs)) / 2, and its search finds no strictly better score; only the cost changes)
+        seen.add((i, j, len(divs)))  # pragma: no mutate
         rest = ENDS if i == len(got) else PAST_END if j == len(want) else DIFFERS
         if i == 0 or j == 0 or len(divs) >= MAX_DIVERGENCES:
             consider(False, matched, [*divs, div(rest, i, j)])  # the first entries must agree

@@ -6,14 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 from harness.memory import BufferMemory
-from harness.oracles.base import Request, Stack
+from harness.oracles.base import OracleFrames, Request, Stack
+from harness.oracles.cfi import CFIOracle
 from harness.oracles.regs import RegsOracle
 from harness.regs import UserRegs
 from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
 from harness.unwind.user import Frame, Trace, UnwinderType
 from harness.verdicts.align import _run_start, judge
-from harness.verdicts.types import AGREE, FAILURE, REGS
+from harness.verdicts.types import AGREE, EXPLAINED, FAILURE, PAST_END, REGS
 
 IP, RA, OUTER = 0x401136, 0x401182, 0x4011C0
 SP, BP = 0x7FFFFFFFE000, 0x7FFFFFFFE030
@@ -34,9 +35,10 @@ def test_the_regs_verdict_compares_bp():
     assert judge(agree, RegsOracle(), RegsOracle().frames(agree)).verdict == AGREE
     other_bp = stack_of([IP], regs, want=dataclasses.replace(regs, bp=BP + 0x40))
     v = judge(other_bp, RegsOracle(), RegsOracle().frames(other_bp))
-    assert v.verdict == FAILURE  # no cause explains a walk from another frame's rbp here
+    assert (v.unwinder, v.oracle, v.verdict) == ("fp", "regs", FAILURE)  # no cause explains another frame's rbp
     (d,) = v.divergences
     assert d.kind == REGS and d.got == (IP, SP, BP) and d.want == (IP, SP, BP + 0x40)
+    assert (d.unwinder, d.oracle, d.got_index, d.want_index) == ("fp", "regs", 0, 0)
 
 
 def test_a_run_of_equal_addresses_starts_after_the_ip():
@@ -48,4 +50,17 @@ def test_a_run_of_equal_addresses_starts_after_the_ip():
     assert _run_start((IP, RA, RA, RA), 3) == 1
     assert _run_start((IP, RA, OUTER), 2) == 2
     assert _run_start((IP, RA), 1) == 1
+    assert _run_start((IP, OUTER, RA, RA, RA), 4) == 2  # the run's own start, not the first entry after the IP
+
+
+def test_the_oracles_outermost_reaches_the_causes():
+    """The unwinder goes on past the CFI oracle's last frame, where no FDE is found: past a walk
+    that ended for want of an FDE that is cfi-no-fde; past one that ended at the outermost frame
+    (.cfi_undefined rip) it is a failure.  judge() must hand the oracle's ``outermost`` on."""
+    s = stack_of([IP, RA, OUTER], UserRegs(ip=IP, sp=SP, bp=BP))
+    cfi = CFIOracle(s.space, s.memory)
+    v = judge(s, cfi, OracleFrames((IP, RA), outermost=False))
+    assert v.verdict == EXPLAINED and [d.cause for d in v.divergences] == ["cfi-no-fde"]
+    v = judge(s, cfi, OracleFrames((IP, RA), outermost=True))
+    assert v.verdict == FAILURE and [(d.kind, d.cause) for d in v.divergences] == [(PAST_END, None)]
 
