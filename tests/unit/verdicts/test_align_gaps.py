@@ -13,8 +13,8 @@ from harness.regs import UserRegs
 from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
 from harness.unwind.user import Frame, Trace, UnwinderType
-from harness.verdicts.align import _run_start, judge
-from harness.verdicts.types import AGREE, EXPLAINED, FAILURE, PAST_END, REGS
+from harness.verdicts.align import MAX_DIVERGENCES, _run_start, judge
+from harness.verdicts.types import AGREE, DIFFERS, EXPLAINED, FAILURE, LOST, PAST_END, REGS
 
 IP, RA, OUTER = 0x401136, 0x401182, 0x4011C0
 SP, BP = 0x7FFFFFFFE000, 0x7FFFFFFFE030
@@ -64,3 +64,37 @@ def test_the_oracles_outermost_reaches_the_causes():
     v = judge(s, cfi, OracleFrames((IP, RA), outermost=True))
     assert v.verdict == FAILURE and [(d.kind, d.cause) for d in v.divergences] == [(PAST_END, None)]
 
+
+
+def test_first_entries_that_differ_are_a_failure_whatever_the_causes_say():
+    # the walk and the oracle start from the same registers: a first entry that differs is no story
+    s = stack_of([IP, RA], UserRegs(ip=IP, sp=SP, bp=BP))
+    v = judge(s, CFIOracle(s.space, s.memory), OracleFrames((IP + 1, RA)))
+    assert v.verdict == FAILURE
+    (d,) = v.divergences
+    assert (d.kind, d.got_index, d.want_index, d.cause) == (DIFFERS, 0, 0, None)
+
+
+def epilogue_stack(lost: int):
+    """The oracle's frames are interrupted IPs at a ``pop %rbp; ret`` each (marked IPs, as a signal
+    frame marks them), and the walk lost every other one: each loss is fp-epilogue-ip's."""
+    want = [0x401000 + 0x10 * k + 1 for k in range(2 * lost + 1)]  # each at the ret of "5d c3"
+    memory = BufferMemory({0x401000 + 0x10 * k: bytes.fromhex("5dc3") for k in range(2 * lost + 1)})
+    space = AddressSpace([], memory=memory)
+    got = want[::2]
+    frames = [Frame(ip, SP + 16 * k, BP, UnwinderType.REGS if k == 0 else UnwinderType.FP) for k, ip in enumerate(got)]
+    s = Stack(UserRegs(ip=got[0], sp=SP, bp=BP), Trace(frames), "fp", 510, memory, space, CodeFacts(space, memory))
+    return s, OracleFrames(tuple(want), frozenset(range(len(want))))
+
+
+def test_up_to_max_divergences_explained_is_explained_one_more_is_a_failure():
+    s, frames = epilogue_stack(MAX_DIVERGENCES)
+    v = judge(s, CFIOracle(s.space, s.memory), frames)
+    assert v.verdict == EXPLAINED and len(v.divergences) == MAX_DIVERGENCES
+    assert {(d.kind, d.cause) for d in v.divergences} == {(LOST, "fp-epilogue-ip")}
+    s, frames = epilogue_stack(MAX_DIVERGENCES + 1)
+    v = judge(s, CFIOracle(s.space, s.memory), frames)
+    assert v.verdict == FAILURE and len(v.divergences) == MAX_DIVERGENCES + 1
+    assert [d.cause for d in v.divergences] == ["fp-epilogue-ip"] * MAX_DIVERGENCES + [None]
+    last = v.divergences[-1]
+    assert (last.kind, last.got_index, last.want_index) == (DIFFERS, MAX_DIVERGENCES + 1, 2 * MAX_DIVERGENCES + 1)
