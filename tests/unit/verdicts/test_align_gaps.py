@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness.memory import BufferMemory
-from harness.oracles.base import OracleFrames, Request, Stack
+from harness.oracles.base import NotChecked, OracleFrames, Request, Stack
 from harness.oracles.cfi import CFIOracle
 from harness.oracles.regs import RegsOracle
 from harness.regs import UserRegs
@@ -14,7 +14,7 @@ from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
 from harness.unwind.user import Frame, Trace, UnwinderType
 from harness.verdicts.align import MAX_DIVERGENCES, _run_start, judge
-from harness.verdicts.types import AGREE, DIFFERS, EXPLAINED, FAILURE, LOST, PAST_END, REGS
+from harness.verdicts.types import AGREE, DIFFERS, EXPLAINED, FAILURE, LOST, NOT_CHECKED, PAST_END, REGS
 
 IP, RA, OUTER = 0x401136, 0x401182, 0x4011C0
 SP, BP = 0x7FFFFFFFE000, 0x7FFFFFFFE030
@@ -98,3 +98,14 @@ def test_up_to_max_divergences_explained_is_explained_one_more_is_a_failure():
     assert [d.cause for d in v.divergences] == ["fp-epilogue-ip"] * MAX_DIVERGENCES + [None]
     last = v.divergences[-1]
     assert (last.kind, last.got_index, last.want_index) == (DIFFERS, MAX_DIVERGENCES + 1, 2 * MAX_DIVERGENCES + 1)
+
+
+def test_an_oracle_that_could_not_check_is_not_checked_or_a_failure_as_it_says():
+    s = stack_of([IP, RA], UserRegs(ip=IP, sp=SP, bp=BP))
+    cfi = CFIOracle(s.space, s.memory)
+    v = judge(s, cfi, NotChecked("no .eh_frame for the IP"))
+    assert (v.unwinder, v.oracle, v.verdict, v.divergences, v.reason) == (
+        "fp", "cfi", NOT_CHECKED, [], "no .eh_frame for the IP")
+    v = judge(s, cfi, NotChecked("the oracle's walk faulted", failure=True))
+    assert (v.unwinder, v.oracle, v.verdict, v.divergences, v.reason) == (
+        "fp", "cfi", FAILURE, [], "the oracle's walk faulted")
