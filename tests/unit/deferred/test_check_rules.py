@@ -137,3 +137,161 @@ def test_the_end_records_cause_counts_name_a_missing_cause_as_0():
     rec[1]["verdicts"] = [explained]
     v = check("mainline", request(), walk(), rec, end={"reason": "complete", "stacks": 1, "failures": 0, "causes": {}})
     assert v.messages() == ["line 8: end record counts 0 divergence(s) explained by leaf-no-frame, the stack records 1"]
+
+
+# -- events checked in memory (the engine's, the perf oracle's): line numbers ---------------------
+
+
+def test_events_without_seq_or_line_are_numbered_by_their_place():
+    from harness.deferred.check import check_events
+
+    events = [{"ev": "header", "profile": "mainline", "word_bits": 64, "max_entries": 510, "version": 2},
+              {"ev": "enter", "task": 42, "entry": 1},
+              {"ev": "request", "tracer": "perf", "task": 42, "entry": 1, "epoch": 0, "ret": 0, "cookie": 0}]
+    assert check_events(events).messages() == ["line 3: task 42 entry 1 tracer perf: request has cookie 0"]
+    # as the engine keeps them (seq, no line), from a later part of a log: numbered by their seq
+    for n, e in enumerate(events, 7):
+        e["seq"] = n
+    assert check_events(events).violations[0].line == 9
+
+
+def test_without_a_header_no_walk_is_too_deep():
+    from harness.deferred.check import check_events
+
+    walk_ = {"ev": "walk", "task": 42, "entry": 1, "epoch": 0, "nr": 600, "trace_hash": H}
+    assert check_events([walk_]).clean
+
+
+# -- tracers ----------------------------------------------------------------------------------------
+
+
+def test_a_tracer_registered_again_after_its_cancel_may_be_called():
+    v = check("mainline", ("cancel", dict(tracer="perf", bit=2)), ("cancel_done", dict(tracer="perf", bit=2)),
+              ("init", dict(tracer="perf", bit=2, ret=0)), request(), walk(), callback(nr=2))
+    assert v.clean, v.messages()
+    v = check("mainline", ("cancel", dict(tracer="perf", bit=2)), ("init", dict(tracer="perf", bit=-1, ret=-16)),
+              callback(nr=2))
+    assert any("callback after the tracer's cancel (line 5)" in m for m in v.messages()), v.messages()
+
+
+def test_a_request_after_the_task_began_exiting_must_be_einval():
+    v = check("mainline", ("exit", dict(task=42, entry=1, epoch=0)), request())
+    assert v.messages()[0] == ("line 6: task 42 entry 1 tracer perf: request returned 0 after the task began "
+                               "exiting (line 5); must be -EINVAL")
+    assert check("mainline", ("exit", dict(task=42, entry=1, epoch=0)), request(ret=-22, cookie=0)).clean
+
+
+def test_a_reused_cookie_names_the_line_that_first_had_it():
+    v = check("mainline", request(), walk(), callback(nr=2), ("reset", dict(task=42, entry=1, epoch=0, cleared=True)),
+              ("enter", dict(task=42, entry=2, epoch=1)),
+              ("request", dict(tracer="perf", task=42, entry=2, epoch=1, ret=0, cookie=COOKIE)))
+    assert v.messages() == [f"line 10: task 42 entry 2 tracer perf: request cookie {COOKIE:#x} was already used by "
+                            f"an earlier entry of this task (line 5)"]
+
+
+def test_under_seed_v10_each_owed_request_is_named_unless_cancelled_after_it():
+    v = check("seed-v10", request(), ("cancel", dict(tracer="perf", bit=2)), request(),
+              ("exit", dict(task=42, entry=1, epoch=0)), ("exit_done", dict(task=42)))
+    assert v.messages() == [
+        "line 7: task 42 entry 1 tracer perf: request returned 0 after the tracer's cancel (line 6)",
+        "line 9: task 42 entry 1 tracer perf: request at line 7 returned 0 but the callback never ran before the "
+        "task exited"]
+
+
+# -- stack records ------------------------------------------------------------------------------------
+
+
+def verdicts_of(*verdicts):
+    rec = stack(epoch=0)
+    rec[1]["verdicts"] = list(verdicts)
+    return rec
+
+
+def test_a_verdict_without_divergences_field_has_none():
+    v = check("mainline", request(), walk(), verdicts_of({"unwinder": "fp", "oracle": "cfi", "verdict": "agree"}))
+    assert v.clean and v.verdicts[("fp", "cfi")]["agree"] == 1
+
+
+def test_a_failure_is_shown_by_its_first_unexplained_divergence_or_what_it_lacks():
+    div = [{"kind": "lost", "cause": "plt-stub", "text": "first explained"},
+           {"kind": "lost", "cause": "leaf-no-frame", "text": "second explained"}]
+    v = check("mainline", request(), walk(), verdicts_of({"unwinder": "fp", "oracle": "cfi", "verdict": "failure",
+                                                          "divergences": div}))
+    assert [f.text for f in v.failures] == ["first explained"] and len(v.violations) == 1
+    v = check("mainline", request(), walk(), verdicts_of({"unwinder": "fp", "oracle": "cfi", "verdict": "failure"}))
+    assert [f.text for f in v.failures] == ["(no divergence, no reason)"]
+
+
+def test_not_checked_may_carry_an_unexplained_divergence():
+    nc = {"unwinder": "fp", "oracle": "shadow", "verdict": "not checked", "reason": "no shadow stack",
+          "divergences": [{"kind": "differs", "cause": None, "text": "frame 1 differs"}]}
+    assert check("mainline", request(), walk(), verdicts_of(nc)).clean
+
+
+def test_a_stack_record_without_unwinder_takes_the_one_its_verdicts_name():
+    rec = stack(epoch=0)
+    del rec[1]["unwinder"]
+    assert check("mainline", request(), walk(), rec).clean
+    rec[1]["verdicts"].append({"unwinder": "sframe", "oracle": "cfi", "verdict": "agree"})
+    assert check("mainline", request(), walk(), rec).messages() == [
+        "line 7: task 42 entry 1: stack record has no frames of its unwinder (not named)"]
+
+
+def test_a_stack_record_names_what_it_was_matched_with():
+    assert check("mainline", request(), stack()).messages() == [
+        "line 6: task 42 entry 1: stack record, but no walk or callback of this task in this entry before it"]
+    v = check("mainline", request(), callback(h=EMPTY, nr=0), stack())
+    assert v.messages() == [f"line 7: task 42 entry 1: stack record's fp frames (2, trace {H}) are not the trace "
+                            f"delivered by the callback in this entry at line 6 ({EMPTY})"]
+    other = stack(epoch=0)
+    other[1]["cookie"] = COOKIE + (2 << 32)
+    v = check("mainline", request(), walk(), callback(nr=2), other)
+    assert v.messages() == [f"line 8: task 42 entry 1: stack record's cookie {COOKIE + (2 << 32):#x} is not the one "
+                            f"the callback at line 7 delivered ({COOKIE:#x})"]
+
+
+# -- the verdict and its text ---------------------------------------------------------------------------
+
+
+def test_an_empty_log_stops_at_line_0():
+    assert check_lines([]).last_line == 0
+
+
+def test_render_orders_causes_by_count_then_name_and_keeps_the_summary_above_violations():
+    from harness.deferred.check import render
+
+    def explained(*causes):
+        return {"unwinder": "fp", "oracle": "cfi", "verdict": "explained",
+                "divergences": [{"kind": "lost", "cause": c, "text": c} for c in causes]}
+
+    v = check("mainline", request(), walk(), verdicts_of(explained("b-cause", "a-cause", "b-cause")),
+              end={"reason": "complete", "stacks": 2, "failures": 0, "causes": {"a-cause": 1, "b-cause": 2}})
+    lines = render(v, "x")
+    assert "x: causes: b-cause 2, a-cause 1" in lines
+    assert "x: run ended: complete, 0 error(s)" in lines  # no request count in this end record
+    assert lines[0] == "x: 1 stack(s), 0 with a failure verdict"
+    assert lines[-2:] == ["x: line 8: end record counts 2 stack(s), the log has 1 stack record(s)",
+                          "x: 1 violation(s) in 8 events"]
+
+
+def test_main_check_names_itself_and_its_argument(capsys):
+    from harness.deferred.check import main_check
+
+    with pytest.raises(SystemExit):
+        main_check(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: harness check [-h] log")
+    assert "check an unwind_deferred event log" in out and "JSONL event log written by harness.deferred" in out
+
+
+def test_an_unreadable_log_is_named_on_stderr(tmp_path, capsys):
+    from harness.deferred.check import _run_check
+
+    missing = tmp_path / "missing.jsonl"
+    assert _run_check(str(missing)) == 2
+    assert capsys.readouterr().err == f"harness check: cannot read {missing}: No such file or directory\n"
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\xff\xfe")
+    assert _run_check(str(binary)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"harness check: {binary} is not UTF-8 text: ") and err.count("\n") == 1
