@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .log import read_events, stack_causes, stack_failed, trace_hash
+from .log import LogReader, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 
@@ -87,6 +87,8 @@ class Verdict:
     verdicts: dict[tuple[str, str], Counter] = field(default_factory=dict)  # (unwinder, oracle) -> verdict -> n
     causes: Counter = field(default_factory=Counter)  # cause -> divergences it explained
     failures: list[StackFailure] = field(default_factory=list)  # one per "failure" verdict, in log order
+    version: int | None = None  # the header's version (None: events checked in memory, no header read)
+    sealed: bool | None = None  # the end record's digest matched (False: a version 1 log has none)
 
     @property
     def clean(self) -> bool:
@@ -437,5 +439,10 @@ def check_events(events: Iterable[dict]) -> Verdict:
 
 
 def check_lines(lines: Iterable[str]) -> Verdict:
-    """Check JSONL text; raises :class:`LogFormatError` naming the first malformed line."""
-    return check_events(read_events(lines))
+    """Check JSONL text; raises :class:`LogFormatError` naming the first line that is not what the
+    writer writes (:class:`~harness.deferred.log.LogReader`: the header, seq, each record's
+    fields, the digest)."""
+    reader = LogReader()
+    verdict = check_events(reader.events(lines))
+    verdict.version, verdict.sealed = reader.version, reader.sealed
+    return verdict

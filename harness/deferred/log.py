@@ -2,10 +2,14 @@
 
 Every line has ``"ev"`` (the event name) and ``"seq"`` (its 1-based line number).  The first line is
 a ``header`` naming the profile, so the checker (``check.py``) can replay a log offline with the
-revision's rules.  Events and their fields:
+revision's rules.  :data:`RECORDS` declares every event's fields and their types, once: the writer
+(:meth:`EventLog.emit`) refuses what it does not declare, and the reader (:class:`LogReader`)
+refuses a log whose header is missing or wrong (a version of :data:`LOG_VERSIONS`, a word size of
+32 or 64), whose seq is not its line number, or that has a record of another kind, a field of
+another type, or a field no writer writes.  Events and their fields:
 
 =================  =====================================================================
-``header``         profile, word_bits, max_entries, version
+``header``         profile, word_bits (32 or 64), max_entries, version (2; 1 before the digest)
 ``init``           tracer, bit, ret                       (``unwind_deferred_init``)
 ``cancel``         tracer, bit        list_del + bit = -1 (``unwind_deferred_cancel`` begins)
 ``cancel_done``    tracer             after synchronize_srcu and clearing every task's bit
@@ -25,7 +29,8 @@ revision's rules.  Events and their fields:
 ``stack``          task, entry, frames, verdicts [epoch, cookie, point, comm, own, regs, request,
                    unwinder, stops]                a user stack delivered to a deferred callback, with the
                                          oracles' verdicts on it (below)
-``end``            reason, stacks [failures, causes, requests, errors]   the log's last line
+``end``            reason, stacks [failures, causes, requests, errors, invariant_violations,
+                   program_output], digest              the log's last line
 =================  =====================================================================
 
 (Fields in brackets are optional.)  A ``stack`` record::
@@ -65,6 +70,11 @@ verdict, ``causes`` the divergences each cause explained over the whole log
 (:func:`stack_counts` computes them from the records).  A log without ``end`` as its last line was
 cut short (the writer died, or the file was copied while being written).
 
+``digest`` (version 2) seals the log: the sha256 (hex) of every line before the end record, as
+written, each with its newline, then of the end record's own line without the digest.  Any edit of
+a complete log that keeps it well-formed (a value changed, a line dropped and the seqs renumbered)
+makes it disagree; a version 1 log has no digest and reads as "unsealed".
+
 ``epoch`` counts the task's stretches between two resets that cleared the unwind state.  It equals
 the kernel entry except when ``unwind_reset_info()`` found PENDING set (a request from an NMI after
 the task work ran) and kept the state, cookie and cache, for the next entry.
@@ -76,7 +86,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -84,7 +94,7 @@ from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
 from ..verdicts.types import KINDS as DIVERGENCE_KINDS
 from ..verdicts.types import VERDICTS
 
-LOG_VERSION = 1
+LOG_VERSION = 2  # what EventLog writes (LOG_VERSIONS: what LogReader reads)
 
 
 class LogFormatError(HarnessError):
@@ -96,6 +106,11 @@ class LogFormatError(HarnessError):
         self.line_no = line_no
         self.text = text
         super().__init__(f"line {line_no}: {message}" + (f": {text[:120]!r}" if text else ""))
+
+
+class LogDigestError(LogFormatError):
+    """A version 2 log whose end record's digest is not that of its lines: well-formed, but not
+    the log its writer wrote (a value or a line changed after it was written)."""
 
 
 class LogWriteError(HarnessError):
@@ -188,12 +203,27 @@ class EventLog:
         self.stacks = 0
         self.failures = 0
         self.causes: Counter[str] = Counter()
+        self._digest = hashlib.sha256()  # of the lines so far, as written (LogReader checks it)
 
     def emit(self, ev: str, **fields) -> dict:
+        """Write one record; its kind and fields must be declared in :data:`RECORDS` (the reader
+        refuses anything else, so the writer must not write it).  An ``end`` record gets the
+        ``digest`` that seals the log: the sha256 of every line before it and of itself."""
+        allowed = _ALLOWED.get(ev)
+        if allowed is None or not allowed.issuperset(fields):
+            raise ValueError(f"a {ev!r} record with fields {sorted(fields)} is not declared in RECORDS "
+                             f"(harness/deferred/log.py): declare it there, where the reader finds it")
         self.seq += 1
         event = {"seq": self.seq, "ev": ev, **fields}
+        line = json.dumps(event, separators=(",", ":"))
+        if ev == "end":  # the lines before it and its own line without the digest
+            digest = self._digest.copy()
+            digest.update(line.encode() + b"\n")
+            event["digest"] = digest.hexdigest()
+            line = json.dumps(event, separators=(",", ":"))
+        self._digest.update(line.encode() + b"\n")
         if self.fp is not None:
-            self.fp.write(json.dumps(event, separators=(",", ":")) + "\n")
+            self.fp.write(line + "\n")
             self.fp.flush()
         if self.keep:
             self.events.append(event)
@@ -216,136 +246,252 @@ class EventLog:
         return self.emit("end", **fields)
 
 
-# Required fields per event (beyond "ev"), checked when a log is read back.
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "header": ("profile",),
-    "init": ("tracer", "bit", "ret"),
-    "cancel": ("tracer",),
-    "cancel_done": ("tracer",),
-    "task": ("task",),
-    "fork": ("task", "child"),
-    "enter": ("task", "entry"),
-    "request": ("tracer", "task", "entry", "epoch", "ret", "cookie"),
-    "walk": ("task", "entry", "epoch", "nr", "trace_hash"),
-    "trace": ("task", "entry", "epoch", "ret"),
-    "task_work": ("task", "entry", "epoch"),
-    "callback": ("tracer", "task", "entry", "epoch", "cookie", "trace_hash"),
-    "callback_done": ("tracer", "task"),
-    "reset": ("task", "entry", "epoch", "cleared"),
-    "return_to_user": ("task", "entry"),
-    "exit": ("task", "entry"),
-    "exit_done": ("task",),
-    "stack": ("task", "entry", "frames", "verdicts"),
-    "end": ("reason", "stacks"),
-}
-
 END_REASONS = ("complete", "error", "interrupted")
 
-# Field types, wherever the field appears (end's counts are checked by _check_end).
-_INT_FIELDS = ("seq", "bit", "ret", "task", "child", "entry", "epoch", "cookie", "nr", "cpu", "bits", "flags",
-               "word_bits", "max_entries", "version")
-_STR_FIELDS = ("profile", "tracer", "trace_hash", "how", "context", "point", "comm", "unwinder")
+
+# ------------------------------------------------------------------------------- the schema
+#
+# What each record kind may hold, declared once, here beside the writer: :meth:`EventLog.emit`
+# refuses a kind or a field the table does not declare, and :class:`LogReader` checks every line of
+# a log against it (each field's type, the required ones present, no other field).  A plain table
+# of field -> (type, required) rather than a schema library: jsonschema would cost tens of
+# microseconds a record (a soak log has 10^5 records, the unit suite checks 10^5 mutated logs),
+# and msgspec/pydantic would turn the records into objects that the checker, the engine and the
+# perf oracle (which all pass plain dicts) would then convert back.
 
 
 class _Bad(Exception):
-    """A field of the right name and the wrong shape; parse_line turns it into LogFormatError."""
+    """A field of the right name and the wrong shape; :class:`LogReader` turns it into
+    :class:`LogFormatError` naming the line."""
 
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _count(value, what: str) -> None:
-    if not _is_int(value) or value < 0:
-        raise _Bad(f"{what} must be a non-negative integer, not {value!r}")
+class FieldType:
+    """One field's type: ``check(value, what)`` raises :class:`_Bad` saying what it must be."""
+
+    def __init__(self, name: str, test: Callable[[object], bool]):
+        self.name = name
+        self.test = test
+
+    def check(self, value, what: str) -> None:
+        if not self.test(value):
+            raise _Bad(f"{what} must be {self.name}, not {value!r}")
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
 
 
-def _string(value, what: str, null: bool = False) -> None:
-    if not (isinstance(value, str) or (null and value is None)):
-        raise _Bad(f"{what} must be a string{' or null' if null else ''}, not {value!r}")
+class _Nested(FieldType):
+    """A field with inner structure, checked by a function that raises :class:`_Bad` itself."""
+
+    def __init__(self, name: str, check: Callable[[object, str], None]):
+        super().__init__(name, lambda v: True)
+        self._check = check
+
+    def check(self, value, what: str) -> None:
+        self._check(value, what)
 
 
-def _check_stack(e: dict) -> None:
-    frames = e["frames"]
+def _one_of(*values) -> FieldType:
+    return FieldType("one of " + ", ".join(map(repr, values)),
+                     lambda v: not isinstance(v, bool) and isinstance(v, (str, int)) and v in values)
+
+
+def _or_null(t: FieldType) -> FieldType:
+    return FieldType(f"{t.name} or null", lambda v: v is None or t.test(v))
+
+
+U64_LIMIT = 1 << 64
+INT = FieldType("an integer", _is_int)
+COUNT = FieldType("a non-negative integer", lambda v: _is_int(v) and v >= 0)
+POSITIVE = FieldType("a positive integer", lambda v: _is_int(v) and v > 0)
+U64 = FieldType("an unsigned 64-bit integer", lambda v: _is_int(v) and 0 <= v < U64_LIMIT)
+STR = FieldType("a string", lambda v: isinstance(v, str))
+BOOL = FieldType("true or false", lambda v: isinstance(v, bool))
+HASH = FieldType("16 hex digits (trace_hash)", lambda v: isinstance(v, str) and len(v) == 16
+                 and all(c in "0123456789abcdef" for c in v))
+DIGEST = FieldType("64 hex digits (sha256)", lambda v: isinstance(v, str) and len(v) == 64
+                   and all(c in "0123456789abcdef" for c in v))
+ADDRESSES = FieldType("a list of unsigned 64-bit integers",
+                      lambda v: isinstance(v, list) and all(type(x) is int and 0 <= x < U64_LIMIT  # noqa: E721
+                                                            for x in v))
+REGS = FieldType("an object of unsigned 64-bit integers (ip, sp, bp)",
+                 lambda v: isinstance(v, dict) and all(_is_int(x) and 0 <= x < U64_LIMIT for x in v.values()))
+STOPS = FieldType("an object of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+STRINGS = FieldType("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+LOG_VERSIONS = (1, 2)  # 1: no digest; 2: the end record's digest seals the log
+
+
+def _frames(frames, what: str) -> None:
     if not isinstance(frames, dict):
-        raise _Bad(f"frames must be an object (name -> list of frames), not {frames!r}")
+        raise _Bad(f"{what} must be an object (name -> list of frames), not {frames!r}")
     for name, rows in frames.items():
         if not isinstance(rows, list):
-            raise _Bad(f"frames[{name!r}] must be a list, not {rows!r}")
+            raise _Bad(f"{what}[{name!r}] must be a list, not {rows!r}")
         for i, row in enumerate(rows):
-            if not (isinstance(row, list) and len(row) == 3 and _is_int(row[0])
-                    and isinstance(row[1], str) and isinstance(row[2], str)):
-                raise _Bad(f"frames[{name!r}][{i}] must be [address (int), module (str), symbol (str)], "
+            # type() is, not isinstance: a bool is no address (and this runs for every frame of a log)
+            if not (type(row) is list and len(row) == 3 and type(row[0]) is int  # noqa: E721
+                    and type(row[1]) is str and type(row[2]) is str):  # noqa: E721
+                raise _Bad(f"{what}[{name!r}][{i}] must be [address (int), module (str), symbol (str)], "
                            f"not {row!r}")
-            if not 0 <= row[0] < 1 << 64:  # an address is a u64 (trace_hash packs it in 8 bytes)
-                raise _Bad(f"frames[{name!r}][{i}]: address {row[0]} is not a 64-bit address")
-    if "own" in e:
-        _string(e["own"], "own", null=True)
-    if "regs" in e:
-        regs = e["regs"]
-        if not isinstance(regs, dict) or not all(_is_int(v) for v in regs.values()):
-            raise _Bad(f"regs must be an object of integers, not {regs!r}")
-    if "stops" in e:
-        stops = e["stops"]
-        if not isinstance(stops, dict) or not all(isinstance(v, str) for v in stops.values()):
-            raise _Bad(f"stops must be an object of strings, not {stops!r}")
-    verdicts = e["verdicts"]
+            if not 0 <= row[0] < U64_LIMIT:  # an address is a u64 (trace_hash packs it in 8 bytes)
+                raise _Bad(f"{what}[{name!r}][{i}]: address {row[0]} is not a 64-bit address")
+
+
+def _fields(obj: dict, schema: dict[str, tuple[FieldType, bool]], what: str = "",
+            skip: frozenset = frozenset()) -> None:
+    """``obj``'s fields against ``schema`` (name -> (type, required)): none missing, none other.
+    ``what`` names ``obj`` inside its record ("" for the record itself); ``skip``: fields checked
+    elsewhere.  (The reader runs this for every record: the common path is a set test and one
+    type test per field.)"""
+    required, allowed = _SHAPE[id(schema)]
+    keys = obj.keys()
+    if not required <= keys:
+        missing = [f for f in schema if f in required and f not in obj]
+        raise _Bad(f"{what + ': ' if what else ''}missing field(s) {', '.join(missing)}")
+    for f, value in obj.items():
+        if f in skip:
+            continue
+        t = schema.get(f)
+        if t is None:
+            raise _Bad(f"{what + '.' if what else ''}{f}: no writer writes such a field")
+        if not t[0].test(value) or isinstance(t[0], _Nested):
+            t[0].check(value, f"{what}.{f}" if what else f)
+
+
+_SHAPE: dict[int, tuple[frozenset, frozenset]] = {}  # id(schema) -> (required fields, all fields)
+
+
+def _shape(schema: dict[str, tuple[FieldType, bool]]) -> dict[str, tuple[FieldType, bool]]:
+    _SHAPE[id(schema)] = (frozenset(f for f, (_, r) in schema.items() if r), frozenset(schema))
+    return schema
+
+
+_DIVERGENCE = _shape({
+    "kind": (_one_of(*DIVERGENCE_KINDS), True), "cause": (_or_null(STR), True), "text": (STR, True),
+    "got_index": (_or_null(INT), False), "want_index": (_or_null(INT), False),
+    "evidence": (FieldType("an object", lambda v: isinstance(v, dict)), False),
+})
+
+
+def _verdicts(verdicts, what: str) -> None:
     if not isinstance(verdicts, list):
-        raise _Bad(f"verdicts must be a list, not {verdicts!r}")
+        raise _Bad(f"{what} must be a list, not {verdicts!r}")
     for i, v in enumerate(verdicts):
-        where = f"verdicts[{i}]"
+        where = f"{what}[{i}]"
         if not isinstance(v, dict):
             raise _Bad(f"{where} must be an object, not {v!r}")
-        missing = [f for f in ("unwinder", "oracle", "verdict") if f not in v]
-        if missing:
-            raise _Bad(f"{where} lacks field(s) {', '.join(missing)}")
-        _string(v["unwinder"], f"{where}.unwinder")
-        _string(v["oracle"], f"{where}.oracle")
-        if not isinstance(v["verdict"], str) or v["verdict"] not in VERDICTS:
-            raise _Bad(f"{where}.verdict must be one of {', '.join(map(repr, VERDICTS))}, not {v['verdict']!r}")
-        if "reason" in v:
-            _string(v["reason"], f"{where}.reason", null=True)
-        divergences = v.get("divergences", [])
-        if not isinstance(divergences, list):
-            raise _Bad(f"{where}.divergences must be a list, not {divergences!r}")
-        for j, d in enumerate(divergences):
+        _fields(v, _VERDICT, where)
+        for j, d in enumerate(v.get("divergences", ())):
             dwhere = f"{where}.divergences[{j}]"
             if not isinstance(d, dict):
                 raise _Bad(f"{dwhere} must be an object, not {d!r}")
-            missing = [f for f in ("kind", "cause", "text") if f not in d]
-            if missing:
-                raise _Bad(f"{dwhere} lacks field(s) {', '.join(missing)}")
-            if not isinstance(d["kind"], str) or d["kind"] not in DIVERGENCE_KINDS:
-                raise _Bad(f"{dwhere}.kind must be one of {', '.join(map(repr, DIVERGENCE_KINDS))}, "
-                           f"not {d['kind']!r}")
-            _string(d["cause"], f"{dwhere}.cause", null=True)
-            _string(d["text"], f"{dwhere}.text")
-            for f in ("got_index", "want_index"):
-                if d.get(f) is not None and not _is_int(d[f]):
-                    raise _Bad(f"{dwhere}.{f} must be an integer or null, not {d[f]!r}")
-            if "evidence" in d and not isinstance(d["evidence"], dict):
-                raise _Bad(f"{dwhere}.evidence must be an object, not {d['evidence']!r}")
+            _fields(d, _DIVERGENCE, dwhere)
 
 
-def _check_end(e: dict) -> None:
-    if not isinstance(e["reason"], str) or e["reason"] not in END_REASONS:
-        raise _Bad(f"reason must be one of {', '.join(map(repr, END_REASONS))}, not {e['reason']!r}")
-    for f in ("stacks", "failures", "requests"):
-        if f in e:
-            _count(e[f], f)
-    if "causes" in e:
-        causes = e["causes"]
-        if not isinstance(causes, dict):
-            raise _Bad(f"causes must be an object (cause -> count), not {causes!r}")
-        for name, n in causes.items():
-            _count(n, f"causes[{name!r}]")
-    if "errors" in e:
-        errors = e["errors"]
-        if not isinstance(errors, list) or not all(isinstance(x, str) for x in errors):
-            raise _Bad(f"errors must be a list of strings, not {errors!r}")
+_VERDICT = _shape({
+    "unwinder": (STR, True), "oracle": (STR, True), "verdict": (_one_of(*VERDICTS), True),
+    "reason": (_or_null(STR), False),
+    "divergences": (FieldType("a list", lambda v: isinstance(v, list)), False),
+})
+
+_REQUEST = _shape({"where": (STR, True), "window": (_or_null(STR), False), "syscall": (_or_null(INT), False),
+                   "regs": (REGS, False)})
 
 
-_CHECKS = {"stack": _check_stack, "end": _check_end}
+def _request(request, what: str) -> None:
+    if not isinstance(request, dict):
+        raise _Bad(f"{what} must be an object, not {request!r}")
+    _fields(request, _REQUEST, what)
+
+
+def _causes(causes, what: str) -> None:
+    if not isinstance(causes, dict):
+        raise _Bad(f"{what} must be an object (cause -> count), not {causes!r}")
+    for name, n in causes.items():
+        COUNT.check(n, f"{what}[{name!r}]")
+
+
+def _r(t: FieldType) -> tuple[FieldType, bool]:
+    return (t, True)
+
+
+def _o(t: FieldType) -> tuple[FieldType, bool]:
+    return (t, False)
+
+
+# Every record kind and its fields beyond "seq" and "ev" (both required in every record): (type,
+# required).  The writers: harness/deferred/model.py (the model's events), harness/scenarios/engine.py
+# (stack, end), EventLog.end; harness/perf/oracle.py builds the same records in memory (no seq).
+RECORDS: dict[str, dict[str, tuple[FieldType, bool]]] = {
+    "header": {"profile": _r(_one_of("seed-v10", "mainline")), "word_bits": _r(_one_of(32, 64)),
+               "max_entries": _r(POSITIVE), "version": _r(_one_of(*LOG_VERSIONS))},
+    "init": {"tracer": _r(STR), "bit": _r(INT), "ret": _r(INT)},
+    "cancel": {"tracer": _r(STR), "bit": _o(INT)},
+    "cancel_done": {"tracer": _r(STR), "bit": _o(INT)},
+    "task": {"task": _r(COUNT), "flags": _o(COUNT)},
+    "fork": {"task": _r(COUNT), "child": _r(COUNT), "entry": _o(COUNT)},
+    "enter": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _o(COUNT), "how": _o(STR), "cpu": _o(COUNT)},
+    "request": {"tracer": _r(STR), "task": _r(COUNT), "entry": _r(COUNT), "epoch": _r(COUNT), "cpu": _o(COUNT),
+                "context": _o(STR), "user_mode": _o(BOOL), "ret": _r(INT), "cookie": _r(U64)},
+    "walk": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _r(COUNT), "nr": _r(COUNT), "truncated": _o(BOOL),
+             "trace_hash": _r(HASH), "trace": _o(ADDRESSES)},
+    "trace": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _r(COUNT), "ret": _r(INT), "nr": _o(COUNT),
+              "cached": _o(BOOL), "trace_hash": _o(HASH)},
+    "task_work": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _r(COUNT), "bits": _o(U64), "cookie": _o(U64)},
+    "callback": {"tracer": _r(STR), "task": _r(COUNT), "entry": _r(COUNT), "epoch": _r(COUNT), "bit": _o(INT),
+                 "cookie": _r(U64), "nr": _o(COUNT), "trace_hash": _r(HASH)},
+    "callback_done": {"tracer": _r(STR), "task": _r(COUNT)},
+    "reset": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _r(COUNT), "cleared": _r(BOOL)},
+    "return_to_user": {"task": _r(COUNT), "entry": _r(COUNT)},
+    "exit": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _o(COUNT)},
+    "exit_done": {"task": _r(COUNT)},
+    "stack": {"task": _r(COUNT), "entry": _r(COUNT), "epoch": _o(COUNT), "cookie": _o(U64), "point": _o(STR),
+              "comm": _o(STR), "own": _o(_or_null(STR)), "scenario": _o(STR), "regs": _o(REGS),
+              "request": _o(_Nested("an object", _request)), "unwinder": _o(STR),
+              "frames": _r(_Nested("an object of frames", _frames)), "stops": _o(STOPS),
+              "verdicts": _r(_Nested("a list of verdicts", _verdicts))},
+    "end": {"reason": _r(_one_of(*END_REASONS)), "stacks": _r(COUNT), "failures": _o(COUNT),
+            "causes": _o(_Nested("an object of counts", _causes)), "requests": _o(COUNT), "errors": _o(STRINGS),
+            "invariant_violations": _o(COUNT), "program_output": _o(_or_null(STR)),
+            "digest": _o(DIGEST)},  # required in version 2, absent in version 1 (LogReader)
+}
+for _schema in RECORDS.values():
+    _shape(_schema)
+_ALLOWED = {ev: frozenset(fields) | {"seq", "ev"} for ev, fields in RECORDS.items()}
+_SEQ_EV = frozenset(("seq", "ev"))
+REQUIRED: dict[str, tuple[str, ...]] = {ev: tuple(f for f, (_, r) in fields.items() if r)
+                                        for ev, fields in RECORDS.items()}
+
+
+def check_record(event: dict) -> None:
+    """``event``'s fields against :data:`RECORDS` (raises :class:`_Bad`); and the record's own
+    consistency: a walk's ``trace`` is ``nr`` addresses hashing to its ``trace_hash``."""
+    ev = event["ev"]
+    _fields(event, RECORDS[ev], skip=_SEQ_EV)
+    if ev == "walk" and "trace" in event:
+        trace = event["trace"]
+        if len(trace) != event["nr"]:
+            raise _Bad(f"nr {event['nr']} but {len(trace)} address(es) in its trace")
+        if trace_hash(trace) != event["trace_hash"]:
+            raise _Bad(f"the trace hashes to {trace_hash(trace)}, not its trace_hash {event['trace_hash']}")
+
+
+def _addresses(event: dict) -> Iterator[tuple[str, int]]:
+    """The user addresses a record holds (checked against the header's word size)."""
+    if event["ev"] == "walk":
+        for a in event.get("trace", ()):
+            yield "trace", a
+    elif event["ev"] == "stack":
+        for name, rows in event["frames"].items():
+            for row in rows:
+                yield f"frames[{name!r}]", row[0]
+        for r, v in event.get("regs", {}).items():
+            yield f"regs.{r}", v
 
 
 def stack_failed(event: dict) -> bool:
@@ -372,8 +518,17 @@ def stack_counts(stacks: Iterable[dict]) -> dict:
     return {"stacks": n, "failures": failures, "causes": dict(sorted(causes.items()))}
 
 
+def canonical(event: dict) -> bytes:
+    """The bytes of ``event`` as :class:`EventLog` writes them (its line, without the newline; a
+    parsed record's ``line`` number left out): how the digest takes in the end record."""
+    if "line" in event:
+        event = {k: v for k, v in event.items() if k != "line"}
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
 def parse_line(line_no: int, text: str) -> dict:
-    """Parse and validate one JSONL line; raise :class:`LogFormatError` naming the line."""
+    """Parse one JSONL line and check it against :data:`RECORDS`; raise :class:`LogFormatError`
+    naming the line.  (The log's structure, header, seq and digest: :class:`LogReader`.)"""
     try:
         event = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
@@ -381,28 +536,91 @@ def parse_line(line_no: int, text: str) -> dict:
     if not isinstance(event, dict):
         raise LogFormatError(line_no, "not a JSON object", text)
     ev = event.get("ev")
-    if not isinstance(ev, str) or ev not in REQUIRED:
+    if not isinstance(ev, str) or ev not in RECORDS:
         raise LogFormatError(line_no, f"unknown or missing event name {ev!r}", text)
-    missing = [f for f in REQUIRED[ev] if f not in event]
-    if missing:
-        raise LogFormatError(line_no, f"{ev} event lacks field(s) {', '.join(missing)}", text)
-    for f in _INT_FIELDS:
-        if f in event and not _is_int(event[f]):
-            raise LogFormatError(line_no, f"{ev} field {f!r} must be an integer, not {event[f]!r}", text)
-    for f in _STR_FIELDS:
-        if f in event and not isinstance(event[f], str):
-            raise LogFormatError(line_no, f"{ev} field {f!r} must be a string, not {event[f]!r}", text)
-    if ev in _CHECKS:
-        try:
-            _CHECKS[ev](event)
-        except _Bad as exc:
-            raise LogFormatError(line_no, f"{ev} record: {exc}", text) from None
+    seq = event.get("seq")
+    if not _is_int(seq):
+        raise LogFormatError(line_no, f"{ev} record: seq must be an integer, not {seq!r}", text)
+    try:
+        check_record(event)
+    except _Bad as exc:
+        raise LogFormatError(line_no, f"{ev} record: {exc}", text) from None
     event["line"] = line_no
     return event
 
 
+class LogReader:
+    """Reads a log's lines and trusts none of them: each line is one record of a known kind with
+    its fields typed (:data:`RECORDS`); the first is the ``header`` (a known version, word size 32
+    or 64), and no other; ``seq`` is the line number (no line missing, repeated or out of order;
+    no blank line: the writer writes none); the addresses fit the header's word size; in a version
+    2 log the ``end`` record's ``digest`` is the sha256 of the lines before it, as written, and of
+    itself without the digest (:func:`canonical`), so no edit that keeps the log well-formed goes
+    unseen.
+    A log cut short (a prefix of whole lines, no end record) reads without error: it is
+    incomplete, not corrupt.
+
+    After reading, ``version`` is the header's version and ``sealed`` True when the end record's
+    digest matched, False for a complete version 1 log (it has none), None without an end record.
+    """
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.word_bits = 64
+        self.sealed: bool | None = None
+        self._digest = hashlib.sha256()
+
+    def events(self, lines: Iterable[str]) -> Iterator[dict]:
+        for line_no, text in enumerate(lines, 1):
+            text = text.rstrip("\r\n")
+            if not text.strip():
+                raise LogFormatError(line_no, "blank line (a log has none: a line was lost or cut)")
+            yield self._read(line_no, text)
+
+    def _read(self, line_no: int, text: str) -> dict:
+        event = parse_line(line_no, text)
+        ev, seq = event["ev"], event["seq"]
+        if line_no == 1 and ev != "header":
+            raise LogFormatError(line_no, f"the first line must be the header, not a {ev} record", text)
+        if seq != line_no:
+            if seq < line_no:
+                why = "a line is repeated or out of order" if seq > 0 else "seq counts lines from 1"
+            else:
+                why = f"{seq - line_no} line(s) missing before it, or lines out of order"
+            raise LogFormatError(line_no, f"{ev} record has seq {seq}, not its line number {line_no} ({why})", text)
+        if ev == "header":
+            if line_no != 1:
+                raise LogFormatError(line_no, "a second header (the header is the first line only)", text)
+            self.version, self.word_bits = event["version"], event["word_bits"]
+        for what, address in _addresses(event) if self.word_bits < 64 else ():  # 64: the schema's u64
+            if address >> self.word_bits:
+                raise LogFormatError(line_no, f"{ev} record's {what} address {address:#x} does not fit the "
+                                     f"header's word size ({self.word_bits} bits)", text)
+        if ev == "end":
+            self._end(line_no, event, text)
+        # the line as written (re-encoding each record would double the reader's time)
+        self._digest.update(text.encode() + b"\n")
+        return event
+
+    def _end(self, line_no: int, event: dict, text: str) -> None:
+        if self.version == 1:
+            if "digest" in event:
+                raise LogFormatError(line_no, "end record has a digest, but the header says version 1 "
+                                     "(which has none)", text)
+            self.sealed = False
+            return
+        if "digest" not in event:
+            raise LogFormatError(line_no, f"end record lacks the digest a version {self.version} log "
+                                 "ends with", text)
+        digest = self._digest.copy()
+        digest.update(canonical({k: v for k, v in event.items() if k != "digest"}) + b"\n")
+        if digest.hexdigest() != event["digest"]:
+            raise LogDigestError(line_no, f"the log's digest is {digest.hexdigest()[:16]}..., the end record "
+                                 f"says {event['digest'][:16]}...: a record was changed, added or removed "
+                                 "after it was written", text)
+        self.sealed = True
+
+
 def read_events(lines: Iterable[str]) -> Iterator[dict]:
-    """Parse JSONL text lines (blank lines are skipped but counted)."""
-    for line_no, text in enumerate(lines, 1):
-        if text.strip():
-            yield parse_line(line_no, text.rstrip("\r\n"))
+    """Parse and check JSONL text lines (:class:`LogReader`)."""
+    return LogReader().events(lines)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import HarnessError
-from .log import EventLog, trace_hash
+from .log import LOG_VERSION, EventLog, trace_hash
 from .profile import (
     EBUSY,
     EINVAL,
@@ -195,7 +195,7 @@ class DeferredModel:
             profile=profile.name,
             word_bits=profile.word_bits,
             max_entries=profile.max_entries,
-            version=1,
+            version=LOG_VERSION,
         )
 
     # ------------------------------------------------------------------ tasks

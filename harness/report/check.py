@@ -31,4 +31,7 @@ def verdict_lines(verdict: Verdict, path: str) -> list[str]:
         out.append(f"{len(verdict.violations)} violation(s) in {verdict.events} events")
     if verdict.incomplete:
         out.append(f"incomplete: {verdict.incomplete}")
+    elif verdict.sealed is False:
+        out.append(f"unsealed: a version {verdict.version} log carries no digest, so an edit that keeps it "
+                   "well-formed would go unseen")
     return [f"{path}: {line}" for line in out]

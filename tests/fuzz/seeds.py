@@ -6,6 +6,9 @@ Where each target's seeds come from:
 
 * log_check: the event logs of a real run (tests/data/run-small/*.jsonl), whole and cut to
   their first lines (a long log is slow to mutate; the checker's paths are reached in a few lines);
+  and the sealed seeds of the mutation fuzz (version 2, with a digest);
+* log_mutations: the choices of one mutation of each kind on each sealed seed (the input is the
+  choices, tests/fuzz/targets.py ``_BytesRandom``), and a few of two or three mutations;
 * perf_check, perf_records: the two real perf captures (tests/data/*.perfcc.gz), whole, without
   their vDSO image, and their rings;
 * perf_resolve: resolve tables of the shape ``harness perf --save`` writes;
@@ -67,6 +70,27 @@ def log_check() -> list[bytes]:
         out.append(b"".join(lines[:4] + lines[-3:]))
         if len(b"".join(lines)) < 20000:
             out.append(b"".join(lines))
+    from tests.support.log_mutations import seeds
+
+    for lines in seeds().values():
+        out.append("".join(x + "\n" for x in lines).encode())
+    return out
+
+
+def log_mutations() -> list[bytes]:
+    import random
+
+    from tests.support.log_mutations import seeds
+
+    def choices(*values: int) -> bytes:
+        return b"".join(v.to_bytes(2, "big") for v in values)
+
+    rng = random.Random(21)
+    out = []
+    for seed in range(len(seeds())):
+        for op in range(10):  # one mutation (count: randrange(4) != 0) of kind op (log_mutations.py _one)
+            out.append(choices(seed, 1, op) + rng.randbytes(8))
+    out += [choices(seed, 0) + rng.randbytes(24) for seed in range(len(seeds()))]  # two or three
     return out
 
 
@@ -261,6 +285,7 @@ def rsp() -> list[bytes]:
 
 SEEDS = {
     "log_check": log_check,
+    "log_mutations": log_mutations,
     "perf_check": perf_check,
     "perf_resolve": perf_resolve,
     "perf_records": perf_records,

@@ -11,6 +11,11 @@ The targets, and what of the harness each one covers:
 
 * ``log_check`` -- ``harness check LOG``: the whole file (UTF-8 text) through
   :func:`harness.deferred.check.check_lines` and :func:`harness.report.check.verdict_lines`;
+* ``log_mutations`` -- ``harness check`` never passes a corrupted log: the input's bytes choose a
+  real sealed log (tests/support/log_mutations.py ``seeds``) and the mutations made to it (lines
+  deleted, duplicated, swapped, reversed, cut; seqs, header fields and field types changed; bytes
+  flipped); :func:`~tests.support.log_mutations.judge` raises ``MutationPassed`` (a crash to the
+  fuzzer) when the verdict is not one the mutation allows;
 * ``perf_check`` -- ``harness perf --check FILE``: the capture file through
   :func:`harness.perfparse.records.parse_capture` and the oracle (:func:`~harness.perf.oracle.check_capture`),
   its maps section, rings and records included;
@@ -44,6 +49,7 @@ DATA = HERE.parent / "data"
 # importing all of them for every target would cost each run seconds of start-up).
 MODULES = {
     "log_check": ["harness.deferred.check"],
+    "log_mutations": ["harness.deferred.check", "tests.support.log_mutations"],
     "perf_check": ["harness.perfparse.records", "harness.perf.oracle"],
     "perf_resolve": ["harness.perfparse.records", "harness.perf.oracle", "harness.perfparse.resolve"],
     "perf_records": ["harness.perfparse.records"],
@@ -76,6 +82,37 @@ def log_check(data: bytes) -> None:
     verdict = check_lines(text.splitlines(keepends=True))
     verdict_lines(verdict, "fuzz.jsonl")
     verdict.messages()
+
+
+class _BytesRandom:
+    """The ``rng`` of :func:`tests.support.log_mutations.mutate`, drawn from the fuzzer's bytes:
+    ``randrange(n)`` takes the next two bytes (0 once they run out), so libFuzzer's mutations of
+    the input are mutations of the choices."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def randrange(self, n: int) -> int:
+        chunk = self.data[self.pos:self.pos + 2]
+        self.pos += 2
+        return int.from_bytes(chunk, "big") % n if chunk else 0
+
+
+_mutation_seeds: dict | None = None
+
+
+def log_mutations(data: bytes) -> None:
+    from tests.support.log_mutations import judge, mutate, seeds
+
+    global _mutation_seeds
+    if _mutation_seeds is None:
+        _mutation_seeds = seeds()
+    names = sorted(_mutation_seeds)
+    rng = _BytesRandom(data)
+    name = names[rng.randrange(len(names))]
+    mutated, m = mutate(rng, _mutation_seeds[name])
+    judge(_mutation_seeds[name], mutated, m)  # MutationPassed (an AssertionError): a crash
 
 
 # --------------------------------------------------------------------------------- perf
@@ -303,6 +340,7 @@ def rsp_codec(data: bytes) -> None:
 
 TARGETS = {
     "log_check": log_check,
+    "log_mutations": log_mutations,
     "perf_check": perf_check,
     "perf_resolve": perf_resolve,
     "perf_records": perf_records,

@@ -10,6 +10,7 @@ import json
 
 from harness.deferred import IRQ, Context, DeferredModel, EventLog, UnwindWork, mainline
 from harness.deferred.check import check_lines
+from tests.support.eventlog import relog
 
 STACKS = ([0x401000, 0x401100, 0x401200], [0x401000, 0x401180], [0x402000, 0x401100, 0x401200, 0x7F0000])
 
@@ -79,7 +80,7 @@ def stack_log(end: bool = True) -> list[dict]:
 
 
 def text(events: list[dict]) -> list[str]:
-    return [json.dumps(e) for e in events]
+    return relog(events)  # each line with its seq, the end record with its digest: the edit is checked
 
 
 def index(events: list[dict], ev: str, n: int = 0) -> int:

@@ -23,7 +23,7 @@ from tests.support.gating import require
 from tests.support.paths import FUZZ, REPO
 
 # Fresh inputs per target in the bounded run: a few seconds each on a loaded 2-core machine.
-FRESH = {"log_check": 1500, "perf_check": 1000, "perf_resolve": 500, "perf_records": 3000, "sframe": 3000,
+FRESH = {"log_check": 1500, "log_mutations": 3000, "perf_check": 1000, "perf_resolve": 500, "perf_records": 3000, "sframe": 3000,
          "btf": 1000, "kallsyms": 3000, "rsp": 3000}
 
 

@@ -19,8 +19,12 @@ from tests.support.paths import TEST_DATA
 # --- harness check ------------------------------------------------------------------------------
 
 
+HEADER = json.dumps({"seq": 1, "ev": "header", "profile": "mainline", "word_bits": 64, "max_entries": 510,
+                     "version": 2})
+
+
 def _stack(address) -> str:
-    return json.dumps({"seq": 1, "ev": "stack", "task": 1, "entry": 1, "unwinder": "fp",
+    return json.dumps({"seq": 2, "ev": "stack", "task": 1, "entry": 1, "unwinder": "fp",
                        "frames": {"fp": [[address, "m", "f+0x0"]]}, "verdicts": []})
 
 
@@ -28,11 +32,11 @@ def _stack(address) -> str:
 def test_log_frame_address_beyond_64_bits_is_a_format_error(address):
     # was: OverflowError from trace_hash (int.to_bytes) while matching the stack to its walk
     with pytest.raises(LogFormatError, match="not a 64-bit address"):
-        check_lines([_stack(address) + "\n"])
+        check_lines([HEADER + "\n", _stack(address) + "\n"])
 
 
 def test_log_frame_address_at_the_top_of_64_bits_is_fine():
-    r = check_lines([_stack((1 << 64) - 1) + "\n"])
+    r = check_lines([HEADER + "\n", _stack((1 << 64) - 1) + "\n"])
     assert not [m for m in r.messages() if "64-bit" in m or "address" in m], r.messages()
 
 

@@ -24,6 +24,7 @@ from harness.deferred import (
     seed_v10,
 )
 from harness.deferred.check import Checker, check_events
+from tests.support.eventlog import relog
 
 
 def generated_log(profile, seed: int = 7, steps: int = 300) -> str:
@@ -105,7 +106,7 @@ def scenario() -> list[dict]:
 
 
 def to_text(events: list[dict]) -> list[str]:
-    return [json.dumps(e) for e in events]
+    return relog(events)  # each line with its seq: an edited log is checked, not the edit
 
 
 def first(events, ev, **match):
@@ -220,10 +221,10 @@ def test_cancel_done_while_callback_runs_is_caught():
     [
         ("{not json", "line 3: not JSON"),
         ("[1, 2]", "line 3: not a JSON object"),
-        ('{"ev": "callback", "tracer": "x"}', "line 3: callback event lacks field(s) task, entry"),
+        ('{"seq": 3, "ev": "callback", "tracer": "x"}', "line 3: callback record: missing field(s) task, entry"),
         ('{"ev": "teleport"}', "line 3: unknown or missing event name 'teleport'"),
-        ('{"ev": "request", "tracer": "x", "task": "42", "entry": 1, "epoch": 0, "ret": 0, "cookie": 1}',
-         "line 3: request field 'task' must be an integer"),
+        ('{"seq": 3, "ev": "request", "tracer": "x", "task": "42", "entry": 1, "epoch": 0, "ret": 0, "cookie": 1}',
+         "line 3: request record: task must be a non-negative integer"),
     ],
 )
 def test_malformed_line_names_the_line(bad, fragment):
@@ -269,7 +270,7 @@ def test_main_check_exit_codes(tmp_path, capsys):
     assert "stack walked a second time" in out and "1 violation(s)" in out
 
     broken = tmp_path / "broken.jsonl"
-    broken.write_text('{"ev": "header", "profile": "mainline"}\n{"ev": "walk"\n')
+    broken.write_text(to_text(scenario())[0] + '\n{"ev": "walk"\n')
     assert main_check([str(broken)]) == 2
     assert "line 2: not JSON" in capsys.readouterr().err
     assert main_check([str(tmp_path / "missing.jsonl")]) == 2

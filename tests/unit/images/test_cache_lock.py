@@ -303,7 +303,7 @@ def test_a_full_disk_leaves_whole_lines_and_one_typed_error(small_tmpfs):
     path = small_tmpfs / "fp-spin.jsonl"
     f = JsonlFile(path)
     log = EventLog(f, keep=False)
-    log.emit("header", profile="mainline", word_bits=64)
+    log.emit("header", profile="mainline", word_bits=64, max_entries=510, version=2)
     with pytest.raises(LogWriteError) as exc:
         for i in range(10_000):
             log.emit("enter", task=100 + i, entry=i, how="syscall " + "x" * (i % 97))

@@ -368,6 +368,34 @@ def test_function_without_eh_frame(copy, capsys):
     assert _kinds(r) == {"no-cfi"} and r.fres_checked == r.num_fres - len(copy.sec.fres(fde))
 
 
+def test_fdes_nested_in_one_are_each_an_overlap(copy, capsys):
+    """One FDE grown over the two after it: both lie inside it, and the second starts past the end
+    of the first (mutation testing found an overlap check that compared each FDE with the one
+    before it only, missing the second; issue 21)."""
+    a, b, c = copy.sec.fdes[-3], copy.sec.fdes[-2], copy.sec.fdes[-1]
+    assert a.func_end <= b.func_start and b.func_end <= c.func_start
+    copy.set_size(a, c.func_end - a.func_start)  # a now covers b and c
+    r = check_binary(copy.write())
+    overlaps = {f.fde: f.message for f in r.of_kind("fde-overlap")}
+    assert set(overlaps) == {b.index, c.index}, overlaps
+    assert overlaps[c.index] == (f"FDE {c.index} [{c.func_start:#x}, {c.func_end:#x}) overlaps FDE {a.index} "
+                                 f"[{a.func_start:#x}, {c.func_end:#x}) by {c.func_size} bytes")
+
+
+def test_a_rule_change_inside_an_fre_is_compared(copy, capsys):
+    """An FRE's start moved one byte later: the FRE before it now covers the address where the
+    .eh_frame's rule changes, and that address is compared too, not only the FRE's start
+    (mutation testing found a comparison at each FRE's start only; issue 21)."""
+    fde = copy.fde_with(lambda f, fres: f.fre_type == F.FRE_TYPE_ADDR1 and len(fres) >= 3
+                        and fres[2].start - fres[1].start >= 2 and fres[0].cfa != fres[1].cfa)
+    fres = copy.sec.fres(fde)
+    moved = fde.func_start + fres[1].start  # where the CFI row (and SFrame's FRE 1) starts
+    copy.put("B", fres[1].offset, fres[1].start + 1)
+    r = _check(capsys, copy.write(), "cfa", rf"^FDE {fde.index} .*: FRE 0 at \[{moved:#x}, {moved + 1:#x}\): CFA ")
+    assert _kinds(r) <= {"cfa", "fp", "ra"}
+    assert all(f.fre == 0 and f.addr == moved for f in r.findings), [f.message for f in r.findings]
+
+
 # ------------------------------------------------------------------------------ bad input
 
 
