@@ -35,7 +35,7 @@ from harness.deferred.check import check_lines
 from harness.deferred.log import LOG_VERSION, LogDigestError, LogFormatError, stack_counts
 from tests.support.eventlog import relog
 
-DATA = Path(__file__).resolve().parent.parent / "unit" / "data"
+DATA = Path(__file__).resolve().parent.parent / "data"
 
 # (log, how many of its first lines): each prefix holds one or two of the run's stack records and no
 # failure verdict, so the sealed seed passes; short, so that the unit suite checks 10^5 mutations

@@ -10,8 +10,8 @@ import pytest
 
 from harness.cli import main
 from harness.deferred.check import check_lines
-from harness.report.check import verdict_lines as render
 from harness.deferred.log import LOG_VERSION, EventLog, LogDigestError, LogFormatError
+from harness.report.check import verdict_lines as render
 from tests.support.log_mutations import DATA, seeds
 
 

@@ -11,7 +11,7 @@ from harness.oracles.cfi import CFIOracle
 from harness.oracles.regs import RegsOracle
 from harness.regs import UserRegs
 from harness.unwind.code import CodeFacts
-from harness.unwind.maps import AddressSpace
+from harness.unwind.maps import AddressSpace, Mapping
 from harness.unwind.user import Frame, Trace, UnwinderType
 from harness.verdicts.align import MAX_DIVERGENCES, _run_start, judge
 from harness.verdicts.types import AGREE, DIFFERS, EXPLAINED, FAILURE, LOST, NOT_CHECKED, PAST_END, REGS
@@ -80,7 +80,8 @@ def epilogue_stack(lost: int):
     frame marks them), and the walk lost every other one: each loss is fp-epilogue-ip's."""
     want = [0x401000 + 0x10 * k + 1 for k in range(2 * lost + 1)]  # each at the ret of "5d c3"
     memory = BufferMemory({0x401000 + 0x10 * k: bytes.fromhex("5dc3") for k in range(2 * lost + 1)})
-    space = AddressSpace([], memory=memory)
+    # the task maps its code (causes prove only frames at the task's own addresses)
+    space = AddressSpace([Mapping(0x401000, 0x402000, "r-xp", 0)], memory=memory)
     got = want[::2]
     frames = [Frame(ip, SP + 16 * k, BP, UnwinderType.REGS if k == 0 else UnwinderType.FP) for k, ip in enumerate(got)]
     s = Stack(UserRegs(ip=got[0], sp=SP, bp=BP), Trace(frames), "fp", 510, memory, space, CodeFacts(space, memory))
