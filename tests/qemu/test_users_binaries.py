@@ -25,7 +25,7 @@ from tests.support.gating import require
 pytestmark = pytest.mark.qemu
 
 DATA = Path(__file__).parent / "data"
-GO_SOURCE = Path(__file__).parent.parent / "unit" / "data" / "gospin.go"
+GO_SOURCE = Path(__file__).parent.parent / "data" / "gospin.go"
 SAMPLES = 25
 MIN_STACKS = 20
 #: built here (a fixed place: the guest's kind is declared at import, before any build)

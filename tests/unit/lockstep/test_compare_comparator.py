@@ -7,9 +7,9 @@ against whether the model had task work queued (not always true)."""
 from __future__ import annotations
 
 import pytest
-from harness.kernel.lockstep import COMPARED, EXPECTED, Difference, Event, Lockstep
 
 from harness.deferred.profile import mainline, seed_v10
+from harness.lockstep.compare import COMPARED, EXPECTED, Difference, Event, Lockstep
 
 TASK, WORK = 0xFFFF888003A1C000, 0xFFFFFFFF82A0B000
 TRACERS = {WORK: "perf"}

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
-from harness.perf.records import parse_capture
 
 from harness.images.programs import PROGRAM_FACTS, program_facts
 from harness.perf.oracle import PERFCC_FACTS, capture_facts, check_capture
+from harness.perfparse.records import parse_capture
 from harness.report.summary import summary
 from harness.scenarios.catalog import CATALOG, user_scenario
 from harness.scenarios.result import Result
@@ -25,7 +25,7 @@ from harness.verdicts.causes import CAUSES, FACTS, NAMED, allowed_causes, cause,
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCES = REPO / "guest_programs"
-DATA = REPO / "tests" / "unit" / "data"
+DATA = REPO / "tests" / "data"
 EVERY = {**CAUSES, **NAMED}
 
 
