@@ -62,6 +62,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `ModelError`                    deferred: harness/deferred/model.py
  |         |    +-- `ModelBlocked`
  |         +-- `LogFormatError`                deferred: harness/deferred/log.py
+ |         |    +-- `LogDigestError`
  |         +-- `LogWriteError`                 deferred: harness/deferred/log.py
  |         +-- `StitchError` [ValueError]      deferred: harness/deferred/stitch.py
  |         +-- `PerfFormatError` [ValueError]  perf: harness/perf/records.py
