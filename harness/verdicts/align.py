@@ -87,7 +87,7 @@ def _align(stack: Stack, oracle: str, got: tuple[int, ...], of: OracleFrames) ->
 
     def walk(i: int, j: int, divs: list[Divergence], matched: int) -> None:
         while i < len(got) and j < len(want) and got[i] == want[j]:
-            # pragma: no mutate below (equivalent: matched only ranks candidates against each other, so
+            # not mutated (equivalent: matched only ranks candidates against each other, so
             # counting 2 a match, or any positive step, ranks them the same)
             i, j, matched = i + 1, j + 1, matched + 1  # pragma: no mutate
         if i == len(got) and j == len(want):
@@ -95,11 +95,11 @@ def _align(stack: Stack, oracle: str, got: tuple[int, ...], of: OracleFrames) ->
             return
         if (i, j, len(divs)) in seen:
             return
-        # pragma: no mutate below (equivalent: a state seen again has the same matched, (i + j -
+        # not mutated (equivalent: a state seen again has the same matched, (i + j -
         # len(divs)) / 2, and its search finds no strictly better score; only the cost changes)
         seen.add((i, j, len(divs)))  # pragma: no mutate
         rest = ENDS if i == len(got) else PAST_END if j == len(want) else DIFFERS
-        # pragma: no mutate below (equivalent: "i == 0 and j == 0" for "i == 0 or j == 0", as here i
+        # not mutated (equivalent: "i == 0 and j == 0" for "i == 0 or j == 0", as here i
         # is 0 exactly when j is: both start at 0, move together in a match, and the recursion
         # below starts from i, j >= 1; the line's other mutants are killed by test_align_gaps.py)
         if i == 0 or j == 0 or len(divs) >= MAX_DIVERGENCES:  # pragma: no mutate

@@ -6,6 +6,7 @@ record's cause counts.  Each log is written through EventLog, as the model write
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
@@ -160,6 +161,7 @@ def test_without_a_header_no_walk_is_too_deep():
 
     walk_ = {"ev": "walk", "task": 42, "entry": 1, "epoch": 0, "nr": 600, "trace_hash": H}
     assert check_events([walk_]).clean
+    assert check_events([{"ev": "header", "profile": "mainline"}, walk_]).clean  # nor with a header that has no limit
 
 
 # -- tracers ----------------------------------------------------------------------------------------
@@ -228,6 +230,13 @@ def test_not_checked_may_carry_an_unexplained_divergence():
     assert check("mainline", request(), walk(), verdicts_of(nc)).clean
 
 
+def test_a_stack_record_is_matched_by_the_frames_of_the_unwinder_it_names():
+    rec = stack(epoch=0)
+    rec[1]["unwinder"] = "sframe"  # its verdicts say fp, and it has fp frames only
+    assert check("mainline", request(), walk(), rec).messages() == [
+        "line 7: task 42 entry 1: stack record has no frames of its unwinder (sframe)"]
+
+
 def test_a_stack_record_without_unwinder_takes_the_one_its_verdicts_name():
     rec = stack(epoch=0)
     del rec[1]["unwinder"]
@@ -264,10 +273,11 @@ def test_render_orders_causes_by_count_then_name_and_keeps_the_summary_above_vio
         return {"unwinder": "fp", "oracle": "cfi", "verdict": "explained",
                 "divergences": [{"kind": "lost", "cause": c, "text": c} for c in causes]}
 
-    v = check("mainline", request(), walk(), verdicts_of(explained("b-cause", "a-cause", "b-cause")),
-              end={"reason": "complete", "stacks": 2, "failures": 0, "causes": {"a-cause": 1, "b-cause": 2}})
+    v = check("mainline", request(), walk(), verdicts_of(explained("c-cause", "b-cause", "a-cause", "b-cause")),
+              end={"reason": "complete", "stacks": 2, "failures": 0,
+                   "causes": {"a-cause": 1, "b-cause": 2, "c-cause": 1}})
     lines = render(v, "x")
-    assert "x: causes: b-cause 2, a-cause 1" in lines
+    assert "x: causes: b-cause 2, a-cause 1, c-cause 1" in lines
     assert "x: run ended: complete, 0 error(s)" in lines  # no request count in this end record
     assert lines[0] == "x: 1 stack(s), 0 with a failure verdict"
     assert lines[-2:] == ["x: line 8: end record counts 2 stack(s), the log has 1 stack record(s)",
@@ -280,8 +290,8 @@ def test_harness_check_names_itself_and_its_argument(capsys):
     with pytest.raises(SystemExit):
         main(["check", "--help"])
     out = capsys.readouterr().out
-    assert out.startswith("usage: harness check [-h] LOG")
-    assert "JSONL event log written by harness.deferred" in out
+    assert out.startswith("usage: harness check [-h] LOG\n")
+    assert re.search(r"\n  LOG +JSONL event log written by harness\.deferred\n", out), out
 
 
 def test_an_unreadable_log_is_named_on_stderr(tmp_path, capsys):
