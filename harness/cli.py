@@ -51,6 +51,12 @@ def exit_code(exc: BaseException) -> int | None:
     return None
 
 
+#: what `harness --help` says first
+DESCRIPTION = ("harness: a whole-system test harness for Linux user-space stack unwinding (unwind_user, "
+               "deferred unwinding, SFrame) on QEMU guests; exit 0 agree or explained, 1 failures, "
+               "2 bad usage or input, 3 infrastructure")
+
+
 def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 PID` prints where every thread of a harness that seems stuck is (stderr;
     # not where stderr is no file, as under pytest's capture).
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
         pass
     load()
-    args = build_parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    args = build_parser(DESCRIPTION).parse_args(argv)
     try:
         # Progress of long steps on stderr: a live status line on a terminal, plain lines
         # elsewhere (harness/progress.py); gone before anything below is printed.
