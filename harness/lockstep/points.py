@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import capstone
+
 from ..errors import HarnessError
 from ..kernel import PF_EXITING
 from ..kernel.stops import RETURN_POINTS
@@ -73,7 +75,6 @@ def indirect_call_sites(code: bytes, code_addr: int, thunks: set[int]) -> list[i
 def flag_set_sites(code: bytes, code_addr: int, flags_offset: int, flag: int) -> list[int]:
     """Addresses right after each ``or $flag, flags_offset(%reg)`` in ``code`` (capstone):
     in ``exit_signals()``, the instruction after ``tsk->flags |= PF_EXITING``."""
-    import capstone
 
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     want = f"+ {flags_offset:#x}], {flag}"

@@ -20,6 +20,8 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..sframe import format as F
 from ..sframe.elf import SFrameTable
 from ..sframe.parse import Location, SFrameFDE, SFrameFRE, SFrameSection
@@ -46,7 +48,6 @@ def format_file_check(fc: FileCheck, *, limit: int | None = None) -> str:
 def format_tree(rep, *, limit: int | None = 20) -> str:
     """A :class:`harness.unwind.sframe_tree.TreeReport`: the figures, one line per finding kind, the
     files that could not be checked, and each package whose files carry SFrame data."""
-    from collections import Counter
 
     withs = rep.with_sframe
     versions = Counter(v for r in withs for v in r.versions)

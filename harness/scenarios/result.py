@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from ..verdicts.causes import CAUSES, NAMED
 from ..verdicts.types import AGREE, EXPLAINED
 from .catalog import Scenario
 
@@ -16,7 +17,6 @@ __all__ = ["Result"]
 
 
 def _needs_text(name: str) -> str:
-    from ..verdicts.causes import CAUSES, NAMED
 
     c = CAUSES.get(name) or NAMED.get(name)
     if c is None:
