@@ -581,7 +581,8 @@ class LogReader:
         event = parse_line(line_no, text)
         ev, seq = event["ev"], event["seq"]
         if line_no == 1 and ev != "header":
-            raise LogFormatError(line_no, f"the first line must be the header, not a {ev} record", text)
+            article = "an" if ev[0] in "aeiou" else "a"
+            raise LogFormatError(line_no, f"the first line must be the header, not {article} {ev} record", text)
         if seq != line_no:
             if seq < line_no:
                 why = "a line is repeated or out of order" if seq > 0 else "seq counts lines from 1"

@@ -50,7 +50,7 @@ def test_the_sealed_seed_passes(seed, tmp_path, capsys):
 
 def test_a_log_without_its_header_is_refused(seed, tmp_path, capsys):
     e = refused(seed[1:])
-    assert e.line_no == 1 and "the first line must be the header, not a init record" in str(e)
+    assert e.line_no == 1 and "the first line must be the header, not an init record" in str(e)
     assert _run_check(write(tmp_path, seed[1:])) == 2
     assert "line 1: the first line must be the header" in capsys.readouterr().err
 
