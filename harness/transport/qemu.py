@@ -317,12 +317,21 @@ class Console:
         self._thread.start()
 
     def _drain(self) -> None:
+        # The pty read directly, not with pexpect's read_nonblocking: that calls the child's
+        # isalive() (a waitpid) from this thread at EOF and on idle timeouts, while
+        # Machine.close() polls isalive() from its own, and ptyprocess's isalive() is not safe
+        # across threads: this thread reaped QEMU between close()'s two waitpid calls, which then
+        # failed with "There was no child process. Did someone else call waitpid() on our
+        # process?" (test_machine_failures, once in eight suite runs).  Only the owner waits.
+        fd = self.child.child_fd
         while True:
             try:
-                chunk = self.child.read_nonblocking(65536, timeout=0.5)
-            except pexpect.TIMEOUT:
-                continue
-            except (pexpect.EOF, OSError, ValueError):
+                if not wait_readable(fd, 0.5):
+                    continue
+                chunk = os.read(fd, 65536)
+            except (OSError, ValueError):  # EIO: QEMU's side of the pty is closed (it is gone)
+                break
+            if not chunk:
                 break
             text = chunk.decode(errors="replace") if isinstance(chunk, bytes) else chunk
             self._log.write(text)
@@ -902,6 +911,10 @@ class Machine:
                 end = time.monotonic() + 2
                 while self.child.isalive() and time.monotonic() < end:
                     time.sleep(0.05)
+            # QEMU is gone (its side of the pty closed): the console thread reaches the end of
+            # the stream; it ends before the descriptor it reads is closed (and its number reused)
+            if self.console is not None:
+                self.console._thread.join(timeout=2)
             try:
                 self.child.close(force=True)
             except Exception:
