@@ -19,11 +19,12 @@ from ..perf.rate import deferred_rate
 from ..perfparse.records import PerfFormatError, parse_capture
 from ..progress import sampling_reporter
 from ..report.bench import deferred_lines, sframe_line, transport_table, unwind_line
+from ..report.soak import soak_lines
 from ..report.text import qemu_line
 from ..scenarios.catalog import CATALOG, programs_for
 from ..scenarios.engine import Engine, raw_stop_rate
 from ..session import Session
-from ..soak.engine import PROGRAM, format_soak, run_soak
+from ..soak.engine import PROGRAM, run_soak
 from ..soak.spec import SoakSpec
 from . import arg, command, positive_float, positive_int
 from ._guest import GUEST_ARGS, guest_spec
@@ -124,7 +125,7 @@ def _bench_soak(args) -> int:
         print(qemu_line(sess.qemu))
         print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}, {args.smp} vCPUs)")
         rep = run_soak(sess, spec, log_path, progress=sampling_reporter())
-    for line in format_soak(rep):
+    for line in soak_lines(rep):
         print(line)
     if rep.errors:
         return EXIT_INFRA

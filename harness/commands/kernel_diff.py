@@ -30,6 +30,7 @@ from ..lockstep.driver import (
 )
 from ..lockstep.points import resolve_points
 from ..perf.capture import PERFCC
+from ..report.lockstep import lockstep_lines
 from ..report.rundir import new_run_dir
 from ..scenarios.catalog import programs_for, select_scenarios
 from ..session import Session
@@ -122,13 +123,13 @@ def cmd_kernel_diff(args) -> int:
             rate = r.requests / r.seconds if r.seconds else 0.0
             print(f"\n== {sc.name} ({sc.program} {' '.join(sc.args)}), {args.smp} vCPU(s): {r.requests} requests, "
                   f"{r.stops} stops in {r.seconds:.1f}s ({rate:.1f} requests/s)")
-            for line in r.summary.lines(show=args.show):
+            for line in lockstep_lines(r.summary, show=args.show):
                 print(line)
             for e in r.errors:
                 print(f"ERROR: {e}")
     print(f"\n== total over {len(results)} scenario(s), {args.smp} vCPU(s), kernel {sess.info.release}")
     total.notes = []
-    for line in total.lines(show=0 if len(results) > 1 else args.show):
+    for line in lockstep_lines(total, show=0 if len(results) > 1 else args.show):
         print(line)
     code, why = _exit_code(total, args.profile, errors)
     print(f"exit {code}: {why}")
@@ -142,7 +143,7 @@ def cmd_kernel_diff_replay(args) -> int:
     tracers = {int(k): v for k, v in (header.get("tracers") or {}).items()}
     percpu_ctr = {int(k): v for k, v in header.get("percpu_ctr", {}).items()}
     summary = replay(events, get_profile(profile), tracers, percpu_ctr)
-    for line in summary.lines(show=args.show):
+    for line in lockstep_lines(summary, show=args.show):
         print(line)
     code, why = _exit_code(summary, profile, [])
     print(f"exit {code}: {why}")

@@ -242,34 +242,10 @@ class Summary:
         self.requests_by_ret.update(other.requests_by_ret)
         self.notes.extend(other.notes)
 
-    def lines(self, show: int | None = None) -> list[str]:
-        """The printout: totals, a row per compared item, then every difference (or ``show``)."""
-        k = self.kernel
-        rets = ", ".join(f"{r}: {n}" for r, n in sorted(self.requests_by_ret.items()))
-        out = [
-            f"kernel events: {k['request']} requests ({rets or 'none'}), {k['task_work']} task works, "
-            f"{k['walk']} walks, {k['cache_reused']} cache reuses, {k['callback']} callbacks, "
-            f"{k['return']} returns to user, {k['fork']} forks, {k['exiting']} exits "
-            f"({k['task_exit_pending']} with work pending)",
-            f"profile {self.profile}: events compared {self.n_compared}, equal {self.n_equal}, "
-            f"differences {len(self.differences)} ({len(self.expected)} expected, "
-            f"{len(self.unexplained)} unexplained)",
-            f"  {'compared':<16} {'count':>7} {'equal':>7} {'differ':>7}",
-        ]
-        for what in COMPARED:
-            n = self.compared[what]
-            if n:
-                out.append(f"  {what:<16} {n:>7} {self.equal[what]:>7} {n - self.equal[what]:>7}")
-        by_reason = collections.Counter(d.expected for d in self.expected)
-        for reason, n in by_reason.most_common():
-            out.append(f"expected: {n} x {reason}")
-        diffs = self.unexplained + self.expected
-        for d in diffs if show is None else diffs[:show]:
-            out.append("  " + d.describe())
-        if show is not None and len(diffs) > show:
-            out.append(f"  ... and {len(diffs) - show} more differences")
-        out.extend(f"note: {n}" for n in self.notes)
-        return out
+    def rows(self) -> list[tuple[str, int, int]]:
+        """(item, compared, equal) for each item compared at least once, in :data:`COMPARED`'s order
+        (the order :func:`harness.report.lockstep.lockstep_lines` prints them in)."""
+        return [(what, self.compared[what], self.equal[what]) for what in COMPARED if self.compared[what]]
 
 
 @dataclass

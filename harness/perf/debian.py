@@ -121,11 +121,6 @@ class DebianReport:
         out.append(("unexplained", len(self.unexplained)))
         return out
 
-    def table(self) -> str:
-        rows = self.rows()
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
     def name(self, what: str, example: str) -> None:
         self.named[what] += 1
         self.examples.setdefault(what, example)

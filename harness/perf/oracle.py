@@ -221,11 +221,6 @@ class PerfReport:
         out += [(f"outside the declaration (suspicious): {k}", n) for k, n in self.undeclared.items()]
         return out
 
-    def table(self) -> str:
-        rows = self.rows()
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
 
 class PerfOracle:
     """Checks one capture; ``resolve`` maps the guest's paths to host files (symbols, CFI)."""

@@ -126,10 +126,11 @@ def _real_captures() -> list[bytes]:
 def perf_check(data: bytes) -> None:
     from harness.perf.oracle import check_capture
     from harness.perfparse.records import parse_capture
+    from harness.report.perf import perf_table
 
     cap = parse_capture(data)
     report = check_capture(cap, None)
-    report.table()
+    perf_table(report)
 
 
 class _Files:
@@ -181,6 +182,7 @@ def perf_resolve(data: bytes) -> None:
     from harness.perf.oracle import check_capture
     from harness.perfparse.records import parse_capture
     from harness.perfparse.resolve import load_resolve
+    from harness.report.perf import perf_table
 
     global _files, _captures
     if _files is None:
@@ -194,7 +196,7 @@ def perf_resolve(data: bytes) -> None:
         if table:
             mapped.setdefault(guest, _files.pick(next(iter(table))))
     cap = _captures[data[0] % len(_captures)] if data else _captures[0]
-    check_capture(cap, mapped.get).table()
+    perf_table(check_capture(cap, mapped.get))
 
 
 _ATTRS: list | None = None

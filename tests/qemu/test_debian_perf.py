@@ -15,6 +15,7 @@ from harness.cli import main
 from harness.images.kernel import get_kernel
 from harness.perf.capture import PERFCC
 from harness.perf.debian_run import check_run, deferred_unsupported, run_debian_perf
+from harness.report.perf import debian_table
 from harness.scenarios.catalog import CATALOG
 from harness.session import GuestSpec, Session
 from tests.support.gating import require
@@ -54,21 +55,21 @@ def test_debian_perf_against_stitcher_and_unwinder(kernel, tmp_path):
             files.save(tmp_path / name, prog)  # harness perf --debian-perf --check DIR re-checks them
             assert "defer_callchain: 1" in files.evlist
             r = check_run(files, prog)
-            assert r.unexplained == [], f"{name}:\n{r.table()}\n\n" + "\n\n".join(r.unexplained[:3])
+            assert r.unexplained == [], f"{name}:\n{debian_table(r)}\n\n" + "\n\n".join(r.unexplained[:3])
             # a sample in the task's last kernel entry (exiting: the request is refused) carries an
             # immediate FP user chain instead of a cookie
             # (forkexec gave 61 samples in 2 s on a quiet machine: its parent waits in wait4 while a
             # child runs; 4 s and at least 50 leave a margin, also beside another guest; fp-syscall
             # about 200 a second)
-            assert r.samples >= 50 and r.deferred_samples >= 0.95 * r.samples, r.table()
-            assert r.joined >= 0.95 * r.deferred_samples and r.deferred_records >= 50, r.table()
+            assert r.samples >= 50 and r.deferred_samples >= 0.95 * r.samples, debian_table(r)
+            assert r.joined >= 0.95 * r.deferred_samples and r.deferred_records >= 50, debian_table(r)
             assert r.merged_compared == r.samples and r.merged_equal + sum(
-                n for k2, n in r.named.items() if k2 == "perf-script-sample-after-record") == r.samples, r.table()
-            assert r.unmerged_compared == r.unmerged_equal == r.samples + r.deferred_records, r.table()
-            assert r.ours_compared >= 50 and r.records_shared == r.records_shared_equal >= 50, r.table()
-            assert r.regs_equal >= 0.9 * r.regs_compared, r.table()
-            assert r.declared is not None and "execve-replaced" in r.declared, r.table()
-            assert r.undeclared == {}, r.table()  # a named difference these facts cannot show
+                n for k2, n in r.named.items() if k2 == "perf-script-sample-after-record") == r.samples, debian_table(r)
+            assert r.unmerged_compared == r.unmerged_equal == r.samples + r.deferred_records, debian_table(r)
+            assert r.ours_compared >= 50 and r.records_shared == r.records_shared_equal >= 50, debian_table(r)
+            assert r.regs_equal >= 0.9 * r.regs_compared, debian_table(r)
+            assert r.declared is not None and "execve-replaced" in r.declared, debian_table(r)
+            assert r.undeclared == {}, debian_table(r)  # a named difference these facts cannot show
             assert r.perf_version == k.version.split("-")[0]
 
 

@@ -14,6 +14,7 @@ from harness.lockstep.compare import EXPECTED
 from harness.lockstep.driver import KernelDiff, check_support
 from harness.lockstep.points import resolve_points
 from harness.perf.capture import PERFCC
+from harness.report.lockstep import lockstep_lines
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.session import GuestSpec
 
@@ -45,7 +46,7 @@ def _diff(sess, scenario, profile="mainline", requests=80):
 
 def _assert_equal(r):
     s = r.summary
-    detail = "\n".join(s.lines(show=20))
+    detail = "\n".join(lockstep_lines(s, show=20))
     # The counts are the test's own: the run goes on until the kernel's tracer has made the 80
     # requests asked (perfcc's window is sized for ~10 times as many: KernelDiff.run), and most
     # of them are an entry's first (task_work, a walk, a callback).  What may differ from the
@@ -81,7 +82,7 @@ def test_the_seed_v10_control_shows_its_cookie_mismatches(one_cpu):
     assert len(cookies) == sum(n for ret, n in s.requests_by_ret.items() if ret >= 0) > 0
     assert all(d.expected == EXPECTED["seed-v10"]["request.cookie"] for d in cookies)
     assert not s.unexplained, "\n".join(d.describe() for d in s.unexplained[:10])
-    text = "\n".join(s.lines(show=3))
+    text = "\n".join(lockstep_lines(s, show=3))
     assert "expected: " in text and "seed-v10 cookie scheme" in text
 
 

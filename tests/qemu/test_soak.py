@@ -16,8 +16,9 @@ from __future__ import annotations
 import pytest
 
 from harness.images.qemu import QemuImageError, resolve_qemu
+from harness.report.soak import soak_lines
 from harness.session import GuestSpec
-from harness.soak.engine import PROGRAM, SoakSpec, format_soak, run_soak
+from harness.soak.engine import PROGRAM, SoakSpec, run_soak
 from tests.support.gating import require
 
 REQUESTS = 300
@@ -40,7 +41,7 @@ def soak(tmp_path_factory, guest_pool):
         rep = run_soak(s, spec, log)
         # QEMU's stop and resume events are not kept (qemu.qmp's default listener would keep each)
         rep.notes.append(f"qmp events kept: {len(s.machine.qmp._qmp.events.history)}")
-    print("\n".join(format_soak(rep)))
+    print("\n".join(soak_lines(rep)))
     return rep
 
 

@@ -34,6 +34,7 @@ from harness.perf.debian_run import (
 from harness.perfparse.perfdata import parse_perf_data
 from harness.perfparse.records import CallchainDeferred, PerfFormatError, Sample, parse_capture
 from harness.perfparse.script import ScriptFormatError, parse_script
+from harness.report.perf import debian_table
 from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
@@ -199,7 +200,7 @@ def test_totals_add_up(compat):
     one = compare(data, parse_script(compat.merged), parse_script(compat.unmerged))
     t = total([one, one])
     assert t.samples == 2 * one.samples and t.named["perf-script-sample-after-record"] == 2
-    assert "merged callchains compared" in t.table()
+    assert "merged callchains compared" in debian_table(t)
 
 
 # -- defer_callchain must have been honoured -------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from harness.images.programs import PROGRAM_FACTS, program_facts
 from harness.perf.oracle import PERFCC_FACTS, capture_facts, check_capture
 from harness.perfparse.records import parse_capture
+from harness.report.perf import perf_table
 from harness.report.summary import summary
 from harness.scenarios.catalog import CATALOG, user_scenario
 from harness.scenarios.result import Result
@@ -139,7 +140,7 @@ def test_a_cause_outside_the_declaration_is_reported():
     r.declared = r.declared - {"perf-unchecked-fp"}
     assert r.undeclared == {"perf-unchecked-fp": 11}
     assert ("outside the declaration (suspicious): perf-unchecked-fp", 11) in r.rows()
-    assert "outside the declaration (suspicious): perf-unchecked-fp  11" in r.table()
+    assert "outside the declaration (suspicious): perf-unchecked-fp  11" in perf_table(r)
     # the function itself: counts outside the allowed names, zero counts left out
     assert undeclared(collections.Counter({"a": 2, "b": 1, "c": 0}), frozenset({"b"})) == {"a": 2}
 
