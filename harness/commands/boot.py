@@ -77,6 +77,8 @@ def cmd_boot(args) -> int:
                 p = g.start(what)
                 started[p.pid] = list(p.argv)
                 maps[p.pid] = g.maps(p.pid)
+                if args.gdb:  # said before gdb's own output (the other mode lists them with the sockets)
+                    print(f"started pid {p.pid}: {' '.join(p.argv)}", flush=True)
         loader = write_gdb_session(sess, started, maps)
         # The session's own debugger connection is released so that gdb can attach.
         sess.target.close()

@@ -166,14 +166,17 @@ def explain(stack: Stack, d: Divergence) -> Divergence:
     """``d`` proven by the first registered cause that accepts it, or ``d`` as it is.
 
     A frame of the oracle's that is no address of the task (0, or in no mapping) is not a frame
-    any cause looks at (a cause examines the step that diverged, and ENDS and DIFFERS take the
-    oracle's whole rest with it): the unwinder "lost" it, "ended" before it or "differs" from it only in
-    the oracle's own walk gone past its end, which is the oracle's failure to show, not the
+    any cause looks at (a cause examines the step that diverged, and ENDS takes the oracle's whole
+    rest with it): the unwinder "lost" it or "ended" before it only in the oracle's own walk gone
+    past its end, which is the oracle's failure to show, not the
     unwinder's to explain.  (Not for the oracles that run the kernel's own walk, ``perf``: their
     frames past a check the unwinder makes are garbage by design, and their causes say so.)"""
     oracle = ORACLES.get(d.oracle)
-    if (oracle is None or oracle.generic_causes) and d.kind in (LOST, ENDS, DIFFERS):
-        # LOST covers one frame of the oracle's; ENDS and DIFFERS cover the rest of its walk.
+    # Not DIFFERS: there the oracle's walk went astray at a frame of its own, and a cause about the
+    # oracle's walk (cfi-no-fde: no FDE for that frame) is about exactly that frame (seen at a
+    # forkexec child's exit stop, where CFI read 0x2000 as the return address of a hook's entry).
+    if (oracle is None or oracle.generic_causes) and d.kind in (LOST, ENDS):
+        # LOST covers one frame of the oracle's; ENDS covers the rest of its walk.
         covered = d.want[d.want_index:d.want_index + 1] if d.kind == LOST else d.want[d.want_index:]
         if not all(_task_address(stack, ip) for ip in covered):
             return d

@@ -17,7 +17,7 @@ from harness.images.cache import cache_root
 pytestmark = pytest.mark.qemu
 pytest_plugins = ["pytester"]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "pytest-plugin.md"  # the plugin's page: its examples
 # Taken before pytester points HOME at its tmp dir: the runs below use the images already built.
 CACHE = str(cache_root())
 
@@ -36,10 +36,8 @@ def test_broken_unwinder_plain_assert(unwind_run):
 
 
 def readme_examples() -> list[str]:
-    text = README.read_text()
-    section = text[text.index("## Your own binaries under pytest"):]
-    section = section[:section.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    """The page's Python examples, in order: the user's binary, then the guest programs."""
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.DOTALL)
 
 
 def plugin_args() -> list[str]:
