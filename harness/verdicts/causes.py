@@ -172,13 +172,15 @@ def explain(stack: Stack, d: Divergence) -> Divergence:
     unwinder's to explain.  (Not for the oracles that run the kernel's own walk, ``perf``: their
     frames past a check the unwinder makes are garbage by design, and their causes say so.)"""
     oracle = ORACLES.get(d.oracle)
-    # Not DIFFERS: there the oracle's walk went astray at a frame of its own, and a cause about the
-    # oracle's walk (cfi-no-fde: no FDE for that frame) is about exactly that frame (seen at a
-    # forkexec child's exit stop, where CFI read 0x2000 as the return address of a hook's entry).
-    if (oracle is None or oracle.generic_causes) and d.kind in (LOST, ENDS):
-        # LOST covers one frame of the oracle's; ENDS covers the rest of its walk.
+    if (oracle is None or oracle.generic_causes) and d.kind in (LOST, ENDS, DIFFERS):
+        # LOST covers one frame of the oracle's; ENDS and DIFFERS cover the rest of its walk.
         covered = d.want[d.want_index:d.want_index + 1] if d.kind == LOST else d.want[d.want_index:]
-        if not all(_task_address(stack, ip) for ip in covered):
+        # A DIFFERS only where the oracle's rest holds a 0: elsewhere its walk went astray at a
+        # frame of its own, and a cause about the oracle's walk (cfi-no-fde: no FDE for that
+        # frame) is about exactly that frame (seen at a forkexec child's exit stop, where CFI read
+        # 0x2000 as the return address of a hook's entry and stopped there).
+        bad = (ip == 0 for ip in covered) if d.kind == DIFFERS else (not _task_address(stack, ip) for ip in covered)
+        if any(bad):
             return d
     for c in CAUSES.values():
         if c.applies(d):
