@@ -18,35 +18,14 @@ import shutil
 import pytest
 
 from harness.cli import main
-from harness.images.errors import ImageError
-from harness.images.programs import SOURCES, Program, Variant, build_program
-from harness.images.toolchain import Toolchain, get_toolchain
-from tests.support.gating import require
+from harness.images.programs import SOURCES, Variant
+from tests.support.toolchains import need, program
 
 TOOLCHAINS = ("host", "trixie", "sid")
 VERSION = {"host": 1, "trixie": 2, "sid": 3}
 PROGRAMS = sorted(p.stem for p in SOURCES.glob("*.c"))
 VARIANTS = [Variant(frame_pointers=fp, static=st) for fp in (True, False) for st in (True, False)]
 CASES = [(tc, prog, v) for tc in TOOLCHAINS for prog in PROGRAMS for v in VARIANTS]
-
-
-@functools.cache
-def toolchain(name: str) -> Toolchain | ImageError:
-    try:
-        return get_toolchain(name)
-    except ImageError as exc:  # the root is not built (./dev builds it)
-        return exc
-
-
-def need(name: str) -> Toolchain:
-    tc = toolchain(name)
-    require(isinstance(tc, Toolchain), f"toolchain {name} unavailable: {tc}")
-    return tc  # type: ignore[return-value]
-
-
-@functools.cache
-def program(name: str, tc_name: str, variant: Variant) -> Program:
-    return build_program(name, need(tc_name), variant)
 
 
 def relative(prog: str, variant: Variant) -> str:

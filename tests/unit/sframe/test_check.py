@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import shutil
 import struct
@@ -25,39 +24,18 @@ from elftools.elf.elffile import ELFFile
 
 from harness.cli import main
 from harness.commands import sframe as sframe_command
-from harness.images.errors import ImageError
-from harness.images.programs import SOURCES, Program, Variant, build_program
-from harness.images.toolchain import Toolchain, get_toolchain
+from harness.images.programs import SOURCES, Variant
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
 from harness.unwind.sframe_check import check_binary
-from tests.support.gating import require
+from tests.support.toolchains import need, program
 
 TOOLCHAINS = ("host", "trixie", "sid")
 VERSION = {"host": 1, "trixie": 2, "sid": 3}
 BINUTILS = {"host": (2, 40), "trixie": (2, 44), "sid": (2, 47)}
 PROGRAMS = sorted(p.stem for p in SOURCES.glob("*.c"))
 VARIANTS = (Variant(), Variant(frame_pointers=False))
-
-
-@functools.cache
-def toolchain(name: str) -> Toolchain | ImageError:
-    try:
-        return get_toolchain(name)
-    except ImageError as exc:
-        return exc
-
-
-def need(name: str) -> Toolchain:
-    tc = toolchain(name)
-    require(isinstance(tc, Toolchain), f"toolchain {name} unavailable: {tc}")
-    return tc  # type: ignore[return-value]
-
-
-@functools.cache
-def program(name: str, tc_name: str, variant: Variant) -> Program:
-    return build_program(name, need(tc_name), variant)
 
 
 def objdump_text(tc_name: str, path: Path) -> str:

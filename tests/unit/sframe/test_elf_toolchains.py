@@ -21,37 +21,17 @@ from pathlib import Path
 import pytest
 
 from harness.images.errors import ImageError
-from harness.images.programs import Program, Variant, build_program
-from harness.images.toolchain import Toolchain, get_toolchain
+from harness.images.programs import Variant
 from harness.report.sframe import objdump_sframe
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
-from tests.support.gating import require
 from tests.support.objdump_text import functions
 from tests.support.sframe_pinned import PINNED
+from tests.support.toolchains import need, program
 
 TOOLCHAINS = ("host", "trixie", "sid")
 EXPECTED_VERSION = {"host": 1, "trixie": 2, "sid": 3}
 VARIANTS = [Variant(frame_pointers=fp, static=st) for fp in (True, False) for st in (True, False)]
-
-
-@functools.cache
-def toolchain(name: str) -> Toolchain | None:
-    try:
-        return get_toolchain(name)
-    except ImageError as exc:  # the root is not built (./dev builds it), or debootstrap is missing
-        return exc  # type: ignore[return-value]
-
-
-def need(name: str) -> Toolchain:
-    tc = toolchain(name)
-    require(isinstance(tc, Toolchain), f"toolchain {name} unavailable: {tc}")
-    return tc  # type: ignore[return-value]
-
-
-@functools.cache
-def program(name: str, tc_name: str, variant: Variant) -> Program:
-    return build_program(name, need(tc_name), variant)
 
 
 @functools.cache

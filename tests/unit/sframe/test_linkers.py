@@ -21,17 +21,15 @@ mold and lld.  ``sframe check`` names what each linker did as findings of their 
 
 from __future__ import annotations
 
-import functools
 import shutil
 from pathlib import Path
 
 import pytest
 
-from harness.images.errors import ImageError
 from harness.images.programs import SOURCES
-from harness.images.toolchain import Toolchain, get_toolchain
 from harness.unwind.sframe_check import check_binary
 from tests.support.gating import require
+from tests.support.toolchains import need
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
 LINKERS = ("bfd", "gold", "mold", "lld")
@@ -49,20 +47,6 @@ EXPECTED = {
     (3, "mold"): {"concatenated-not-merged", "fdes-unsorted", "no-pt-gnu-sframe"},
     (3, "lld"): {"concatenated-not-merged", "fdes-unsorted", "no-pt-gnu-sframe"},
 }
-
-
-@functools.cache
-def toolchain(name: str) -> Toolchain | ImageError:
-    try:
-        return get_toolchain(name)
-    except ImageError as exc:
-        return exc
-
-
-def need(name: str) -> Toolchain:
-    tc = toolchain(name)
-    require(isinstance(tc, Toolchain), f"toolchain {name} unavailable: {tc}")
-    return tc  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ every FDE lands on its function's symbol, and the findings are the ones each gas
 
 from __future__ import annotations
 
-import functools
 import io
 import shutil
 from dataclasses import dataclass
@@ -22,14 +21,13 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from harness.cli import main
-from harness.images.errors import ImageError
 from harness.images.programs import SOURCES
-from harness.images.toolchain import Toolchain, get_toolchain
+from harness.images.toolchain import Toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError
 from harness.sframe.ar import iter_members
 from harness.unwind.sframe_check import check_file, load
-from tests.support.gating import require
+from tests.support.toolchains import need
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
 CASES = sorted(p.stem for p in CASES_DIR.glob("*.s"))
@@ -38,20 +36,6 @@ CASES = sorted(p.stem for p in CASES_DIR.glob("*.s"))
 C_SOURCES = ("callchain", "sframe_odd")
 TOOLCHAINS = ("host", "trixie", "sid")
 VERSION = {"host": 1, "trixie": 2, "sid": 3}
-
-
-@functools.cache
-def toolchain(name: str) -> Toolchain | ImageError:
-    try:
-        return get_toolchain(name)
-    except ImageError as exc:
-        return exc
-
-
-def need(name: str) -> Toolchain:
-    tc = toolchain(name)
-    require(isinstance(tc, Toolchain), f"toolchain {name} unavailable: {tc}")
-    return tc  # type: ignore[return-value]
 
 
 @dataclass
