@@ -507,10 +507,13 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
         if ra is None:
             trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address undefined (outermost frame)")
             return trace
-        if ra & mask == 0:
+        if ra & mask == 0 and not topmost:
             # A return address of 0 ends the stack as an undefined one does: the outermost
             # frame's caller slot, zeroed (Go's goroutine stacks below runtime.goexit, a thread's
-            # start on some runtimes).  No frame at 0 is another frame of the trace.
+            # start on some runtimes).  No frame at 0 is another frame of the trace.  Not from the
+            # interrupted IP's own frame: a 0 read there is the walk's failure at its first step
+            # (seen at exit stops in the soak's and forkexec's children, an IP at a leaf's entry
+            # whose CFA slot read 0; not yet understood), which the frame at 0 shows as it did.
             trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address 0 (outermost frame)")
             return trace
         ip, sp, fp = ra & mask, cfa, new_fp & mask
