@@ -17,21 +17,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
+from harness.bench import timed
 from harness.images.kernel import get_kernel
 from harness.kernel.btf import Btf
 from harness.kernel.kallsyms import Kallsyms
 from harness.session import kallsyms_path
-
-
-def _runs(n: int, fn) -> list[float]:
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def _line(what: str, times: list[float]) -> str:
@@ -48,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     btf = Btf.from_elf(k.vmlinux)
     data = btf._data
     print(f"kernel {k.package}={k.version}: .BTF {len(data) / 1e6:.1f} MB, {len(btf)} types")
-    print(_line("BTF index", _runs(args.runs, lambda: Btf(data))))
-    first = _runs(args.runs, lambda: Btf(data).member_offset("task_struct", "pid"))
+    print(_line("BTF index", timed(lambda: Btf(data), args.runs)))
+    first = timed(lambda: Btf(data).member_offset("task_struct", "pid"), args.runs)
     print(_line("BTF index + first name lookup", first))
-    print(_line("BTF from the vmlinux file", _runs(args.runs, lambda: Btf.from_elf(k.vmlinux))))
+    print(_line("BTF from the vmlinux file", timed(lambda: Btf.from_elf(k.vmlinux), args.runs)))
     path = kallsyms_path(k)
     if not path.exists():
         print(f"kallsyms: not cached ({path}); harness images build --kallsyms {args.kernel}")
@@ -59,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     text = path.read_text()
     table = Kallsyms.parse(text)
     print(f"kallsyms: {len(table)} symbols, {len(text) / 1e6:.1f} MB of text")
-    print(_line("kallsyms parse + lookup", _runs(args.runs, lambda: Kallsyms.parse(text).lookup("_printk"))))
+    print(_line("kallsyms parse + lookup", timed(lambda: Kallsyms.parse(text).lookup("_printk"), args.runs)))
     return 0
 
 

@@ -6,3 +6,20 @@ prints them.
 * :mod:`.unwind`: the unwind model's throughput on synthetic deep stacks (no guest);
 * :mod:`.sframe`: lookups per second in a real binary's SFrame section (no guest).
 """
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+__all__ = ["timed"]
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    """Wall seconds of each of ``n`` calls of ``fn``."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out

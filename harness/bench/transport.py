@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 
 from ..images.programs import Variant, build_program
 from ..images.toolchain import get_toolchain
 from ..transport import make_target
 from ..transport.errors import GuestError
 from ..transport.qemu import Machine
+from . import timed
 
 WARMUP_STOPS = 5
 
@@ -27,15 +27,6 @@ def _stats(samples_s: list[float]) -> dict[str, float]:
     ms = sorted(s * 1000.0 for s in samples_s)
     p90 = statistics.quantiles(ms, n=10)[8] if len(ms) >= 2 else ms[0]
     return {"p50": statistics.median(ms), "p90": p90, "n": len(ms)}
-
-
-def _timed(fn: Callable[[], object], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def _symbol(machine: Machine, name: str) -> int:
@@ -70,8 +61,8 @@ def bench_one(kind: str, machine: Machine, bp: int, n_stops: int, n_reads: int) 
         regs = target.read_registers()
         stack = regs["rsp"]  # the kernel stack of the stopped syscall: mapped, and not code
         page = stack & ~0xFFF
-        read8 = _timed(lambda: target.read_memory(stack, 8), n_reads)
-        read4k = _timed(lambda: target.read_memory(page, 4096), n_reads)
+        read8 = timed(lambda: target.read_memory(stack, 8), n_reads)
+        read4k = timed(lambda: target.read_memory(page, 4096), n_reads)
         target.remove_breakpoint(bp)
     finally:
         target.close()
