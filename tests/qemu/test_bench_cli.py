@@ -41,7 +41,10 @@ def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
     delivered = _figure(out, "deferred traces delivered").group(1)
     rate, traces = re.match(r"([\d.]+) traces/s \((\d+) traces in", delivered).groups()
     assert int(traces) >= 40
-    assert 1.9 <= float(_figure(out, "stops per trace").group(1)) < 4
+    # Every trace costs at least its request stop and its delivery stop; how many more (requests on
+    # other tasks, NMIs left at once) depends on the load, so no upper bound: CI saw 4.98 with the
+    # other xdist worker booting guests beside it.
+    assert float(_figure(out, "stops per trace").group(1)) >= 1.9
     goal = re.match(r"([\d.]+) traces/s -> (met|NOT met) \(([\d.]+) of it\)",
                     _figure(out, "goal 0.8 * floor / 2").group(1))
     assert goal, out
