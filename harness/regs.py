@@ -64,6 +64,15 @@ class UserRegs:
         return self.cs == USER_CS_32
 
     @property
+    def in_syscall(self) -> bool:
+        """The task is in a system call: ``orig_ax`` holds its number, as the kernel's
+        ``syscall_get_nr()`` reads it.  Every other entry (interrupt, exception) stores -1 there,
+        and rt_sigreturn restores -1 (restore_sigcontext: "disable syscall checks").  A successful
+        execve keeps its number there while the IP is the new image's entry.  (The dataclass's
+        default 0 is a made-up register set's, not the kernel's.)"""
+        return self.orig_ax < 1 << 63
+
+    @property
     def fresh_exec(self) -> bool:
         """Registers a successful execve installs: ELF_PLAT_INIT zeroes every register but ip,
         sp and flags (cx and r11 are the sysret scratch registers)."""

@@ -95,6 +95,9 @@ RT_SIGRETURN_CODE = bytes.fromhex("48c7c00f0000000f05")
 # uapi sigcontext.h): struct ucontext { uc_flags, uc_link, uc_stack (24) } then sigcontext_64
 # { r8..r15, di, si, bp, bx, dx, ax, cx, sp, ip, ... }.  A fixed user ABI.
 _SIGCONTEXT = 40
+# orig_ax of the registers rt_sigreturn restores (restore_sigcontext: "disable syscall checks"):
+# the interrupted IP is looked up at itself, as the 'S' augmentation says, even after a syscall.
+NO_SYSCALL = (1 << 64) - 1
 _SIGCONTEXT_REGS = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
                     "di", "si", "bp", "bx", "dx", "ax", "cx", "sp", "ip")
 
@@ -110,7 +113,8 @@ def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
         raw = memory.read(sp + _SIGCONTEXT, 8 * len(_SIGCONTEXT_REGS))
     except MemoryFault:
         return None
-    return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw), strict=True)))
+    return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw), strict=True)),
+                    orig_ax=NO_SYSCALL)
 
 
 def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int,
@@ -149,4 +153,4 @@ def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int,
         return None
     if "ip" not in values or "sp" not in values:
         return None
-    return UserRegs(**values)
+    return UserRegs(**values, orig_ax=NO_SYSCALL)

@@ -7,6 +7,9 @@ sha256 of what it maps)::
 
     PYTHONPATH=. .venv/bin/python -m harness.tools.record_deliveries OUT_DIR fp-spin signal ...
 
+``--point exit`` keeps only the stacks delivered at that stop point (the exit stops of forkexec's
+children, say), ``--name`` names the saved directories (``forkexec-syscall-exit-0`` ...).
+
 tests/unit/scenarios/test_snapshot_deliveries.py replays them without a guest and expects the same records.
 """
 
@@ -30,6 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--per-scenario", type=int, default=2)
     ap.add_argument("--qemu", default=None)
+    ap.add_argument("--point", default=None, help="only stacks delivered at this stop point (exit, get_signal, ...)")
+    ap.add_argument("--name", default=None, help="the saved directories' prefix (default: the scenario's name)")
     args = ap.parse_args(argv)
 
     scs = [dataclasses.replace(CATALOG[n], samples=args.samples) for n in args.scenarios]
@@ -45,7 +50,7 @@ def main(argv=None) -> int:
                        "max_entries": engine.max_entries}
             chosen, seen = [], set()
             for snap, rec in engine.snapshots:
-                if snap.own is None:
+                if snap.own is None or args.point is not None and snap.point.name != args.point:
                     continue
                 causes = {d["cause"] for v in rec["verdicts"] for d in v.get("divergences", []) if d.get("cause")}
                 if not chosen or causes - seen:
@@ -54,7 +59,7 @@ def main(argv=None) -> int:
                 if len(chosen) >= args.per_scenario:
                     break
             for k, (snap, rec) in enumerate(chosen):
-                path = save(out / f"{sc.name}-{k}", snap, rec, engine.maps, program, engine.vdso_image())
+                path = save(out / f"{args.name or sc.name}-{k}", snap, rec, engine.maps, program, engine.vdso_image())
                 print(f"{path} ({path.stat().st_size:,} bytes)")
     return 0
 

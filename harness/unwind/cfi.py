@@ -27,7 +27,9 @@ kind stops the walk with UNSUPPORTED_RULE).
 
 Only ip, sp and fp are carried between frames (as the kernel does); a rule that needs another
 register below the topmost frame stops the walk with that register named.  Return addresses
-are looked up at ``ra - 1`` (the call), the interrupted IP at itself.  A signal trampoline (CIE
+are looked up at ``ra - 1`` (the call), the interrupted IP at itself, except where the task is in
+a system call (:func:`syscall_return`): there the IP is the address after the ``syscall``
+instruction, and is looked up at ``ip - 1`` as a return address is.  A signal trampoline (CIE
 augmentation "S": glibc's ``__restore_rt``, the i386 vDSO's ``__kernel_sigreturn``) ends the walk
 with UNSUPPORTED_RULE: the frame after it is an interrupted context, not a caller, and whoever
 wants to go on evaluates it (the engine does, for 64-bit signal frames).
@@ -449,6 +451,41 @@ def cfi_tables_for(space: AddressSpace) -> Callable[[int], CFIRules | None]:
     return space.tables_for(CFIRules.for_mapped)
 
 
+# The instructions a task enters a system call by, which pt_regs' IP points past: ``syscall`` and
+# ``int $0x80`` (a compat task's sysenter returns to the vDSO's landing pad right after one).
+SYSCALL, INT80 = b"\x0f\x05", b"\xcd\x80"
+
+
+def syscall_return(access: UserAccess, regs: UserRegs, mask: int) -> bool:
+    """Whether the interrupted IP is where a system call returns to: the task is in one
+    (:attr:`UserRegs.in_syscall`), the instruction before IP is a syscall instruction, and for
+    ``syscall`` the IP is still the one that instruction saved in rcx (pt_regs' cx).
+
+    The IP is then a return address, not an interrupted instruction: the task's frame is that
+    of the function with the ``syscall`` in it, and the row at ``ip - 1`` (inside that
+    instruction, which changes no register a row describes) is the one in force after it.  The
+    IP itself is another function's where the syscall is its function's last instruction: a
+    noreturn one (exit_group with ``__builtin_unreachable()`` after it, as in forkexec's and the
+    soak's exit_from_here), whose next byte is the next function's entry (the shadow hook
+    __cyg_profile_func_exit there), and that entry's rule (CFA = sp + 8) read the caller from
+    the syscall's function's locals: 0 and 0x2000 were read at those children's exit stops.
+
+    Each condition rules out registers whose IP merely follows a syscall instruction: an
+    interrupt's at a function's entry whose previous function ends with one (orig_ax -1; the
+    soak's hook is such a function, called at every instrumented function's return); those a
+    successful execve or a signal's delivery installed (orig_ax still the syscall's, the IP the
+    new image's entry or the handler, not what ``syscall`` saved in rcx).  ``int $0x80`` saves
+    no IP in a register (ecx is an argument): a compat task's IP after one is taken for its
+    return address on orig_ax and the code alone."""
+    if not regs.in_syscall:
+        return False
+    try:
+        insn = access.read_bytes((regs.ip - 2) & mask, 2)
+    except AccessError:
+        return False
+    return insn == INT80 or insn == SYSCALL and regs.cx == regs.ip
+
+
 def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRules | None], *,
                max_entries: int = UNWIND_MAX_ENTRIES, task_size_max: int = TASK_SIZE_MAX_4LEVEL) -> Trace:
     """Walk with DWARF CFI only.  Same Trace and StopReasons as the kernel model.
@@ -465,6 +502,8 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
     frames.append(Frame(ip, sp, fp, UnwinderType.REGS))
     top_regs = dwarf_regs(regs)
     topmost = True
+    # The topmost IP is looked up at itself, unless it is a system call's return address.
+    top_lookup = (ip - 1) & mask if syscall_return(access, regs, mask) else ip
 
     def check(cfa: int) -> int:
         cfa &= mask
@@ -476,7 +515,7 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
         if len(frames) >= max_entries:
             trace.stop = Stop(StopReason.LIMIT, None, f"{max_entries} entries")
             return trace
-        lookup = ip if topmost else (ip - 1) & mask
+        lookup = top_lookup if topmost else (ip - 1) & mask
         provider = tables_for(lookup)
         if provider is not None and getattr(provider, "arch", arch) is not arch:
             trace.stop = Stop(StopReason.UNSUPPORTED_RULE, ip,
@@ -507,13 +546,10 @@ def unwind_cfi(memory: Memory, regs: UserRegs, tables_for: Callable[[int], CFIRu
         if ra is None:
             trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address undefined (outermost frame)")
             return trace
-        if ra & mask == 0 and not topmost:
+        if ra & mask == 0:
             # A return address of 0 ends the stack as an undefined one does: the outermost
             # frame's caller slot, zeroed (Go's goroutine stacks below runtime.goexit, a thread's
-            # start on some runtimes).  No frame at 0 is another frame of the trace.  Not from the
-            # interrupted IP's own frame: a 0 read there is the walk's failure at its first step
-            # (seen at exit stops in the soak's and forkexec's children, an IP at a leaf's entry
-            # whose CFA slot read 0; not yet understood), which the frame at 0 shows as it did.
+            # start on some runtimes).  No frame at 0 is another frame of the trace.
             trace.stop = Stop(StopReason.END_OF_CHAIN, None, "return address 0 (outermost frame)")
             return trace
         ip, sp, fp = ra & mask, cfa, new_fp & mask

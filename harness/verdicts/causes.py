@@ -175,12 +175,10 @@ def explain(stack: Stack, d: Divergence) -> Divergence:
     if (oracle is None or oracle.generic_causes) and d.kind in (LOST, ENDS, DIFFERS):
         # LOST covers one frame of the oracle's; ENDS and DIFFERS cover the rest of its walk.
         covered = d.want[d.want_index:d.want_index + 1] if d.kind == LOST else d.want[d.want_index:]
-        # A DIFFERS only where the oracle's walk goes on past the divergent frame to a 0: the
-        # divergent frame itself is the one a cause about the oracle's walk looks at (cfi-no-fde:
-        # no FDE for that frame; seen at a forkexec child's exit stop, where CFI read 0x2000 or 0
-        # as the return address of a hook's entry and stopped there).
-        bad = ((ip == 0 for ip in covered[1:]) if d.kind == DIFFERS
-               else (not _task_address(stack, ip) for ip in covered))
+        # A DIFFERS only where the oracle's rest holds a 0: elsewhere its walk went astray at a
+        # frame of its own, and a cause about the oracle's walk (cfi-no-fde: no FDE for that
+        # frame) is about exactly that frame.
+        bad = (ip == 0 for ip in covered) if d.kind == DIFFERS else (not _task_address(stack, ip) for ip in covered)
         if any(bad):
             return d
     for c in CAUSES.values():

@@ -2,7 +2,7 @@
 
 ``tests/data/deliveries/*/delivery.json`` were recorded from real runs
 (``python -m harness.tools.record_deliveries``, host toolchain: fp-spin, signal, threads,
-compat-fp, sframe-v1-nofp): the snapshot the engine took at the stop and the ``stack`` record it
+compat-fp, sframe-v1-nofp; forkexec-syscall-exit with ``--point exit --name forkexec-syscall-exit``): the snapshot the engine took at the stop and the ``stack`` record it
 wrote.  Replayed here on the same program (rebuilt by the host toolchain, checked by a
 sha256 of what it maps), the walk and every oracle give the same frames, stops and verdicts.
 """
@@ -214,3 +214,48 @@ def test_the_loaded_digest_ignores_what_only_debug_info_changes(tmp_path):
 
     assert flipped(note_off, "build-id") == base  # (e_shoff moves with the section headers: not flipped here)
     assert flipped(text_off, "text") != base  # the code is what the digest is about
+
+
+def test_a_child_exiting_in_a_noreturn_syscall_is_walked_from_the_syscall_not_the_next_function():
+    """forkexec's child exits with exit_group from exit_from_here(), whose `syscall` is its last
+    instruction (__builtin_unreachable after it): pt_regs' IP, the address after the syscall, is
+    the first byte of the next function, the shadow hook __cyg_profile_func_exit.  The task is in
+    exit_from_here's frame (CFA = rbp + 16), not at the hook's entry (CFA = rsp + 8, whose slot
+    holds exit_from_here's stale padding: 0 or 0x2000 were read).  Recorded at the exit stop
+    (``record_deliveries --point exit``); CFI must give the frame-pointer walk's callers."""
+    import dataclasses
+
+    from harness.memory import Overlay
+    from harness.oracles.cfi import CFIOracle
+    from harness.unwind.cfi import unwind_cfi
+    from harness.unwind.maps import AddressSpace, FileBackedMemory
+    from harness.unwind.user import unwind_user
+
+    name = "forkexec-syscall-exit-0"
+    snap, record, maps, prog = load(DATA / name / "delivery.json")
+    assert snap.point.name == "exit" and snap.own == "child" and snap.regs.orig_ax == 231  # exit_group
+    path = _program(prog)
+    space = AddressSpace.from_maps(maps, {prog["guest_path"]: path}.get, snap.memory)
+    snap.memory.backing = Overlay(snap.memory.backing, FileBackedMemory(space))  # the code, as replay() reads it
+    oracle = CFIOracle(space, snap.memory)
+    ip = snap.regs.ip
+    assert snap.memory.read(ip - 2, 2) == b"\x0f\x05"  # syscall, the function's last instruction
+    assert oracle.tables(ip).rule_for(ip - 1) != oracle.tables(ip).rule_for(ip)  # two FDEs meet at ip
+    fp = unwind_user(snap.memory, snap.regs)
+    cfi = unwind_cfi(snap.memory, snap.regs, oracle.tables)
+    assert len(fp.ips) >= 4 and cfi.ips[:len(fp.ips)] == fp.ips, (cfi.ips, cfi.stop, fp.ips)
+    # The same registers outside a syscall (an NMI right at the hook's entry, which the hook is:
+    # it is called at every instrumented function's exit) are looked up at the IP itself.
+    at_entry = unwind_cfi(snap.memory, dataclasses.replace(snap.regs, orig_ax=(1 << 64) - 1), oracle.tables)
+    assert at_entry.ips[1] == int.from_bytes(snap.memory.read(snap.regs.sp, 8), "little")
+    # ... and so are those whose IP follows a syscall instruction the task did not return from
+    # (a signal's handler, a new image's entry: rcx is no longer the IP `syscall` saved there).
+    assert snap.regs.cx == ip
+    assert unwind_cfi(snap.memory, dataclasses.replace(snap.regs, cx=0), oracle.tables).ips[1] == at_entry.ips[1]
+    # ... and the whole check, as the engine makes it: CFI walks on to _start, and differs from
+    # the FP walk only where that one ends, in glibc's frameless __libc_start_call_main.
+    _, want, got = _replay(name)
+    assert got["frames"]["cfi"][-1][2].startswith("_start+"), got["frames"]["cfi"]
+    (v,) = [v for v in got["verdicts"] if v["oracle"] == "cfi"]
+    assert [(d["kind"], d["want_index"], d["cause"]) for d in v["divergences"]] == [
+        ("ends", len(fp.ips), "fp-frameless-function")], v

@@ -166,3 +166,25 @@ def test_symbolizer_uses_call_site_for_return_addresses():
     assert sym.name(f0.addr + bias) == f"{f0.name}+0x0"
     if f0.addr + f0.size == f1.addr:  # a return address at the end of f0 is f0's call site
         assert sym.name(f1.addr + bias, return_address=True) == f"{f0.name}+{f0.size:#x}"
+
+
+def test_syscall_return_needs_the_syscall_number_the_instruction_and_its_saved_ip():
+    """The topmost IP is a syscall's return address only for registers of a task in a syscall
+    (orig_ax its number, not -1), with a syscall instruction right before the IP, and for
+    ``syscall`` the IP still the one it saved in rcx; int $0x80 (compat) saves none."""
+    from harness.regs import USER_CS_32
+    from harness.unwind.access import UserAccess
+    from harness.unwind.cfi import syscall_return
+
+    code = 0x401000
+    mem = BufferMemory({code: b"\x90\x0f\x05\x55\x48\x89\xe5" + b"\x90\xcd\x80\x55\x89\xe5"})
+    access = UserAccess(mem)
+    mask = (1 << 64) - 1
+    after = UserRegs(ip=code + 3, cx=code + 3, orig_ax=231)  # exit_group, at the next function's push %rbp
+    assert syscall_return(access, after, mask)
+    assert not syscall_return(access, UserRegs(ip=code + 3, cx=code + 3, orig_ax=mask), mask)  # an interrupt there
+    assert not syscall_return(access, UserRegs(ip=code + 3, cx=0x402000, orig_ax=59), mask)  # execve's new entry
+    assert not syscall_return(access, UserRegs(ip=code + 1, cx=code + 1, orig_ax=0), mask)  # at the syscall: restarted
+    assert not syscall_return(access, UserRegs(ip=0x500000, cx=0x500000, orig_ax=0), mask)  # no code there
+    compat = UserRegs(ip=code + 10, cx=7, orig_ax=1, cs=USER_CS_32)  # int $0x80: ecx is an argument
+    assert syscall_return(UserAccess(mem, 4), compat, 0xFFFFFFFF)
