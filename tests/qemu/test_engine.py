@@ -157,6 +157,14 @@ def _forkexec_syscall(r, sc, records):
     assert r.children >= 1, "no stack of a forked child was checked"
     assert r.at_exit >= 1, "no request was pending at exit (delivered in do_exit)"
     assert r.causes["execve-replaced"] <= r.children
+    # A child at its exit stop is in exit_from_here's exit_group, the function's last instruction
+    # (pt_regs' IP the next function's first byte): CFI walks the callers FP walks, which it did
+    # not while it looked that IP up in the next function's FDE and read a stale slot as the caller.
+    exits = [e for e in records if e["ev"] == "stack" and e["point"] == "exit" and e["own"]]
+    assert exits
+    for e in exits:
+        fp = [f[0] for f in e["frames"]["fp"]]
+        assert len(fp) >= 4 and [f[0] for f in e["frames"]["cfi"]][:len(fp)] == fp, e["frames"]
 
 
 def _signal(r, sc, records):
