@@ -64,6 +64,7 @@ from ..memory import BufferMemory, CapturedMemory, MemoryFault, Overlay
 from ..oracles.base import Oracle, Request, Setup, build_oracles
 from ..regs import UserRegs
 from ..session import Session
+from ..signals import signal_name
 from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
@@ -274,16 +275,19 @@ class Engine:
         start = self._started = time.monotonic()
         self._report()
         s = self.s
-        self._prepare()
-        # What exists now (the binaries' tables, the kernel's symbols, the oracles: hundreds of
-        # thousands of objects) lives as long as the run: out of the collector's sight, so that
-        # an old-generation collection in the loop does not walk it (30-60 ms each, measured).
-        gc.freeze()
-        loop_start = time.monotonic()
+        loop_start = start
         rng = random.Random(self.sc.seed)
         interrupted = False
         limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
         try:
+            # In the try: a guest that dies or hangs while the program starts closes the log
+            # with its end record too.
+            self._prepare()
+            # What exists now (the binaries' tables, the kernel's symbols, the oracles: hundreds of
+            # thousands of objects) lives as long as the run: out of the collector's sight, so that
+            # an old-generation collection in the loop does not walk it (30-60 ms each, measured).
+            gc.freeze()
+            loop_start = time.monotonic()
             while self.result.sampled < self.sc.samples:
                 if self.n_requests >= limit or self.result.stops >= STOPS_PER_REQUEST_LIMIT * limit:
                     self.result.notes.append(
@@ -349,11 +353,12 @@ class Engine:
             if s.target.running:  # left running from a continued request stop (another task's work pending)
                 s.target.interrupt()
             self._flush_pending()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # The log still ends with a record a reader can tell from a cut log, after the
-            # stacks already captured (their checks need no guest).
+            # stacks already captured (their checks need no guest).  A second signal while this
+            # runs raises nothing (harness/signals.py).
             self._process_queue_safely()
-            self.result.errors.append("interrupted (SIGINT)")
+            self.result.errors.append(f"interrupted ({signal_name(exc)})")
             self._end("interrupted")
             self._report(finished=True, interrupted=True)
             # No clean-up in the guest: the session shuts QEMU down next, and a guest stopped
@@ -361,6 +366,12 @@ class Engine:
             interrupted = True
             raise
         except (GuestError, TargetError, ModelError) as exc:
+            # A guest that died or hangs ends the whole run (run_scenarios): its cause, in one
+            # line, is the scenario's first error; the transport's own words follow.
+            lost = None if isinstance(exc, ModelError) else s.machine_lost(exc)
+            if lost:
+                self.result.machine_lost = lost
+                self.result.errors.append(f"the guest is lost: {lost}")
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
             console = s.machine.console
             if console is not None and console.panic:
@@ -374,9 +385,10 @@ class Engine:
                 self._process_queue_safely()
             if not self.result.loop_seconds:
                 self.result.loop_seconds = time.monotonic() - loop_start
-            # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
+            # Clean up in the guest, unless QEMU is gone (a panic) or answers nothing (each step
+            # would wait out its bound): the run's error says so already.
             try:
-                if s.machine.alive() and not interrupted:
+                if s.machine.alive() and not interrupted and not self.result.machine_lost and self.proc is not None:
                     if s.target.running:
                         s.target.interrupt()
                     for a in self.request_points:
@@ -875,8 +887,10 @@ def _comparable(trace: Trace, ev, unwinder: str) -> dict:
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,
                   progress: ProgressCallback | None = None, results: list[Result] | None = None) -> list[Result]:
-    """Run each scenario in turn; on Ctrl-C the interrupted scenario's partial result (its log
-    closed by an "interrupted" end record) is the last one returned, and no further one runs.
+    """Run each scenario in turn; on Ctrl-C (SIGTERM, SIGHUP) the interrupted scenario's partial
+    result (its log closed by an "interrupted" end record) is the last one returned, and no
+    further one runs; so it is after a scenario that lost the guest (``Result.machine_lost``:
+    QEMU died, stopped or went silent; its log closed by an "error" end record naming why).
     ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``).
     ``results``: the list to append to, so a caller keeps what was done even if an interrupt
     escapes (one that lands between scenarios or in a scenario's clean-up)."""
@@ -898,6 +912,8 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
         finally:
             if log:
                 log.close()
+        if engine.result.machine_lost:
+            break  # the guest is gone or hangs: no scenario after this one can run on it
     return results
 
 
