@@ -140,7 +140,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
         write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code,
                                                        "outcome": why}, indent=1))
     except OSError as exc:  # the disk that cut the log short: say so, keep the table printed above
-        print(f"summary.json not written: {exc.strerror or exc}", file=sys.stderr)
+        print(f"summary.json not written: {exc}", file=sys.stderr)  # names the file (write_atomic)
     if junit:
         Path(junit).write_bytes(junit_xml(results))
     report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)
