@@ -32,10 +32,11 @@ import sys
 import traceback
 
 from .commands import build_parser, load
-from .errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE, HarnessError
+from .errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE, HarnessError
 from .progress import install, uninstall
+from .signals import handling, signal_name
 
-__all__ = ["exit_code", "main"]
+__all__ = ["contract_code", "exit_code", "main"]
 
 
 def exit_code(exc: BaseException) -> int | None:
@@ -49,6 +50,18 @@ def exit_code(exc: BaseException) -> int | None:
             return EXIT_INFRA
         return EXIT_USAGE
     return None
+
+
+def contract_code(value) -> int:
+    """What a command's return value (or a ``SystemExit``'s code) exits with, inside the contract:
+    None is 0; 0 to 3 are themselves; any other int (a script's ``sys.exit(7)``, a child's status,
+    a signal's negative number) is 1, a failure that is not the harness's to classify as usage or
+    infrastructure; anything else (``sys.exit("message")``) is 1, as Python exits 1 for it."""
+    if value is None:
+        return EXIT_OK
+    if isinstance(value, int) and EXIT_OK <= value <= EXIT_INFRA:
+        return value
+    return EXIT_FAILURES
 
 
 #: what `harness --help` says first
@@ -66,17 +79,29 @@ def main(argv: list[str] | None = None) -> int:
         pass
     load()
     args = build_parser(DESCRIPTION).parse_args(argv)
+    # SIGINT, SIGTERM and SIGHUP end a command alike, once; a second one is quiet (signals.py).
+    # Without argv this is the process's own command line: it exits next, and a signal during
+    # the interpreter's shutdown is ignored rather than turned into an exit code of 128+N.
+    with handling(restore=argv is not None):
+        return _dispatch(args)
+
+
+def _dispatch(args) -> int:
     try:
         # Progress of long steps on stderr: a live status line on a terminal, plain lines
         # elsewhere (harness/progress.py); gone before anything below is printed.
         renderer = install(sys.stderr)
         try:
-            return args.command.func(args) or EXIT_OK
+            return contract_code(args.command.func(args))
         finally:
             uninstall(renderer)
-    except KeyboardInterrupt:
-        print(f"harness {args.cmd}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"harness {args.cmd}: interrupted ({signal_name(exc)})", file=sys.stderr)
         return EXIT_INFRA
+    except SystemExit as exc:  # a command's own sys.exit(): inside the contract too
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # as Python prints it
+        return contract_code(exc.code)
     except Exception as exc:
         code = exit_code(exc)
         if code is None:
@@ -86,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"harness {args.cmd}: {first}", file=sys.stderr)
         return code
-
 
 if __name__ == "__main__":
     sys.exit(main())

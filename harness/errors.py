@@ -81,7 +81,9 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `UnknownScenario`               scenarios: harness/scenarios/catalog.py
 
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
-which belongs to a test tool that captures snapshots with gdb; and the private control-flow
+which belongs to a test tool that captures snapshots with gdb; ``Interrupted`` of
+:mod:`harness.signals` (a ``KeyboardInterrupt``: SIGTERM and SIGHUP end a run the way Ctrl-C
+does, through every ``except KeyboardInterrupt``); and the private control-flow
 exceptions (names starting with ``_``), which never leave their module.
 ``tests/unit/test_errors.py`` checks that this tree matches the classes.
 """

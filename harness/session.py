@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import platform
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import HarnessError
 from .images.cache import cache_root
 from .images.initramfs import build_initramfs
-from .images.kernel import Kernel, get_kernel
+from .images.kernel import Kernel, check_kernel_choice, get_kernel
 from .images.lock import cache_lock, write_atomic
 from .images.programs import Program, Variant, build_program, user_program
 from .images.qemu import Qemu, resolve_qemu
@@ -30,7 +31,7 @@ from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.affinity import pin_apart, stub_first
-from .transport.errors import StopLeft, TargetError
+from .transport.errors import GuestDied, GuestPanic, GuestTimeout, StopLeft, TargetDied, TargetError, TargetTimeout
 from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.target import ReadResult, Target
 
@@ -82,7 +83,9 @@ class GuestSpec:
     rt: bool = False
 
     def check(self) -> None:
-        """:class:`GuestSpecError` when this guest cannot work as asked (before any boot)."""
+        """:class:`GuestSpecError` when this guest cannot work as asked, and the kernel's
+        :class:`KernelInputError` when it cannot be had (before any boot or download)."""
+        check_kernel_choice(self.kernel, self.kernel_path)
         if not 1 <= self.smp <= MAX_SMP:
             raise GuestSpecError(f"--smp {self.smp}: between 1 and {MAX_SMP} vCPUs")
         if self.memory_mb is not None and self.memory_mb < MEMORY_FLOOR_MB:
@@ -243,6 +246,38 @@ class Session:
             self.target = None
         if self.machine is not None:
             self.machine.close()
+
+    def machine_lost(self, exc: BaseException, settle: float = 2.0) -> str | None:
+        """After ``exc`` (a guest or debugger error), one line naming why this guest cannot go on,
+        or None where it can (a refused or malformed reply: the guest itself is fine).  Whatever
+        the error's own words (a broken pipe, a reset connection), the cause named is the
+        machine's: QEMU killed by a signal or exited, the guest kernel panicked, QEMU stopped
+        (SIGSTOP), or the guest or its gdb stub silent past the bound.  ``settle``: how long a
+        connection that died may wait for QEMU's exit to show (the sockets close a moment
+        before the process is gone)."""
+        m = self.machine
+        if m is None:
+            return None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        died = isinstance(exc, (GuestDied, GuestPanic, TargetDied))
+        deadline = time.monotonic() + (settle if died else 0.0)
+        while m.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gone = m.exit_cause()
+        panic = m.console.panic if m.console is not None else None
+        if panic:
+            return f"the guest kernel failed: {panic}" + (f" (QEMU {gone})" if gone else "")
+        if gone:
+            return f"QEMU {gone}"
+        state = m.process_state()
+        if state in ("T", "t"):
+            by = "SIGSTOP or a job-control signal" if state == "T" else "a tracer"
+            return f"QEMU (pid {m.pid}) is stopped ({by}) and answers nothing: {first}"
+        if isinstance(exc, (TargetTimeout, GuestTimeout)):
+            return f"the guest stopped answering: {first}"
+        if died:
+            return f"the guest's connection is gone: {first}"
+        return None
 
     def describe(self) -> dict:
         """What this run ran on: recorded with every run's results."""

@@ -99,6 +99,7 @@ def cmd_kernel_diff(args) -> int:
     if not ok:
         return skip(kernel.release or kernel.package, why)
     spec = guest_spec(args, programs_for(scenarios) + [PERFCC])
+    spec.check()  # --smp, --mem: before the run directory is made
     out = new_run_dir(args.out, suffix="-kernel-diff")  # unique and claimed, as harness run's
     total = Summary(args.profile)
     results: list[KernelDiffResult] = []

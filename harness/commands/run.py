@@ -20,6 +20,8 @@ from ..report.text import run_lines
 from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
 from ..scenarios.engine import run_scenarios
 from ..session import Session
+from ..signals import signal_name
+from ..transport.errors import GuestError, TargetError
 from . import UsageError, arg, command, positive_float, positive_int
 from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
 from .kernel_diff import cmd_kernel_diff
@@ -77,7 +79,21 @@ def cmd_run(args) -> int:
     return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report)
 
 
+def check_outputs(spec, junit: str | None) -> None:
+    """Every input that can be checked before the run directory is made (exit 2, and no empty
+    runs/TIMESTAMP left behind): the guest asked for (--kernel, --kernel-path, --smp, --mem)
+    and where --junit-xml will go (written after the whole run: a typo there must not cost it)."""
+    spec.check()
+    if junit:
+        path = Path(junit)
+        if path.is_dir():
+            raise UsageError(f"--junit-xml {junit}: is a directory")
+        if not path.parent.is_dir():
+            raise UsageError(f"--junit-xml {junit}: no directory {path.parent}")
+
+
 def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False) -> int:
+    check_outputs(spec, junit)
     out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
     results: list = []
     facts: dict = {}
@@ -88,30 +104,43 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
             for sc in scenarios:
                 print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
             run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Interrupted outside a scenario's own handling (booting, between scenarios, in a
         # clean-up): what was done is still reported below, and the exit code says interrupted.
         if not results:
             raise
         if not results[-1].errors:
-            results[-1].errors.append("interrupted (SIGINT)")
+            results[-1].errors.append(f"interrupted ({signal_name(exc)})")
     except LogWriteError as exc:
         # A full disk: the log keeps its whole lines, and the table below still shows what was
         # checked before it filled up (the exit code says infrastructure).
         if not results:
             raise
         results[-1].errors.append(str(exc))
+    except (GuestError, TargetError) as exc:
+        # The guest lost outside a scenario's own handling (between two scenarios): reported as
+        # one that lost it inside.
+        if not results:
+            raise
+        lost = sess.machine_lost(exc) or str(exc).strip().splitlines()[0]
+        results[-1].machine_lost = results[-1].machine_lost or lost
+        results[-1].errors.append(f"the guest is lost: {lost}")
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
     for line in run_lines(results, out):
         print(line)
     code, why = run_exit_code(results)
-    if len(results) < len(scenarios):
+    lost = next((r for r in results if r.machine_lost), None)
+    if lost is not None:
+        # One line naming the cause: the guest died or hangs, and the run ended at once.
+        code, why = EXIT_INFRA, (f"{lost.scenario.name}: {lost.machine_lost}; the run ended after "
+                                 f"{len(results)} of {len(scenarios)} scenario(s)")
+    elif len(results) < len(scenarios):
         code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
     try:
         write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code,
                                                        "outcome": why}, indent=1))
     except OSError as exc:  # the disk that cut the log short: say so, keep the table printed above
-        print(f"summary.json not written: {exc.strerror or exc}", file=sys.stderr)
+        print(f"summary.json not written: {exc}", file=sys.stderr)  # names the file (write_atomic)
     if junit:
         Path(junit).write_bytes(junit_xml(results))
     report_args = argparse.Namespace(run_dir=str(out), format="html", output=None, quiet=False)

@@ -90,6 +90,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
+from .. import signals
 from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
 from ..verdicts.types import KINDS as DIVERGENCE_KINDS
 from ..verdicts.types import VERDICTS
@@ -213,24 +214,33 @@ class EventLog:
         if allowed is None or not allowed.issuperset(fields):
             raise ValueError(f"a {ev!r} record with fields {sorted(fields)} is not declared in RECORDS "
                              f"(harness/deferred/log.py): declare it there, where the reader finds it")
-        self.seq += 1
-        event = {"seq": self.seq, "ev": ev, **fields}
-        line = json.dumps(event, separators=(",", ":"))
-        if ev == "end":  # the lines before it and its own line without the digest
-            digest = self._digest.copy()
-            digest.update(line.encode() + b"\n")
-            event["digest"] = digest.hexdigest()
+        # One record is counted and written whole or not at all: a Ctrl-C (SIGTERM) that comes
+        # in here is raised once it is written (harness/signals.py), else the seq counted for a
+        # line never written leaves the log a gap its reader refuses (seen: seq 1362, then the
+        # "interrupted" end record with seq 1364).
+        guard = signals.STATE
+        guard.enter()
+        try:
+            self.seq += 1
+            event = {"seq": self.seq, "ev": ev, **fields}
             line = json.dumps(event, separators=(",", ":"))
-        self._digest.update(line.encode() + b"\n")
-        if self.fp is not None:
-            self.fp.write(line + "\n")
-            self.fp.flush()
-        if self.keep:
-            self.events.append(event)
-        if ev == "stack":
-            self.stacks += 1
-            self.failures += stack_failed(event)
-            self.causes.update(stack_causes(event))
+            if ev == "end":  # the lines before it and its own line without the digest
+                digest = self._digest.copy()
+                digest.update(line.encode() + b"\n")
+                event["digest"] = digest.hexdigest()
+                line = json.dumps(event, separators=(",", ":"))
+            self._digest.update(line.encode() + b"\n")
+            if self.fp is not None:
+                self.fp.write(line + "\n")
+                self.fp.flush()
+            if self.keep:
+                self.events.append(event)
+            if ev == "stack":
+                self.stacks += 1
+                self.failures += stack_failed(event)
+                self.causes.update(stack_causes(event))
+        finally:
+            guard.leave()
         return event
 
     def end(self, reason: str = "complete", *, requests: int | None = None, errors: Iterable[str] = ()) -> dict:

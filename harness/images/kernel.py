@@ -57,12 +57,21 @@ class KernelInputError(ImageError):
     exit_code = EXIT_USAGE  # bad input
 
 
+def check_kernel_choice(name: str = "default", path: str | None = None) -> None:
+    """:class:`KernelInputError` for a kernel that cannot be had, found without fetching or
+    reading anything (a command checks it before it makes a run directory)."""
+    if path:
+        if not Path(path).is_file():
+            raise KernelInputError(f"--kernel-path {path}: no such file")
+    elif name not in KERNELS:
+        raise KernelInputError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)} or --kernel PATH")
+
+
 def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
     """Resolve, fetch (cached) and unpack a kernel; ``path`` takes a user bzImage or vmlinux."""
+    check_kernel_choice(name, path)
     if path:
         return _user_kernel(Path(path))
-    if name not in KERNELS:
-        raise KernelInputError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)} or --kernel PATH")
     suite, meta = KERNELS[name]
     apt = PrivateApt()
     pkg = _resolve(apt, suite, meta)

@@ -210,7 +210,11 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # A full disk says "[Errno 28] No space left on device" at the write or the close,
+            # with no file: this names the one that was being written.
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise

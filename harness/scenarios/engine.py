@@ -64,6 +64,7 @@ from ..memory import BufferMemory, CapturedMemory, MemoryFault, Overlay
 from ..oracles.base import Oracle, Request, Setup, build_oracles
 from ..regs import UserRegs
 from ..session import Session
+from ..signals import signal_name
 from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
@@ -274,16 +275,19 @@ class Engine:
         start = self._started = time.monotonic()
         self._report()
         s = self.s
-        self._prepare()
-        # What exists now (the binaries' tables, the kernel's symbols, the oracles: hundreds of
-        # thousands of objects) lives as long as the run: out of the collector's sight, so that
-        # an old-generation collection in the loop does not walk it (30-60 ms each, measured).
-        gc.freeze()
-        loop_start = time.monotonic()
+        loop_start = start
         rng = random.Random(self.sc.seed)
         interrupted = False
         limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
         try:
+            # In the try: a guest that dies or hangs while the program starts closes the log
+            # with its end record too.
+            self._prepare()
+            # What exists now (the binaries' tables, the kernel's symbols, the oracles: hundreds of
+            # thousands of objects) lives as long as the run: out of the collector's sight, so that
+            # an old-generation collection in the loop does not walk it (30-60 ms each, measured).
+            gc.freeze()
+            loop_start = time.monotonic()
             while self.result.sampled < self.sc.samples:
                 if self.n_requests >= limit or self.result.stops >= STOPS_PER_REQUEST_LIMIT * limit:
                     self.result.notes.append(
@@ -349,11 +353,12 @@ class Engine:
             if s.target.running:  # left running from a continued request stop (another task's work pending)
                 s.target.interrupt()
             self._flush_pending()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # The log still ends with a record a reader can tell from a cut log, after the
-            # stacks already captured (their checks need no guest).
+            # stacks already captured (their checks need no guest).  A second signal while this
+            # runs raises nothing (harness/signals.py).
             self._process_queue_safely()
-            self.result.errors.append("interrupted (SIGINT)")
+            self.result.errors.append(f"interrupted ({signal_name(exc)})")
             self._end("interrupted")
             self._report(finished=True, interrupted=True)
             # No clean-up in the guest: the session shuts QEMU down next, and a guest stopped
@@ -361,6 +366,12 @@ class Engine:
             interrupted = True
             raise
         except (GuestError, TargetError, ModelError) as exc:
+            # A guest that died or hangs ends the whole run (run_scenarios): its cause, in one
+            # line, is the scenario's first error; the transport's own words follow.
+            lost = None if isinstance(exc, ModelError) else s.machine_lost(exc)
+            if lost:
+                self.result.machine_lost = lost
+                self.result.errors.append(f"the guest is lost: {lost}")
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
             console = s.machine.console
             if console is not None and console.panic:
@@ -374,9 +385,10 @@ class Engine:
                 self._process_queue_safely()
             if not self.result.loop_seconds:
                 self.result.loop_seconds = time.monotonic() - loop_start
-            # Clean up in the guest, unless QEMU is gone (a panic): the run's error says so already.
+            # Clean up in the guest, unless QEMU is gone (a panic) or answers nothing (each step
+            # would wait out its bound): the run's error says so already.
             try:
-                if s.machine.alive() and not interrupted:
+                if s.machine.alive() and not interrupted and not self.result.machine_lost and self.proc is not None:
                     if s.target.running:
                         s.target.interrupt()
                     for a in self.request_points:
@@ -790,14 +802,6 @@ class Engine:
         if len({x.trace for x in d.delivered}) != 1:
             problems.append(f"pid {task.pid}: tracers got different traces in one entry")
         own = snap.own
-        if own is None:
-            r.foreign += 1
-        else:
-            r.tasks.add(task.pid)
-            r.children += own == "child"
-            r.at_exit += point.kind == "exit"
-            if trace.stop.reason is StopReason.LIMIT:
-                r.truncated += 1
         ev = self.checker.evaluate(snap, {self.sc.unwinder: trace})
         problems += ev.problems
         if snap.memory.misses:
@@ -814,17 +818,6 @@ class Engine:
                                 f"live {_short(snap.expected.get(first))})")
                 r.problems.append(problems[-1])
         frames, stops, verdicts = ev.frames, ev.stops, ev.verdicts
-        for v in verdicts:
-            r.pairs[(v.oracle, v.verdict)] += 1
-            if v.verdict == NOT_CHECKED:
-                r.not_checked[(v.oracle, v.reason)] += 1
-            for dv in v.divergences:
-                if dv.cause:
-                    r.causes[dv.cause] += 1
-                    # another task (init's shell, a kernel thread's user) is no program of the
-                    # scenario's: its facts are unknown, only the program's stacks are declared
-                    if own is not None and r.declared is not None and dv.cause not in r.declared:
-                        r.undeclared[dv.cause] += 1
         entry, epoch = d.delivered[-1].entry, d.delivered[-1].epoch  # one entry: that of the task work
         ev.problems = problems
         records = ev.records(self.sc.unwinder)
@@ -836,7 +829,29 @@ class Engine:
             frames=frames, stops=stops, verdicts=records)
         if self.keep_snapshots:
             self.snapshots.append((snap, rec))
-        r.stacks += 1  # counted with its record: the end record's count is the log's
+        # Counted once its record is written, all of them together: a full disk that refuses
+        # the record leaves the table's stacks and its oracle and cause columns agreeing with
+        # the log (they were 43 stacks beside 44 verdicts per oracle on a 200 KiB disk).
+        r.stacks += 1  # the end record's count is the log's
+        if own is None:
+            r.foreign += 1
+        else:
+            r.tasks.add(task.pid)
+            r.children += own == "child"
+            r.at_exit += point.kind == "exit"
+            if trace.stop.reason is StopReason.LIMIT:
+                r.truncated += 1
+        for v in verdicts:
+            r.pairs[(v.oracle, v.verdict)] += 1
+            if v.verdict == NOT_CHECKED:
+                r.not_checked[(v.oracle, v.reason)] += 1
+            for dv in v.divergences:
+                if dv.cause:
+                    r.causes[dv.cause] += 1
+                    # another task (init's shell, a kernel thread's user) is no program of the
+                    # scenario's: its facts are unknown, only the program's stacks are declared
+                    if own is not None and r.declared is not None and dv.cause not in r.declared:
+                        r.undeclared[dv.cause] += 1
         if problems or any(v.failed for v in verdicts):
             r.failed_stacks += 1
             if len(r.failures) < FAILURES_KEPT:
@@ -875,8 +890,10 @@ def _comparable(trace: Trace, ev, unwinder: str) -> dict:
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,
                   progress: ProgressCallback | None = None, results: list[Result] | None = None) -> list[Result]:
-    """Run each scenario in turn; on Ctrl-C the interrupted scenario's partial result (its log
-    closed by an "interrupted" end record) is the last one returned, and no further one runs.
+    """Run each scenario in turn; on Ctrl-C (SIGTERM, SIGHUP) the interrupted scenario's partial
+    result (its log closed by an "interrupted" end record) is the last one returned, and no
+    further one runs; so it is after a scenario that lost the guest (``Result.machine_lost``:
+    QEMU died, stopped or went silent; its log closed by an "error" end record naming why).
     ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``).
     ``results``: the list to append to, so a caller keeps what was done even if an interrupt
     escapes (one that lands between scenarios or in a scenario's clean-up)."""
@@ -898,6 +915,8 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
         finally:
             if log:
                 log.close()
+        if engine.result.machine_lost:
+            break  # the guest is gone or hangs: no scenario after this one can run on it
     return results
 
 

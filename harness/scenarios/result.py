@@ -58,6 +58,9 @@ class Result:
     loop_seconds: float = 0.0  # the sampling loop alone (no program start, no log check)
     invariant_violations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: why the guest could not go on after this scenario's error (QEMU killed, stopped, silent),
+    #: in one line: the whole run ends here (run_scenarios runs no further scenario)
+    machine_lost: str | None = None
     notes: list[str] = field(default_factory=list)  # why sampling ended early, and the like
     sampled: int = 0  # requests that landed on the program's tasks
     continued: int = 0  # request stops the guest left at once (Target.plan_continue)

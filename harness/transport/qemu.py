@@ -47,6 +47,7 @@ from pathlib import Path
 
 import pexpect
 
+from .. import signals
 from ..images.qemu import resolve_qemu
 from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
@@ -882,6 +883,31 @@ class Machine:
     def alive(self) -> bool:
         return bool(self.child and self.child.isalive())
 
+    def exit_cause(self) -> str | None:
+        """How QEMU ended, once it has ("was killed by signal 9 (SIGKILL)", "exited with status
+        1"), else None (it runs, or never started)."""
+        if self.child is None or self.child.isalive():
+            return None
+        sig = self.child.signalstatus
+        if sig:
+            try:
+                name = f" ({signal.Signals(sig).name})"
+            except ValueError:
+                name = ""
+            return f"was killed by signal {sig}{name}"
+        return f"exited with status {self.child.exitstatus}"
+
+    def process_state(self) -> str | None:
+        """QEMU's state as the host's scheduler sees it (/proc/PID/stat: R running, S asleep,
+        T stopped by a signal, t stopped by a tracer, Z a zombie), or None when it is gone."""
+        if self.child is None or not self.child.isalive():
+            return None
+        try:
+            stat = Path(f"/proc/{self.child.pid}/stat").read_text()
+        except OSError:
+            return None
+        return stat[stat.rindex(")") + 2:].split(" ", 1)[0]  # after "(comm)", which may hold spaces
+
     def close(self, timeout: float = 5.0) -> None:
         """QMP quit, a bounded wait, then SIGTERM and SIGKILL; always reaps the process."""
         if self._nmi is not None:
@@ -889,7 +915,10 @@ class Machine:
             self._nmi = None
         if self.child is not None:
             quit_sent = False
-            if self.child.isalive() and self.qmp is not None:
+            # A second Ctrl-C (or a QEMU stopped by SIGSTOP, which answers nothing): no polite
+            # quit to wait for; SIGKILL ends even a stopped process.
+            hurry = signals.STATE.hurry or self.process_state() in ("T", "t")
+            if self.child.isalive() and self.qmp is not None and not hurry:
                 try:
                     self.qmp.settimeout(2)
                     self.qmp.cmd("quit")
@@ -901,7 +930,7 @@ class Machine:
             deadline = time.monotonic() + (timeout if quit_sent else 0.0)
             while self.child.isalive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            for sig in (signal.SIGTERM, signal.SIGKILL):
+            for sig in (signal.SIGKILL,) if hurry else (signal.SIGTERM, signal.SIGKILL):
                 if not self.child.isalive():
                     break
                 try:

@@ -309,13 +309,16 @@ class RspTarget(Target):
         self._plan: tuple[int, list[int]] | None = None
         #: length of a 'g' answer -> (struct, register names) (:meth:`_parse_g`)
         self._g_layout: dict[int, tuple[struct.Struct, list[str]]] = {}
+        #: time.monotonic() of the last bytes from the stub (a timeout says how long it has been silent)
+        self.last_heard = time.monotonic()
         self._handshake()
 
     # -- packet I/O ----------------------------------------------------------------------------
     def _recv_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes from the stub and take them."""
         if not wait_readable(self._fd, deadline - time.monotonic()):
-            raise TargetTimeout("no reply from the gdb stub")
+            raise TargetTimeout(f"no reply from the gdb stub (nothing from it for "
+                                f"{time.monotonic() - self.last_heard:.0f}s)")
         self._read_now()
 
     def _read_now(self) -> bool:
@@ -328,6 +331,7 @@ class RspTarget(Target):
             return False
         if not data:
             raise TargetDied("the gdb stub closed the connection (QEMU gone?)")
+        self.last_heard = time.monotonic()
         self.reader.feed(data)
         return True
 

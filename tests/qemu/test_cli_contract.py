@@ -1,5 +1,6 @@
 """The command line on a real guest, as CI runs it: exit codes, JUnit XML, summary.json, and Ctrl-C
-(SIGINT) ending a run with its partial table and a log closed by an "interrupted" end record."""
+(SIGINT), SIGTERM and SIGHUP ending a run with its partial table and a log closed by an
+"interrupted" end record; a QEMU killed or stopped under a run ending the whole run at once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import junitparser
 import pytest
@@ -81,3 +84,136 @@ def test_sigint_ends_the_run_with_its_partial_table_and_exit_3(tmp_path):
     assert end["ev"] == "end" and end["reason"] == "interrupted" and end["stacks"] >= 1
     assert not (out / "fp-syscall.jsonl").exists()  # the next scenario never started
     assert json.loads((out / "summary.json").read_text())["exit_code"] == 3
+
+
+# -- a guest that dies or hangs, and signals: the whole run ends at once, and well --------------
+
+def _start_run(out):
+    """`harness run fp-spin fp-syscall` (far more samples than it will take) and the pid of its
+    QEMU (a child of this harness, never another's), once fp-spin has checked a stack."""
+    from tests.support.procs import children, cmdline
+
+    log = out / "fp-spin.jsonl"
+    p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and p.poll() is None:
+        if log.exists() and '"ev":"stack"' in log.read_text():
+            break
+        time.sleep(0.5)
+    if p.poll() is not None or not (log.exists() and '"ev":"stack"' in log.read_text()):
+        p.kill()
+        pytest.fail(f"no stack delivered within 300 s: {p.communicate()}")
+    qemu = [c for c in children(p.pid) if any("qemu-system" in a for a in cmdline(c))]
+    assert len(qemu) == 1, [(c, cmdline(c)[:3]) for c in children(p.pid)]
+    return p, qemu[0]
+
+
+def _finish(p, within: float = 120):
+    """stdout and stderr of the run once it ends; a run that does not end within ``within``
+    seconds (a generous bound: the point is that it ends) is a failure, with where it is stuck."""
+    try:
+        return p.communicate(timeout=within)
+    except subprocess.TimeoutExpired:
+        os.kill(p.pid, signal.SIGUSR1)
+        time.sleep(2)
+        p.kill()
+        stdout, stderr = p.communicate()
+        pytest.fail(f"the run did not end within {within} s; stderr:\n{stderr[-6000:]}")
+
+
+def _ended_well(p, out, qemu: int, stdout: str, stderr: str, reason: str) -> dict:
+    """What every such end leaves: rc 3, the table, summary.json, each log closed by an end
+    record that says why and that harness check reads, no QEMU and no guest directory left,
+    and the next scenario never started."""
+    from harness.deferred.log import read_events
+    from harness.transport.qemu import WORKDIR_PREFIX
+    from tests.support.procs import gone
+
+    assert p.returncode == 3, stdout[-3000:] + stderr[-3000:]
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-6000:]
+    assert "fp-spin" in stdout and "stacks" in stdout  # the table of what was done
+    last = stdout.rstrip().splitlines()[-1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exit_code"] == 3 and summary["outcome"] == last.split(": ", 1)[1]
+    assert [s["name"] for s in summary["scenarios"]] == ["fp-spin"]
+    assert not (out / "fp-syscall.jsonl").exists()
+    lines = (out / "fp-spin.jsonl").read_text().splitlines()
+    events = list(read_events(lines))  # structurally sound: header, seqs, types, digest
+    end = events[-1]
+    assert end["ev"] == "end" and end["reason"] == reason and end["errors"], end
+    deadline = time.monotonic() + 10
+    while not gone(qemu) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(qemu), "QEMU outlived the run"
+    left = [d for d in Path(tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*")
+            if (d / "owner").exists() and (d / "owner").read_text().strip() == str(p.pid)]
+    assert not left, left
+    return end
+
+
+def test_qemu_killed_mid_run_ends_the_whole_run_with_its_cause(tmp_path):
+    out = tmp_path / "run"
+    p, qemu = _start_run(out)
+    try:
+        os.kill(qemu, signal.SIGKILL)
+        stdout, stderr = _finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    end = _ended_well(p, out, qemu, stdout, stderr, "error")
+    last = stdout.rstrip().splitlines()[-1]
+    assert last.startswith("exit 3: fp-spin: QEMU was killed by signal 9 (SIGKILL)"), last
+    assert "after 1 of 2 scenario(s)" in last
+    assert end["errors"][0] == "the guest is lost: QEMU was killed by signal 9 (SIGKILL)"
+
+
+def test_qemu_stopped_mid_run_ends_the_whole_run_within_its_bound(tmp_path):
+    out = tmp_path / "run"
+    p, qemu = _start_run(out)
+    try:
+        os.kill(qemu, signal.SIGSTOP)
+        # The stub's bounds (a stop within 15 s, an answer to the interrupt within 5 s) and
+        # QEMU's shutdown; 120 s is generous on a loaded machine: what is asserted is that it ends.
+        stdout, stderr = _finish(p, within=120)
+    finally:
+        if p.poll() is None:
+            os.kill(qemu, signal.SIGCONT)
+            p.kill()
+    end = _ended_well(p, out, qemu, stdout, stderr, "error")
+    last = stdout.rstrip().splitlines()[-1]
+    assert last.startswith(f"exit 3: fp-spin: QEMU (pid {qemu}) is stopped"), last
+    assert "answers nothing" in end["errors"][0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_end_a_run_as_sigint_does(sig, tmp_path):
+    out = tmp_path / "run"
+    p, qemu = _start_run(out)
+    try:
+        os.kill(p.pid, sig)
+        stdout, stderr = _finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    end = _ended_well(p, out, qemu, stdout, stderr, "interrupted")
+    name = signal.Signals(sig).name
+    assert end["errors"] == [f"interrupted ({name})"]
+    assert stdout.rstrip().splitlines()[-1] == "exit 3: interrupted after 1 of 2 scenario(s)"
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.5])
+def test_a_second_signal_during_the_clean_up_ends_it_quietly(delay, tmp_path):
+    out = tmp_path / "run"
+    p, qemu = _start_run(out)
+    try:
+        os.kill(p.pid, signal.SIGINT)
+        time.sleep(delay)
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGTERM)
+        stdout, stderr = _finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    _ended_well(p, out, qemu, stdout, stderr, "interrupted")

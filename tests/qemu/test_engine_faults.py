@@ -3,6 +3,7 @@ and sampling at a fixed NMI rate.  The run records what happened and the log kee
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import time
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from harness.deferred.check import check_lines
+from harness.deferred.log import JsonlFile, LogWriteError
 from harness.images.programs import Variant
 from harness.scenarios.catalog import CATALOG, Scenario, programs_for
 from harness.scenarios.engine import Engine
@@ -80,3 +82,39 @@ def test_sampling_at_a_fixed_rate(guest_pool):
         r = Engine(sess, sc).run()
     assert not r.errors and not r.failures
     assert r.loop_seconds >= 19 / 20.0  # 20 NMIs at 20 per second take about a second
+
+
+class SmallDisk(JsonlFile):
+    """A log on a disk that fills up at a stack record past its first ``limit`` lines: the
+    record is refused as JsonlFile refuses one on ENOSPC (tmpfs of 200 KiB, without root)."""
+
+    def __init__(self, path, limit: int):
+        super().__init__(path)
+        self.limit = limit
+
+    def write(self, text: str) -> int:
+        if self.failed is None and self.lines >= self.limit and '"ev":"stack"' in text:
+            self.failed = LogWriteError(f"cannot write {self.path}: No space left on device")
+            raise self.failed
+        return super().write(text)
+
+
+@pytest.mark.pool_guest(POOL_GUESTS[0])
+def test_a_full_disk_leaves_the_counts_agreeing_with_the_log(tmp_path, guest_pool):
+    sc = dataclasses.replace(CATALOG["fp-spin"], samples=60)
+    log = SmallDisk(tmp_path / "fp-spin.jsonl", limit=150)
+    with guest_pool.take(GuestSpec(programs=programs_for([sc]))) as sess:
+        engine = Engine(sess, sc, log)
+        with pytest.raises(LogWriteError):
+            engine.run()
+    log.close()
+    r = engine.result
+    records = [json.loads(line) for line in (tmp_path / "fp-spin.jsonl").read_text().splitlines()]
+    stacks = [e for e in records if e["ev"] == "stack"]
+    assert stacks and r.stacks == len(stacks)  # the refused record is not counted
+    for oracle in r.oracles:  # each oracle's columns: the stacks it judged, those of the log
+        assert sum(n for (o, _), n in r.pairs.items() if o == oracle) == r.stacks, (oracle, r.pairs)
+    logged = collections.Counter(dv["cause"] for e in stacks for v in e["verdicts"]
+                                 for dv in v.get("divergences", []) if dv["cause"])
+    assert r.causes == logged
+    assert r.own_stacks == sum(e["own"] is not None for e in stacks)

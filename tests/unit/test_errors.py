@@ -16,6 +16,7 @@ from harness.errors import HarnessError
 # Public exception classes knowingly left outside the tree, with the reason.
 OUTSIDE = {
     "harness.tools.capture_gdb.CaptureError": "a RuntimeError of the gdb snapshot-capture test tool",
+    "harness.signals.Interrupted": "a KeyboardInterrupt: SIGTERM and SIGHUP take Ctrl-C's way out of a run",
 }
 
 
