@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TargetDied, TargetError, TargetTimeout
-from .fdio import nonblocking, read_now, wait_readable, write_all
+from .fdio import READ_SIZE, nonblocking, read_now, wait_readable, write_all
 from .target import SIGTRAP, ReadResult, Stop, Target
 
 #: bytes per ``m`` packet when the stub names no PacketSize (QEMU 7.2's limit)
@@ -318,18 +318,18 @@ class RspTarget(Target):
             raise TargetTimeout("no reply from the gdb stub")
         self._read_now()
 
-    def _read_now(self) -> bool:
-        """Take what the stub has sent, without waiting: False when nothing was there."""
+    def _read_now(self) -> int:
+        """Take what the stub has sent, without waiting: the bytes taken, 0 when nothing was there."""
         try:
             data = read_now(self._fd)
         except OSError as exc:
             raise TargetDied(f"gdb stub connection failed: {exc}") from exc
         if data is None:
-            return False
+            return 0
         if not data:
             raise TargetDied("the gdb stub closed the connection (QEMU gone?)")
         self.reader.feed(data)
-        return True
+        return len(data)
 
     def _take(self) -> bytes | None:
         """The next answer already received, or None when more bytes are needed.  The OKs of
@@ -717,7 +717,9 @@ class RspTarget(Target):
         socket): what QMP's query-status says, without a QMP round trip."""
         if not self.running:
             return True
-        while self._read_now():  # what has arrived, without a wait: one syscall when nothing has
+        # What has arrived, without a wait: one syscall, unless it filled the read (a read that
+        # took less took all there was; reading on until EAGAIN was a syscall more, 2 a trace).
+        while self._read_now() == READ_SIZE:
             pass
         payload = self._take()  # past the OKs of the lazy commands written with the continue
         if payload is None:
