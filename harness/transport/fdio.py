@@ -26,7 +26,11 @@ def nonblocking(sock: socket.socket) -> int:
     return fd
 
 
-def read_now(fd: int, size: int = 65536) -> bytes | None:
+#: bytes one :func:`read_now` takes at most: a read that got fewer took all there was
+READ_SIZE = 65536
+
+
+def read_now(fd: int, size: int = READ_SIZE) -> bytes | None:
     """What has arrived, without waiting: None when nothing has, b"" at the end of the stream."""
     try:
         return os.read(fd, size)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TargetDied, TargetError, TargetTimeout
-from .fdio import nonblocking, read_now, wait_readable, write_all
+from .fdio import READ_SIZE, nonblocking, read_now, wait_readable, write_all
 from .target import SIGTRAP, ReadResult, Stop, Target
 
 #: bytes per ``m`` packet when the stub names no PacketSize (QEMU 7.2's limit)
@@ -321,19 +321,19 @@ class RspTarget(Target):
                                 f"{time.monotonic() - self.last_heard:.0f}s)")
         self._read_now()
 
-    def _read_now(self) -> bool:
-        """Take what the stub has sent, without waiting: False when nothing was there."""
+    def _read_now(self) -> int:
+        """Take what the stub has sent, without waiting: the bytes taken, 0 when nothing was there."""
         try:
             data = read_now(self._fd)
         except OSError as exc:
             raise TargetDied(f"gdb stub connection failed: {exc}") from exc
         if data is None:
-            return False
+            return 0
         if not data:
             raise TargetDied("the gdb stub closed the connection (QEMU gone?)")
         self.last_heard = time.monotonic()
         self.reader.feed(data)
-        return True
+        return len(data)
 
     def _take(self) -> bytes | None:
         """The next answer already received, or None when more bytes are needed.  The OKs of
@@ -605,7 +605,24 @@ class RspTarget(Target):
                 n = min(end - cur, PAGE_SIZE - cur % PAGE_SIZE, self.max_read)
                 pieces.append((i, cur, n))
                 cur += n
-        cmds = [f"m{a:x},{n:x}".encode() for _, a, n in pieces]
+        # Pieces that overlap or touch within one page, one after the other, share one packet:
+        # the per-CPU current task and top of stack, 8 bytes apart, are read with every stop's
+        # registers (2 packets a trace fewer for the stub to answer and for us to take apart).
+        # Within a page a read faults whole, so the shared packet says for each piece what its
+        # own would have.
+        spans: list[list[int]] = []  # [lo, hi) of each packet
+        where: list[int] = []  # the packet of each piece
+        for _, a, n in pieces:
+            if spans:
+                lo, hi = spans[-1]
+                if (a - a % PAGE_SIZE == lo - lo % PAGE_SIZE and a <= hi and lo <= a + n
+                        and max(hi, a + n) - min(lo, a) <= self.max_read):
+                    spans[-1] = [min(lo, a), max(hi, a + n)]
+                    where.append(len(spans) - 1)
+                    continue
+            spans.append([a, a + n])
+            where.append(len(spans) - 1)
+        cmds = [f"m{lo:x},{hi - lo:x}".encode() for lo, hi in spans]
         # Batches small enough that our requests always fit in the socket's buffer while the
         # stub's answers wait in ours (neither side can then block the other).
         batches = [[first] if first is not None else []]
@@ -619,8 +636,25 @@ class RspTarget(Target):
                 replies += self._pipeline(batch, None if first is not None and k == 0 else "m",
                                           tail if k == len(batches) - 1 else [])
         head = replies.pop(0) if first is not None else None
+        if len(spans) < len(pieces):
+            replies = self._split(pieces, spans, where, replies)
         results = self._assemble(ranges, pieces, replies)
         return results if first is None else (head, results)
+
+    @staticmethod
+    def _split(pieces, spans, where, replies) -> list[bytes]:
+        """Each piece's answer from that of the packet it shared (:meth:`_read_many`): its part
+        of the hex, or, where the packet failed, an answer :meth:`_assemble` takes for a fault."""
+        out = []
+        for (_, a, n), k in zip(pieces, where, strict=True):
+            (lo, hi), reply = spans[k], replies[k]
+            if a == lo and a + n == hi:
+                out.append(reply)
+            elif reply.startswith(b"E") and len(reply) == 3 or len(reply) != 2 * (hi - lo):
+                out.append(b"")  # never 2 * n hex digits: a fault
+            else:
+                out.append(reply[2 * (a - lo):2 * (a - lo + n)])
+        return out
 
     @staticmethod
     def _assemble(ranges, pieces, replies) -> list[ReadResult]:
@@ -721,7 +755,9 @@ class RspTarget(Target):
         socket): what QMP's query-status says, without a QMP round trip."""
         if not self.running:
             return True
-        while self._read_now():  # what has arrived, without a wait: one syscall when nothing has
+        # What has arrived, without a wait: one syscall, unless it filled the read (a read that
+        # took less took all there was; reading on until EAGAIN was a syscall more, 2 a trace).
+        while self._read_now() == READ_SIZE:
             pass
         payload = self._take()  # past the OKs of the lazy commands written with the continue
         if payload is None:

@@ -91,6 +91,20 @@ def test_read_many_is_one_round_trip_with_every_answer(target):
     assert t.sent["m"] >= pieces
 
 
+def test_reads_that_touch_in_one_page_share_a_packet_and_each_gets_its_own_answer(target):
+    stub, t = target
+    before = t.sent["m"]
+    ranges = [(0x5018, 8), (0x5010, 8), (0x5014, 0x10), (0x5030, 4), (0x6000, 8), (0x8ffc, 4), (0x8ff8, 4),
+              (0x9000, 8), (0x9008, 8)]
+    got = t.read_many(ranges)
+    # 0x5010-0x5024 in one packet; 0x5030 does not touch it; 0x6000; 0x8ff8-0x9000; the
+    # unreadable page's two reads in one packet
+    assert t.sent["m"] - before == 5
+    assert got == [t.read_partial(a, n) for a, n in ranges]  # as a packet of its own said it
+    assert [r.data for r in got[:5]] == [_expected(a, n) for a, n in ranges[:5]]
+    assert [r.fault for r in got] == [None] * 7 + [UNREADABLE, UNREADABLE + 8]  # nothing of either read
+
+
 def test_breakpoint_changes_go_out_with_the_next_packet(target):
     stub, t = target
     before = t.round_trips
