@@ -71,6 +71,11 @@ class BuildConfig:
                          "static" if self.static else "dyn"])
 
     @property
+    def link_flags(self) -> str:
+        """The flags of a signature that only the link decides: ``sframe dyn``."""
+        return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn"])
+
+    @property
     def tag(self) -> str:
         return f"{self.toolchain}-{self.linker}-" + self.flags.lstrip("-").replace(" ", "-")
 
@@ -139,10 +144,13 @@ def build(shape: Shape, config: BuildConfig, dest: Path) -> Built:
     """Build ``shape`` with ``config``; the binary and source land in ``dest`` (created).  A
     compiler or linker that fails leaves ``Built.error`` (a finding's matter, not an error of
     the harness); a root that cannot be had raises :class:`ImageError`."""
+    return build_source(shape, render(shape), source_name(shape), config, dest)
+
+
+def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest: Path) -> Built:
+    """:func:`build` of a given source text (a reproducer's, as kept or as edited by hand)."""
     tc = toolchain(config.toolchain)
-    source = render(shape)
-    name = source_name(shape)
-    cxx = shape.lang == "c++"
+    cxx = name.endswith(".cc")
     out = Built(shape, config, source, name, binutils=tc.binutils_version, gcc=tc.gcc_version)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / name).write_text(source)

@@ -4,7 +4,11 @@ A :class:`Signature` says *what* disagreed (the finding's ``kind`` and a ``detai
 addresses: the two rules' shapes with their offsets taken out, a checker's finding kind, a
 build error's text with numbers and paths taken out), and *where in the matrix*: toolchain,
 linker and flags.  Two programs that show the same defect of the same build get one signature;
-a campaign counts them under it and keeps one (shrunk) reproducer.
+a campaign counts them under it and keeps one (shrunk) reproducer.  What the linker alone
+decides (sframe check's linker kinds: sections concatenated, no PT_GNU_SFRAME, ...; no SFrame
+section at all) does not depend on -O or frame pointers: such a signature's flags are the
+link's only (``sframe static`` / ``sframe dyn``), so one linker defect is one signature per
+toolchain, not one per compiler flag.
 
 Kinds (:data:`KINDS`):
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from ..unwind.sframe_check import LINKER_KINDS
 from .build import BuildConfig
 
 KINDS = {
@@ -82,7 +87,9 @@ class Finding:
     @property
     def signature(self) -> Signature:
         c = self.config
-        return Signature(self.kind, self.detail, c.toolchain, c.linker, c.flags)
+        link_only = self.kind == "sframe-missing" or (
+            self.kind == "sframe-check" and self.detail.split(" ")[0] in LINKER_KINDS)
+        return Signature(self.kind, self.detail, c.toolchain, c.linker, c.link_flags if link_only else c.flags)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "detail": self.detail, "config": self.config.to_json(), "message": self.message,

@@ -51,7 +51,7 @@ from ..rule import DWARF_X86_64, SAME, UNDEFINED, FrameRule
 from ..sframe.errors import SFrameError
 from ..unwind.cfi import CFIRules, UnsupportedCFI, cfi_table, unwind_cfi
 from ..unwind.maps import ElfImage
-from ..unwind.sframe_check import check_binary, load
+from ..unwind.sframe_check import LINKER_KINDS, check_binary, load
 from ..unwind.user import RuleProvider, UnwindConfig, UnwinderType, unwind_user
 from .build import Built
 from .finding import Finding, dedupe
@@ -274,7 +274,7 @@ class StaticChecker:
         out = []
         for f in r.findings:
             where = ""
-            if f.addr is not None:
+            if f.addr is not None and f.kind not in LINKER_KINDS:
                 fn = next((g for g in funcs if g.start <= f.addr < g.start + g.size), None)
                 where = " in generated code" if fn else " in runtime code"
             else:
