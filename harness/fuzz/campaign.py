@@ -72,8 +72,11 @@ class Example:
 
 
 def examples(toolchains: Iterable[str] = TOOLCHAINS, linkers: Iterable[str] = LINKERS,
-             max_funcs: int = MAX_FUNCS) -> st.SearchStrategy[Example]:
-    return st.builds(Example, shapes(max_funcs), configs(tuple(toolchains), tuple(linkers)))
+             max_funcs: int = MAX_FUNCS, matrix: st.SearchStrategy[BuildConfig] | None = None,
+             ) -> st.SearchStrategy[Example]:
+    """(shape, build) pairs; ``matrix`` replaces the build matrix's strategy (a test's one build)."""
+    return st.builds(Example, shapes(max_funcs), matrix if matrix is not None else configs(tuple(toolchains),
+                                                                                           tuple(linkers)))
 
 
 @dataclass
@@ -157,8 +160,8 @@ class _Found(Exception):
 def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), budget: float = 300.0,
         toolchains: Iterable[str] = TOOLCHAINS, linkers: Iterable[str] = LINKERS, out: Path | None = None,
         shrink: bool = True, shrink_budget: float = SHRINK_BUDGET, shrink_share: float = SHRINK_SHARE,
-        mode: str = "static",
-        examples_per_seed: int = EXAMPLES_PER_SEED, max_funcs: int = MAX_FUNCS) -> Campaign:
+        mode: str = "static", examples_per_seed: int = EXAMPLES_PER_SEED, max_funcs: int = MAX_FUNCS,
+        matrix: st.SearchStrategy[BuildConfig] | None = None) -> Campaign:
     """Run a campaign (module docstring); ``work`` holds the builds (removed as it goes), ``out``
     receives one reproducer directory per signature and ``campaign.json``."""
     a, b = seeds
@@ -172,7 +175,7 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
     deadline = start + budget
     cache: dict[tuple, list[Finding]] = {}
     counter = iter(range(1 << 62))
-    strategy = examples(toolchains, linkers, max_funcs)
+    strategy = examples(toolchains, linkers, max_funcs, matrix)
 
     def evaluate(ex: Example) -> list[Finding]:
         key = (ex.shape, ex.config)

@@ -147,28 +147,38 @@ def validate(shape: Shape) -> None:
 
 
 @st.composite
+def _one(draw) -> tuple:
+    """One function's draws: frame, features, locals, and (as free integers, read modulo what
+    exists) its caller among the functions before it and up to two more callees after it."""
+    return (draw(st.sampled_from(FRAMES)), draw(st.sets(st.sampled_from(FEATURES), max_size=3)),
+            draw(st.integers(0, 8)), draw(st.integers(0, MAX_FUNCS)),
+            draw(st.lists(st.integers(0, MAX_FUNCS), max_size=2)))
+
+
+@st.composite
 def funcs(draw, max_funcs: int = MAX_FUNCS) -> Shape:
-    """A :class:`Shape`.  Each function after the first gets a caller before it (reachable),
-    then a few more edges; features are drawn per function and the ones a function cannot
-    have (a red zone with callees, a tail call without) are dropped, so every draw is valid.
-    Shrinks towards one function, no features, frames as the build has them."""
-    n = draw(st.integers(1, max_funcs))
+    """A :class:`Shape`, drawn as a list of functions so that hypothesis' shrinker deletes
+    functions (its strongest pass) without reinterpreting the others: function i's caller is
+    its drawn integer modulo i (every function reachable), its extra callees integers modulo
+    what follows it.  The features a function cannot have (a red zone with callees, a tail call
+    without) are dropped, so every draw is valid.  Shrinks towards one function, no features,
+    frames as the build has them."""
+    drawn = draw(st.lists(_one(), min_size=1, max_size=max_funcs))
+    n = len(drawn)
     callees: list[set[int]] = [set() for _ in range(n)]
     for i in range(1, n):
-        callees[draw(st.integers(0, i - 1))].add(i)
+        callees[drawn[i][3] % i].add(i)
     for i in range(n - 1):
-        callees[i] |= draw(st.sets(st.integers(i + 1, n - 1), max_size=2))
+        callees[i] |= {i + 1 + e % (n - i - 1) for e in drawn[i][4]}
     out = []
-    for i in range(n):
-        frame = draw(st.sampled_from(FRAMES))
-        feats = set(draw(st.sets(st.sampled_from(FEATURES), max_size=3)))
+    for i, (frame, feats, locals_, _, _) in enumerate(drawn):
+        feats = set(feats)
         if callees[i] or feats & set(CALLING):
             feats.discard("redzone")
         contexts = sorted(feats & set(CALLEE_CONTEXTS))
         feats -= set(contexts[1:])
         if "tailcall" in feats and ("noreturn" in feats or not callees[i] or feats & set(CALLEE_CONTEXTS)):
             feats.discard("tailcall")
-        locals_ = draw(st.integers(0, 8))
         out.append(Func(frame, frozenset(feats), tuple(sorted(callees[i])), locals_))
     return Shape(tuple(out))
 
