@@ -73,7 +73,7 @@ def live_checker(args) -> Checker:
 @command("fuzz", help="generated stack shapes across toolchains and linkers, shrunk to minimal reproducers",
          description=__doc__.split("\n\n")[0],
          args=[
-             arg("action", nargs="?", choices=("replay", "merge"),
+             arg("action", nargs="?", metavar="replay|merge",
                  help="replay DIR: recheck a reproducer; merge DIR...: join campaign results"),
              arg("dirs", nargs="*", metavar="DIR", help="replay: one reproducer directory; merge: campaign dirs"),
              arg("--static", action="store_true", help="the static checker: no guest (default: live)"),
@@ -88,6 +88,9 @@ def live_checker(args) -> Checker:
              arg("--no-shrink", action="store_true", help="keep the first program of each signature, unshrunk"),
          ])
 def cmd_fuzz(args) -> int:
+    if args.action not in (None, "replay", "merge"):
+        print(f"harness fuzz: {args.action!r} is neither replay nor merge (see harness fuzz --help)", file=sys.stderr)
+        return EXIT_USAGE
     if args.action == "replay":
         if len(args.dirs) != 1:
             print("harness fuzz: replay takes one reproducer directory", file=sys.stderr)
