@@ -318,9 +318,13 @@ def tool_output(built: Built, finding: Finding) -> str:
     parts = []
     try:
         shutil.copy(built.binary, outer / "prog")
-        runs = [("objdump -d" + (f" --disassemble={finding.function}" if finding.function else ""),
-                 ["objdump", "-d", "--no-show-raw-insn"] + ([f"--disassemble={finding.function}"]
-                                                            if finding.function else []) + ["prog"]),
+        if finding.function:
+            around = [f"--disassemble={finding.function}"]
+        elif finding.addr is not None:  # runtime code (a PLT stub, a libc function): the code around it
+            around = [f"--start-address={max(finding.addr - 0x10, 0):#x}", f"--stop-address={finding.addr + 0x20:#x}"]
+        else:
+            around = []
+        runs = [("objdump -d " + " ".join(around), ["objdump", "-d", "--no-show-raw-insn", *around, "prog"]),
                 ("readelf --debug-dump=frames", ["readelf", "--debug-dump=frames", "prog"])]
         if built.config.sframe:
             runs.append(("objdump --sframe", ["objdump", "--sframe", "prog"]))
@@ -329,10 +333,10 @@ def tool_output(built: Built, finding: Finding) -> str:
                 text = tc.run(argv, cwd=inner, timeout=60).stdout
             except HarnessError as exc:
                 text = str(exc)
-            if finding.addr is not None and title != "objdump -d" and finding.function is not None:
+            cut = finding.addr is not None and not title.startswith("objdump -d")
+            if cut:
                 text = _blocks_at(text, finding.addr)
-            parts.append(f"=== [{tc.name}] {title}" + (f" (the blocks covering {finding.addr:#x})"
-                                                        if finding.addr is not None and title != "objdump -d" else "")
+            parts.append(f"=== [{tc.name}] {title}" + (f" (the blocks covering {finding.addr:#x})" if cut else "")
                          + f"\n{text.rstrip()}\n")
     finally:
         shutil.rmtree(outer, ignore_errors=True)
@@ -340,13 +344,15 @@ def tool_output(built: Built, finding: Finding) -> str:
 
 
 def _blocks_at(text: str, addr: int) -> str:
-    """The paragraphs of readelf/objdump output whose ``pc=LO..HI`` (readelf) or ``pc = LO..HI``
-    range (objdump --sframe) covers ``addr``; all of it when none does."""
+    """The paragraphs of readelf/objdump output whose ``pc=LO..HI`` (readelf) or ``pc = LO, size =
+    N`` (objdump --sframe) covers ``addr``; all of it when none does."""
     blocks = re.split(r"\n\s*\n", text)
     keep = []
     for blk in blocks:
-        m = re.search(r"pc\s*=\s*([0-9a-f]+)\.\.([0-9a-f]+)", blk)
-        if m and int(m.group(1), 16) <= addr < int(m.group(2), 16):
+        m = re.search(r"pc=([0-9a-f]+)\.\.([0-9a-f]+)", blk)  # readelf: pc=LO..HI
+        n = re.search(r"pc = 0x([0-9a-f]+), size = (\d+)", blk)  # objdump --sframe: pc = LO, size = N
+        if (m and int(m.group(1), 16) <= addr < int(m.group(2), 16)) or (
+                n and int(n.group(1), 16) <= addr < int(n.group(1), 16) + int(n.group(2))):
             keep.append(blk)
     return "\n\n".join(keep) if keep else text
 
