@@ -15,6 +15,7 @@ died, disk full, interrupted).
     harness check LOG                    re-check a deferred-unwinding JSONL log offline
     harness perf [--defer] ...           the guest kernel's perf callchains against our unwinder
     harness sframe check|dump BINARY...  a binary's SFrame section checked against its .eh_frame, or dumped
+    harness fuzz --static|replay|merge   generated stack shapes across toolchains, shrunk to reproducers
     harness report RUN_DIR               report.html (and SCENARIO.folded) in a run directory
     harness kernel-diff [SCENARIO ...]   the guest kernel's unwind_deferred against the model, event by event
 

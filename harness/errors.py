@@ -77,6 +77,9 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `DeliveryFileError` [ValueError] scenarios: harness/scenarios/snapshot.py
  |         +-- `UnwindFailure` [AssertionError] pytest plugin: harness/pytest_plugin.py
  |         +-- `UsageError`                    commands: harness/commands/__init__.py
+ |         +-- `ShapeError`                    fuzz: harness/fuzz/shape.py
+ |         +-- `MatrixError`                   fuzz: harness/fuzz/build.py
+ |         +-- `CampaignError`                 fuzz: harness/fuzz/campaign.py
  |         +-- `GuestSpecError`                session: harness/session.py
  |         +-- `UnknownScenario`               scenarios: harness/scenarios/catalog.py
 

@@ -112,7 +112,8 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 #: The order of the subcommands in ``harness --help`` (the rest follow in the order they load).
-ORDER = ("images", "boot", "shell", "doctor", "run", "bench", "report", "check", "perf", "kernel-diff", "sframe")
+ORDER = ("images", "boot", "shell", "doctor", "run", "bench", "report", "check", "perf", "kernel-diff", "sframe",
+         "fuzz")
 
 
 def _register(cmd: Command) -> None:

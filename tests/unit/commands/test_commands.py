@@ -10,7 +10,8 @@ from harness.cli import main
 from harness.commands import COMMANDS, build_parser, command, load, positive_float, positive_int
 
 # The subcommands the exit-code contract of harness/cli.py speaks for.
-TOP = {"run", "report", "check", "shell", "boot", "images", "doctor", "bench", "perf", "kernel-diff", "sframe"}
+TOP = {"run", "report", "check", "shell", "boot", "images", "doctor", "bench", "perf", "kernel-diff", "sframe",
+       "fuzz"}
 NESTED = {"images build", "sframe check", "sframe dump"}
 
 

@@ -1,0 +1,134 @@
+"""``harness fuzz``: generated programs across toolchains, linkers and flags, checked by the
+unwinders against each other; each finding shrunk to a minimal reproducer.
+
+    harness fuzz --static [--budget S] [--seeds A:B] [--out DIR] [--toolchains T,..] [--linkers L,..]
+    harness fuzz [--budget S] ...            live: the programs sampled in a guest (harness.fuzz.live)
+    harness fuzz replay DIR                  rebuild and recheck one reproducer
+    harness fuzz merge DIR... [--out DIR]    join campaign result directories
+
+Exit status: a campaign 1 when it found any signature, else 0; replay 1 while the reproducer
+still shows its signature, 0 once it does not; merge 1 when the merged result has signatures;
+2 bad usage or input (live mode when harness.fuzz.live is not installed); 3 infrastructure (a
+toolchain root that cannot be had, an interrupt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
+from ..fuzz.build import LINKERS, TOOLCHAINS, linker_available
+from ..fuzz.campaign import Checker, merge, replay, run
+from ..fuzz.static import StaticChecker
+from ..report.fuzz import format_campaign, format_replay
+from . import UsageError, arg, command, positive_float
+
+
+def _seeds(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a seed range A:B: {text!r}") from None
+    if not 0 <= a < b:
+        raise argparse.ArgumentTypeError(f"seeds {text}: an empty range (A:B with 0 <= A < B)")
+    return a, b
+
+
+def _names(known: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n for n in text.split(",") if n)
+        bad = [n for n in names if n not in known]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"{text!r}: known are {', '.join(known)}")
+        return names
+    return parse
+
+
+# --- live mode --------------------------------------------------------------------------------
+# THE ADAPTER to the live checker.  harness.fuzz.live is written on its own branch; this is the
+# one place that calls it: check_live(programs) takes built programs (harness.fuzz.build.Built)
+# and returns their findings (harness.fuzz.finding.Finding).  Without the module the command
+# says live mode is unavailable (exit 2).
+def live_checker(args) -> Checker:
+    try:
+        live = importlib.import_module("harness.fuzz.live")
+    except ModuleNotFoundError as exc:
+        if exc.name != "harness.fuzz.live":
+            raise
+        raise UsageError("live mode is unavailable: harness.fuzz.live is not installed "
+                         "(use --static for the static checker)") from None
+
+    def check(built):
+        return live.check_live([built])
+
+    return check
+# ----------------------------------------------------------------------------------------------
+
+
+@command("fuzz", help="generated stack shapes across toolchains and linkers, shrunk to minimal reproducers",
+         description=__doc__.split("\n\n")[0],
+         args=[
+             arg("action", nargs="?", metavar="replay|merge",
+                 help="replay DIR: recheck a reproducer; merge DIR...: join campaign results"),
+             arg("dirs", nargs="*", metavar="DIR", help="replay: one reproducer directory; merge: campaign dirs"),
+             arg("--static", action="store_true", help="the static checker: no guest (default: live)"),
+             arg("--budget", type=positive_float, default=300.0, help="seconds the campaign may take (default 300)"),
+             arg("--seeds", type=_seeds, default=(0, 1_000_000), metavar="A:B",
+                 help="hypothesis seeds A..B-1, in order (split a campaign across machines; default 0:1000000)"),
+             arg("--out", metavar="DIR", help="one reproducer directory per signature, and campaign.json"),
+             arg("--toolchains", type=_names(TOOLCHAINS), default=TOOLCHAINS, metavar="T,..",
+                 help=f"toolchain roots (default {','.join(TOOLCHAINS)})"),
+             arg("--linkers", type=_names(LINKERS), default=None, metavar="L,..",
+                 help=f"linkers (default: those installed of {','.join(LINKERS)})"),
+             arg("--no-shrink", action="store_true", help="keep the first program of each signature, unshrunk"),
+         ])
+def cmd_fuzz(args) -> int:
+    if args.action not in (None, "replay", "merge"):
+        print(f"harness fuzz: {args.action!r} is neither replay nor merge (see harness fuzz --help)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "replay":
+        if len(args.dirs) != 1:
+            print("harness fuzz: replay takes one reproducer directory", file=sys.stderr)
+            return EXIT_USAGE
+        return _replay(args, Path(args.dirs[0]))
+    if args.action == "merge":
+        if not args.dirs:
+            print("harness fuzz: merge takes campaign result directories", file=sys.stderr)
+            return EXIT_USAGE
+        merged = merge([Path(d) for d in args.dirs], Path(args.out) if args.out else None)
+        print(format_campaign(merged, out=args.out))
+        return EXIT_FAILURES if merged["signatures"] else EXIT_OK
+    if args.dirs:
+        print("harness fuzz: DIR arguments go with replay or merge", file=sys.stderr)
+        return EXIT_USAGE
+    checker = StaticChecker() if args.static else live_checker(args)
+    linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
+    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-"))
+    try:
+        camp = run(checker, work, seeds=args.seeds, budget=args.budget, toolchains=args.toolchains,
+                   linkers=linkers, out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
+                   mode="static" if args.static else "live")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(format_campaign(camp.to_json(), out=args.out))
+    return EXIT_FAILURES if camp.records else EXIT_OK
+
+
+def _replay(args, d: Path) -> int:
+    from ..fuzz.campaign import load_reproducer
+
+    mode = load_reproducer(d).get("signature", {})
+    checker = live_checker(args) if not args.static and mode.get("kind", "").startswith("live") else StaticChecker()
+    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-replay-"))
+    try:
+        r = replay(d, checker, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    others = sorted({f.signature.key for f in r.findings} - {r.signature.key})
+    print(format_replay(str(d), r.signature.key, r.reproduces, others))
+    return EXIT_FAILURES if r.reproduces else EXIT_OK

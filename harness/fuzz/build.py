@@ -1,0 +1,198 @@
+"""The build matrix of generated programs, and one build.
+
+A :class:`BuildConfig` is one point of the matrix: a toolchain root (``host``: gcc 12 + binutils
+2.40, SFrame V1; ``trixie``: 2.44, V2; ``sid``: 2.46+, V3 -- the SFrame version follows the root),
+an optimisation level, frame pointers on/off, SFrame on/off, static/dynamic, and a linker
+(ld.bfd, gold, mold, lld).  The compiler flags are :func:`harness.images.programs.cflags`' for
+the matching :class:`~harness.images.programs.Variant` (the guest programs' own), split into the
+compile step's and the link step's.
+
+A program is compiled in its root (``gcc -c``) and linked there when the root has the linker.
+The debootstrap roots carry ld.bfd only: gold, mold and lld link a root's object with the host's
+gcc and that linker (the host's crt files and glibc; the generated code names nothing newer
+than glibc 2.34), as ``tests/unit/sframe/test_linkers.py`` does -- :attr:`Built.link_toolchain`
+records which.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+from ..errors import EXIT_USAGE, HarnessError
+from ..images.errors import ImageError
+from ..images.programs import Variant, cflags
+from ..images.toolchain import TOOLCHAINS, Toolchain, get_toolchain
+from .render import render, source_name
+from .shape import Shape
+
+OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
+LINKERS = ("bfd", "gold", "mold", "lld")
+LINKER_BINARY = {"bfd": "ld.bfd", "gold": "ld.gold", "mold": "mold", "lld": "ld.lld"}
+BUILD_TIMEOUT = 120.0
+
+
+class MatrixError(HarnessError):
+    """A toolchain or linker name the matrix does not know (bad usage)."""
+
+    exit_code = EXIT_USAGE
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    toolchain: str = "host"
+    opt: str = "-O2"
+    fp: bool = True
+    sframe: bool = True
+    static: bool = False
+    linker: str = "bfd"
+
+    def __post_init__(self) -> None:
+        if self.toolchain not in TOOLCHAINS:
+            raise MatrixError(f"unknown toolchain {self.toolchain!r}; known: {', '.join(TOOLCHAINS)}")
+        if self.opt not in OPTS:
+            raise MatrixError(f"unknown optimisation {self.opt!r}; known: {', '.join(OPTS)}")
+        if self.linker not in LINKERS:
+            raise MatrixError(f"unknown linker {self.linker!r}; known: {', '.join(LINKERS)}")
+
+    @property
+    def variant(self) -> Variant:
+        return Variant(bits=64, frame_pointers=self.fp, sframe=self.sframe, static=self.static, opt=self.opt)
+
+    @property
+    def flags(self) -> str:
+        """The flags part of a signature: ``-O2 fp sframe dyn``."""
+        return " ".join([self.opt, "fp" if self.fp else "nofp", "sframe" if self.sframe else "nosframe",
+                         "static" if self.static else "dyn"])
+
+    @property
+    def link_flags(self) -> str:
+        """The flags of a signature that only the link decides: ``sframe dyn``."""
+        return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn"])
+
+    @property
+    def tag(self) -> str:
+        return f"{self.toolchain}-{self.linker}-" + self.flags.lstrip("-").replace(" ", "-")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> BuildConfig:
+        return cls(**d)
+
+
+def configs(toolchains=TOOLCHAINS, linkers=LINKERS) -> st.SearchStrategy[BuildConfig]:
+    """Points of the matrix; shrinks towards the first toolchain and linker, -O0, frame
+    pointers and SFrame on, dynamic."""
+    return st.builds(BuildConfig, toolchain=st.sampled_from(tuple(toolchains)), opt=st.sampled_from(OPTS),
+                     fp=st.booleans().map(lambda b: not b), sframe=st.booleans().map(lambda b: not b),
+                     static=st.booleans(), linker=st.sampled_from(tuple(linkers)))
+
+
+@functools.cache
+def toolchain(name: str) -> Toolchain:
+    return get_toolchain(name)
+
+
+def root_has_linker(tc: Toolchain, linker: str) -> bool:
+    binary = LINKER_BINARY[linker]
+    if tc.is_host:
+        return shutil.which(binary) is not None
+    return (tc.root / "usr/bin" / binary).exists()
+
+
+def linker_available(tc_name: str, linker: str) -> bool:
+    """Whether a program of root ``tc_name`` can be linked with ``linker`` (in the root, or on the
+    host with the host's gcc)."""
+    return root_has_linker(toolchain(tc_name), linker) or root_has_linker(toolchain("host"), linker)
+
+
+@dataclass
+class Built:
+    """One program built: the source, the commands that built it, the binary on the host (None
+    when the build failed: ``error`` says why)."""
+
+    shape: Shape
+    config: BuildConfig
+    source: str
+    source_name: str
+    commands: list[str] = field(default_factory=list)
+    binary: Path | None = None
+    error: str | None = None
+    link_toolchain: str = ""
+    binutils: str = ""
+    gcc: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.binary is not None
+
+
+def _split(flags: list[str]) -> tuple[list[str], list[str]]:
+    """cflags' flags as (compile step's, link step's)."""
+    link = [f for f in flags if f == "-static" or f.startswith("-Wl,")]
+    return [f for f in flags if f not in link], link
+
+
+def build(shape: Shape, config: BuildConfig, dest: Path) -> Built:
+    """Build ``shape`` with ``config``; the binary and source land in ``dest`` (created).  A
+    compiler or linker that fails leaves ``Built.error`` (a finding's matter, not an error of
+    the harness); a root that cannot be had raises :class:`ImageError`."""
+    return build_source(shape, render(shape), source_name(shape), config, dest)
+
+
+def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest: Path) -> Built:
+    """:func:`build` of a given source text (a reproducer's, as kept or as edited by hand)."""
+    tc = toolchain(config.toolchain)
+    cxx = name.endswith(".cc")
+    out = Built(shape, config, source, name, binutils=tc.binutils_version, gcc=tc.gcc_version)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / name).write_text(source)
+    compile_flags, link_flags = _split(cflags(tc, config.variant))
+    driver = "g++" if cxx else "gcc"
+    in_root = root_has_linker(tc, config.linker)
+    linker_tc = tc if in_root else toolchain("host")
+    if not in_root and not root_has_linker(linker_tc, config.linker):
+        raise ImageError(f"{LINKER_BINARY[config.linker]} is in neither the {tc.name} root nor on the host")
+    out.link_toolchain = linker_tc.name
+    compile_argv = [driver, *compile_flags, "-c", name, "-o", "prog.o"]
+    link_argv = [driver, *compile_flags, *link_flags, f"-fuse-ld={config.linker}", "-pthread", "-o", "prog", "prog.o"]
+    out.commands = [f"[{tc.name}] " + " ".join(compile_argv), f"[{linker_tc.name}] " + " ".join(link_argv)]
+    outer, inner = tc.workdir("fuzz")
+    try:
+        shutil.copy(dest / name, outer / name)
+        try:
+            tc.run(compile_argv, cwd=inner, timeout=BUILD_TIMEOUT)
+            if in_root:
+                tc.run(link_argv, cwd=inner, timeout=BUILD_TIMEOUT)
+            else:
+                linker_tc.run(link_argv, cwd=str(outer), timeout=BUILD_TIMEOUT)
+        except ImageError as exc:
+            if "timed out" in str(exc):
+                raise
+            out.error = _first_error(str(exc))
+            (dest / "build-error.txt").write_text(str(exc))
+            return out
+        shutil.copy(outer / "prog", dest / "prog")
+        out.binary = dest / "prog"
+        return out
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+
+
+_NOISE = re.compile(r"(/[\w./+-]+|0x[0-9a-f]+|\b\d+\b)")
+
+
+def _first_error(text: str) -> str:
+    """The first ``error``/``internal compiler error`` line of a failed build, paths and numbers
+    taken out (what a signature keeps of it)."""
+    for line in text.splitlines():
+        if "error" in line:
+            return _NOISE.sub("#", line.split("error", 1)[1]).strip(" :")[:160] or "error"
+    return "failed"

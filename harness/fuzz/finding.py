@@ -1,0 +1,108 @@
+"""A finding of a fuzz campaign, and its signature.
+
+A :class:`Signature` says *what* disagreed (the finding's ``kind`` and a ``detail`` without
+addresses: the two rules' shapes with their offsets taken out, a checker's finding kind, a
+build error's text with numbers and paths taken out), and *where in the matrix*: toolchain,
+linker and flags.  Two programs that show the same defect of the same build get one signature;
+a campaign counts them under it and keeps one (shrunk) reproducer.  What the linker alone
+decides (sframe check's linker kinds: sections concatenated, no PT_GNU_SFRAME, ...; no SFrame
+section at all) does not depend on -O or frame pointers: such a signature's flags are the
+link's only (``sframe static`` / ``sframe dyn``), so one linker defect is one signature per
+toolchain, not one per compiler flag.
+
+Kinds (:data:`KINDS`):
+
+* ``sframe-check`` -- :func:`harness.unwind.sframe_check.check_binary` reported a finding
+  (detail: its kind, and whether it is in a generated function or the runtime's code);
+* ``sframe-step`` -- at an instruction of a generated function, the SFrame step's caller frame
+  (ip, sp, fp) differs from the CFI step's, on a stack built from the CFI row;
+* ``sframe-no-fre`` -- SFrame is built in, the function's CFI is one SFrame can express, and no
+  FRE covers the instruction (the kernel falls back to frame pointers);
+* ``sframe-missing`` -- SFrame is built in and the linked program has no SFrame section;
+* ``fp-step`` -- in a frame-pointer body (the CFI's CFA is rbp-based), the frame-pointer step
+  differs from the CFI step;
+* ``build-failed`` -- the compiler or linker failed on a generated program;
+* ``live`` -- reserved for the live checker (harness.fuzz.live) and its own kinds' prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from ..unwind.sframe_check import LINKER_KINDS
+from .build import BuildConfig
+
+KINDS = {
+    "sframe-check": "sframe check against .eh_frame reported a finding",
+    "sframe-step": "the SFrame step and the CFI step recover different caller frames",
+    "sframe-no-fre": "no SFrame FRE covers an instruction whose CFI SFrame can express",
+    "sframe-missing": "SFrame was asked for and the program has no SFrame section",
+    "fp-step": "the frame-pointer step and the CFI step differ in a frame-pointer body",
+    "build-failed": "the compiler or the linker failed on a generated program",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Signature:
+    kind: str
+    detail: str
+    toolchain: str
+    linker: str
+    flags: str
+
+    @property
+    def key(self) -> str:
+        what = self.kind + (f" [{self.detail}]" if self.detail else "")
+        return f"{what} @ {self.toolchain}/{self.linker} {self.flags}"
+
+    @property
+    def id(self) -> str:
+        """A short stable name (reproducer directories): a hash of the key."""
+        return hashlib.sha1(self.key.encode()).hexdigest()[:12]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "detail": self.detail, "toolchain": self.toolchain, "linker": self.linker,
+                "flags": self.flags, "key": self.key, "id": self.id}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Signature:
+        return cls(d["kind"], d["detail"], d["toolchain"], d["linker"], d["flags"])
+
+
+@dataclass
+class Finding:
+    """One disagreement in one program.  ``function``/``addr``: where (not in the signature);
+    ``evidence``: what each side said (rules, recovered frames), JSON-ready."""
+
+    kind: str
+    detail: str
+    config: BuildConfig
+    message: str
+    function: str | None = None
+    addr: int | None = None
+    evidence: dict = field(default_factory=dict)
+    count: int = 1  # occurrences of this signature in the program (instructions, checker findings)
+
+    @property
+    def signature(self) -> Signature:
+        c = self.config
+        link_only = self.kind == "sframe-missing" or (
+            self.kind == "sframe-check" and self.detail.split(" ")[0] in LINKER_KINDS)
+        return Signature(self.kind, self.detail, c.toolchain, c.linker, c.link_flags if link_only else c.flags)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "detail": self.detail, "config": self.config.to_json(), "message": self.message,
+                "function": self.function, "addr": self.addr, "evidence": self.evidence, "count": self.count}
+
+
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per signature (the first), its count the sum."""
+    out: dict[Signature, Finding] = {}
+    for f in findings:
+        seen = out.get(f.signature)
+        if seen is None:
+            out[f.signature] = f
+        else:
+            seen.count += f.count
+    return list(out.values())

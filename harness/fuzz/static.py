@@ -1,0 +1,357 @@
+"""The static checker: every instruction of every generated function, three unwinders, no guest.
+
+For a built program (:class:`~harness.fuzz.build.Built`) it
+
+1. runs :func:`harness.unwind.sframe_check.check_binary` (SFrame against ``.eh_frame``, and what
+   the linker did with the inputs' sections) when the build asked for SFrame;
+2. for each function named ``fz_*`` (and ``main``) in the symbol table, disassembles it
+   (Capstone: instruction boundaries) and at each instruction address takes the DWARF CFI row
+   (the ground truth: :class:`harness.unwind.cfi.CFITable`), builds a stack in memory that row
+   describes (:func:`synthesize`: a caller's frame under the function, a return address, a saved
+   frame pointer, registers consistent with the row; every value distinct so that two rules
+   that differ give different frames), and takes one step with each unwinder: the CFI walk
+   (:func:`harness.unwind.cfi.unwind_cfi`), the kernel model with SFrame
+   (:class:`harness.unwind.user.UserUnwinder` with the program's SFrame table) and the kernel
+   model with frame pointers only.  The caller frames (ip, sp, fp) are compared.
+
+What is a disagreement (a :class:`~harness.fuzz.finding.Finding`, see its kinds) and what is
+known behaviour, counted by name in :attr:`StaticChecker.expected` and never flagged:
+
+* the SFrame step differs from the CFI step at an instruction that has an FRE -- always a
+  finding (``sframe-step``);
+* no FRE at an instruction -- a finding (``sframe-no-fre``) unless the function's CFI uses a rule
+  SFrame cannot express (a CFA in another register or through memory: DRAP; gas then emits no
+  FDE for it): ``sframe-function-without-fde``, the name harness/verdicts/causes.py uses;
+* the frame-pointer step differs from the CFI step -- a finding (``fp-step``) only where the
+  CFI's CFA is rbp + offset (the function's frame-pointer body).  Elsewhere it is what frame
+  pointers cannot do, named as the causes name it: ``fp-frameless-function`` (no rbp-based CFA
+  anywhere in the function), ``fp-prologue-ip`` (before its first rbp-based row),
+  ``fp-epilogue-ip`` (after one), and ``fp-drap-cfa`` (the CFA is read through memory or
+  another register: a realigned frame, whose rbp + 16 is the copy of the return address the
+  prologue pushed, not the CFA);
+* a row the synthesis cannot build a stack for (a register rule other than "saved at an
+  address" or "same", an RA that is not saved on the stack) is skipped and counted as
+  ``unsynthesizable``; an instruction without a CFI row as ``no-cfi-row``.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import capstone
+from elftools.elf.sections import SymbolTableSection
+
+from ..memory import BufferMemory
+from ..regs import UserRegs
+from ..rule import DWARF_X86_64, SAME, UNDEFINED, FrameRule
+from ..sframe.errors import SFrameError
+from ..unwind.cfi import CFIRules, UnsupportedCFI, cfi_table, unwind_cfi
+from ..unwind.maps import ElfImage
+from ..unwind.sframe_check import LINKER_KINDS, check_binary, load
+from ..unwind.user import RuleProvider, UnwindConfig, UnwinderType, unwind_user
+from .build import Built
+from .finding import Finding, dedupe
+
+GENERATED_PREFIX = "fz_"
+#: linker findings after which the section, read as its header says, describes other addresses
+UNREADABLE_AS_HEADER_SAYS = ("concatenated-not-merged", "pcrel-starts-unflagged")
+EXPECTED = {
+    "sframe-linker-unmerged": "a program whose linker concatenated the .sframe sections or left PC-relative "
+                              "starts unflagged (a sframe-check finding): its SFrame steps are not compared",
+    "sframe-function-without-fde": "no SFrame FDE for a function whose CFI SFrame cannot express (gas skips it)",
+    "fp-frameless-function": "frame-pointer step in a function with no rbp-based CFA",
+    "fp-prologue-ip": "frame-pointer step before the function's frame pointer is set up",
+    "fp-epilogue-ip": "frame-pointer step after the frame pointer is popped",
+    "fp-drap-cfa": "frame-pointer step in a realigned (DRAP) frame: rbp + 16 is not the CFA",
+    "unsynthesizable": "a CFI row no stack is built for (skipped)",
+    "no-cfi-row": "an instruction without a CFI row (skipped)",
+}
+
+# The synthesized stack: the CFA, the caller's frame pointer (saved), a value rbp holds when the
+# row says it was saved (so "saved" and "same" give different answers), the return address.
+CFA = 0x7FFF_F000_0000
+CALLER_FP = CFA + 0x200
+CLOBBERED_FP = CFA + 0x480
+RA = 0x5555_0000_1234
+STACK_LO, STACK_HI = CFA - 0x4000, CFA + 0x1000
+REGISTER_VALUE = {name: 0x1111_0000 + 0x100 * i for i, name in enumerate(DWARF_X86_64)}
+
+SFrameProvider = Callable[[Built, RuleProvider], RuleProvider]
+
+
+@dataclass(frozen=True)
+class Synth:
+    memory: BufferMemory
+    regs: UserRegs
+
+
+def _base_value(base: str, regs: dict[str, int], cfa: int) -> int | None:
+    if base == "cfa":
+        return cfa
+    if base in ("sp", "fp"):
+        return regs["sp" if base == "sp" else "bp"]
+    if re.fullmatch(r"r\d+", base) and int(base[1:]) < len(DWARF_X86_64):
+        return regs[DWARF_X86_64[int(base[1:])]]
+    return None
+
+
+def synthesize(rule: FrameRule) -> Synth | None:
+    """Registers and memory a CFI row describes, or None for a row this cannot build."""
+    regs = dict(REGISTER_VALUE)
+    cfa_rule = rule.cfa
+    if rule.ra.base == UNDEFINED or cfa_rule.base in (SAME, UNDEFINED):
+        return None
+    fp_saved = rule.fp.base != SAME
+    regs["bp"] = CLOBBERED_FP if fp_saved else CALLER_FP
+    words: dict[int, int] = {}
+    if cfa_rule.deref:
+        # a realigned frame: the CFA is read from memory at base + offset, below it
+        frame = (CFA - 0x100) & ~31
+        if cfa_rule.base == "fp":
+            regs["bp"] = frame
+        elif cfa_rule.base == "sp":
+            pass
+        else:
+            regs[DWARF_X86_64[int(cfa_rule.base[1:])]] = frame
+        regs["sp"] = frame - 0x40
+        where = _base_value(cfa_rule.base, regs, 0)
+        if where is None:
+            return None
+        words[where + cfa_rule.offset] = CFA
+    elif cfa_rule.base == "sp":
+        regs["sp"] = CFA - cfa_rule.offset
+    elif cfa_rule.base == "fp":
+        regs["bp"] = CFA - cfa_rule.offset
+        regs["sp"] = regs["bp"] - 0x48
+    elif re.fullmatch(r"r\d+", cfa_rule.base):
+        regs[DWARF_X86_64[int(cfa_rule.base[1:])]] = CFA - cfa_rule.offset
+        regs["sp"] = (CFA - 0x100) & ~31
+    else:
+        return None
+    for value, vr in ((RA, rule.ra), (CALLER_FP, rule.fp)):
+        if vr.base == SAME:
+            continue
+        if not vr.deref:
+            return None  # a value rule (val_offset, a register): nothing on the stack to build
+        base = _base_value(vr.base, regs, CFA)
+        if base is None or words.get(base + vr.offset, value) != value:
+            return None
+        words[base + vr.offset] = value
+    if not STACK_LO < regs["sp"] < CFA or any(not STACK_LO <= a <= STACK_HI - 8 or a & 7 for a in words):
+        return None
+    buf = bytearray(STACK_HI - STACK_LO)
+    for addr, value in words.items():
+        struct.pack_into("<Q", buf, addr - STACK_LO, value)
+    ur = UserRegs(**{k: v for k, v in regs.items() if k not in ("ip",)}, ip=0)
+    return Synth(BufferMemory({STACK_LO: bytes(buf)}), ur)
+
+
+_NUM = re.compile(r"[+-]\d+")
+
+
+def rule_shape(rule: FrameRule | None) -> str:
+    """A rule without its offsets (a signature's detail names no addresses or sizes)."""
+    return "none" if rule is None else _NUM.sub("+N", str(rule))
+
+
+def sframe_expressible(rule: FrameRule) -> bool:
+    """A CFI row the SFrame V1/V2 format can express: CFA = sp/fp + N, RA at CFA + N, FP saved
+    at CFA + N or kept."""
+    c = rule.cfa
+    ra_ok = rule.ra.base == UNDEFINED or (rule.ra.base == "cfa" and rule.ra.deref)
+    fp_ok = rule.fp.base == SAME or (rule.fp.base == "cfa" and rule.fp.deref)
+    return c.base in ("sp", "fp") and not c.deref and ra_ok and fp_ok
+
+
+@dataclass(frozen=True)
+class _Function:
+    name: str
+    start: int
+    size: int
+
+
+def generated_functions(image: ElfImage) -> list[_Function]:
+    symtab = image.elf.get_section_by_name(".symtab")
+    if not isinstance(symtab, SymbolTableSection):
+        return []
+    out = {}
+    for s in symtab.iter_symbols():
+        if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] and (
+                s.name.startswith(GENERATED_PREFIX) or s.name == "main"):
+            out[s["st_value"]] = _Function(s.name, s["st_value"], s["st_size"])
+    return sorted(out.values(), key=lambda f: f.start)
+
+
+def instructions(image: ElfImage, fn: _Function) -> list[int]:
+    """The instruction addresses of ``fn``, decoded from its first byte (Capstone)."""
+    for sec in image.elf.iter_sections():
+        lo = sec["sh_addr"]
+        if sec["sh_type"] == "SHT_PROGBITS" and lo <= fn.start and fn.start + fn.size <= lo + sec["sh_size"]:
+            off = sec["sh_offset"] + fn.start - lo
+            code = image.data[off:off + fn.size]
+            cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+            return [addr for addr, _size, _m, _o in cs.disasm_lite(code, fn.start)]
+    return []
+
+
+def _frame(trace):
+    return trace.frames[1] if len(trace.frames) > 1 else None
+
+
+def _frame_json(trace) -> dict:
+    f = _frame(trace)
+    if f is None:
+        return {"stop": str(trace.stop)}
+    return {"ip": f.ip, "sp": f.sp, "fp": f.fp, "how": f.how.value}
+
+
+def _differs(a, b) -> list[str]:
+    if a is None or b is None:
+        return ["stop"] if (a is None) != (b is None) else []
+    return [name for name, x, y in (("ra", a.ip, b.ip), ("cfa", a.sp, b.sp), ("fp", a.fp, b.fp)) if x != y]
+
+
+def _binutils(version: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class StaticChecker:
+    """The ``--static`` checker: ``checker(built) -> [Finding]`` (one per signature).
+
+    ``sframe_provider(built, table)`` returns the SFrame rule provider the SFrame step uses (the
+    table itself by default): a test injects a broken reader there.  :attr:`expected` counts the
+    known classes met (by name, :data:`EXPECTED`), :attr:`instructions` the addresses compared."""
+
+    name = "static"
+
+    def __init__(self, sframe_provider: SFrameProvider | None = None):
+        self.sframe_provider = sframe_provider or (lambda built, table: table)
+        self.expected: Counter[str] = Counter()
+        self.instructions = 0
+
+    def __call__(self, built: Built) -> list[Finding]:
+        cfg = built.config
+        if not built.ok:
+            return [Finding("build-failed", built.error or "", cfg, f"the build failed: {built.error}")]
+        path = built.binary
+        image = ElfImage.from_path(path)
+        findings: list[Finding] = []
+        table = None
+        if cfg.sframe:
+            try:
+                table, _ = load(path, strict=False)
+            except SFrameError as exc:
+                no_section = "no SFrame section" in str(exc) or "no .sframe" in str(exc)
+                kind, detail = ("sframe-missing", "") if no_section else ("sframe-check", "unreadable")
+                findings.append(Finding(kind, detail, cfg, str(exc)))
+            if table is not None:
+                checked = self._sframe_check(built, image)
+                findings += checked
+                if any(f.detail.split(" ")[0] in UNREADABLE_AS_HEADER_SAYS for f in checked):
+                    # the section read as its header says names the wrong functions: every step
+                    # would differ for that one reason, which the linker's finding already names
+                    self.expected["sframe-linker-unmerged"] += 1
+                    table = None
+        cfi = cfi_table(image)
+        provider = self.sframe_provider(built, table) if table is not None else None
+        for fn in generated_functions(image):
+            findings += self._function(built, image, cfi, provider, table, fn)
+        return dedupe(findings)
+
+    def _sframe_check(self, built: Built, image: ElfImage) -> list[Finding]:
+        cfg = built.config
+        expect = _binutils(built.binutils) if cfg.linker == "bfd" and built.link_toolchain == cfg.toolchain else None
+        try:
+            r = check_binary(built.binary, expect_binutils=expect)
+        except SFrameError as exc:
+            return [Finding("sframe-check", "unreadable", cfg, str(exc))]
+        funcs = generated_functions(image)
+        out = []
+        for f in r.findings:
+            where = ""
+            if f.addr is not None and f.kind not in LINKER_KINDS:
+                fn = next((g for g in funcs if g.start <= f.addr < g.start + g.size), None)
+                where = " in generated code" if fn else " in runtime code"
+            else:
+                fn = None
+            ev = {"message": f.message, "sframe": str(f.sframe) if f.sframe else None,
+                  "cfi": str(f.cfi) if f.cfi else None}
+            out.append(Finding("sframe-check", f.kind + where, cfg, f.message, fn.name if fn else None, f.addr, ev))
+        return out
+
+    def _function(self, built: Built, image: ElfImage, cfi, provider, table, fn: _Function) -> list[Finding]:
+        cfg = built.config
+        pcs = instructions(image, fn)
+        rules: dict[int, FrameRule | None] = {}
+        for pc in pcs:
+            try:
+                rules[pc] = cfi.rule_for_link(pc, signal_ok=True)
+            except UnsupportedCFI:
+                rules[pc] = None
+        fp_rows = [pc for pc in pcs if rules[pc] is not None and rules[pc].cfa.base == "fp" and not rules[pc].cfa.deref]
+        expressible = all(r is None or sframe_expressible(r) for r in rules.values())
+        cfi_provider = CFIRules(cfi, 0)
+        out: list[Finding] = []
+        for pc in pcs:
+            rule = rules[pc]
+            if rule is None:
+                self.expected["no-cfi-row"] += 1
+                continue
+            synth = synthesize(rule)
+            if synth is None:
+                self.expected["unsynthesizable"] += 1
+                continue
+            self.instructions += 1
+            regs = synth.regs
+            regs = UserRegs(**{**regs.__dict__, "ip": pc})
+            truth = unwind_cfi(synth.memory, regs, lambda _pc: cfi_provider, max_entries=2)
+            want = _frame(truth)
+            if want is None:
+                self.expected["unsynthesizable"] += 1
+                continue
+            where = f"{fn.name}+{pc - fn.start:#x}"
+            # the frame-pointer step
+            fp_trace = unwind_user(synth.memory, regs, UnwindConfig(max_entries=2))
+            diff = _differs(_frame(fp_trace), want)
+            if diff:
+                if rule.cfa.deref or rule.cfa.base not in ("sp", "fp"):
+                    self.expected["fp-drap-cfa"] += 1
+                elif rule.cfa.base == "sp":
+                    name = ("fp-frameless-function" if not fp_rows else
+                            "fp-prologue-ip" if pc < fp_rows[0] else "fp-epilogue-ip")
+                    self.expected[name] += 1
+                else:
+                    out.append(Finding("fp-step", f"{','.join(diff)}: cfi {rule_shape(rule)}", built.config,
+                                       f"{where}: the frame-pointer step gives {_frame_json(fp_trace)}, "
+                                       f"the CFI step {_frame_json(truth)} (CFI row {rule})",
+                                       fn.name, pc, {"cfi_rule": str(rule), "cfi": _frame_json(truth),
+                                                     "fp": _frame_json(fp_trace)}))
+            if provider is None:
+                continue
+            sf_rule = provider.rule_for(pc)
+            if sf_rule is None:
+                if table is not None and table.find_fde(pc) is None and not expressible:
+                    self.expected["sframe-function-without-fde"] += 1
+                    continue
+                fde = table.find_fde(pc) if table is not None else None
+                out.append(Finding("sframe-no-fre", "no FDE" if fde is None else "FDE without an FRE here", cfg,
+                                   f"{where}: no SFrame FRE covers it; the CFI row is {rule}", fn.name, pc,
+                                   {"cfi_rule": str(rule), "cfi": _frame_json(truth)}))
+                continue
+            sf_trace = unwind_user(synth.memory, regs, UnwindConfig(max_entries=2, tables_for=lambda _pc: provider))
+            diff = _differs(_frame(sf_trace), want)
+            if diff:
+                out.append(Finding("sframe-step", f"{','.join(diff)}: sframe {rule_shape(sf_rule)} vs cfi "
+                                                  f"{rule_shape(rule)}", cfg,
+                                   f"{where}: the SFrame step (FRE {sf_rule}) gives {_frame_json(sf_trace)}, the "
+                                   f"CFI step (row {rule}) {_frame_json(truth)}", fn.name, pc,
+                                   {"cfi_rule": str(rule), "sframe_rule": str(sf_rule), "cfi": _frame_json(truth),
+                                    "sframe": _frame_json(sf_trace)}))
+            elif sf_trace.frames[1].how is not UnwinderType.SFRAME:
+                self.expected["unsynthesizable"] += 1
+        return out

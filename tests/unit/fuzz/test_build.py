@@ -1,0 +1,78 @@
+"""The templates' output compiled and linked by all three toolchain roots (C and C++), and the
+programs run: every feature's code works (a signal on an alternate stack, a thread, an exception,
+setjmp/longjmp, a noreturn exit), and each loops in getppid for as long as it is told."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from harness.fuzz.build import BuildConfig, build
+from harness.fuzz.render import render
+from harness.fuzz.shape import FEATURES, Func, Shape
+from tests.support.toolchains import need
+
+F = frozenset
+# Between them, the two shapes carry every feature and every frame kind.
+C_SHAPE = Shape((
+    Func("fp", F({"alloca", "signal"}), (1, 2), 2),
+    Func("nofp", F({"variadic", "recursion", "tailcall"}), (2, 3), 0),
+    Func("build", F({"vla", "setjmp"}), (4,), 0),
+    Func("build", F({"realign", "thread"}), (4,), 3),
+    Func("nofp", F({"redzone"}), (), 0),
+))
+CXX_SHAPE = Shape((
+    Func("fp", F({"exception", "realign"}), (1,), 2),
+    Func("nofp", F({"sigaltstack", "alloca"}), (2,), 0),
+    Func("build", F({"vla", "noreturn"}), (), 0),
+))
+assert C_SHAPE.features() | CXX_SHAPE.features() == set(FEATURES)
+
+
+@functools.cache
+def built(tc: str, lang: str, static: bool, tmp):
+    shape = C_SHAPE if lang == "c" else CXX_SHAPE
+    return build(shape, BuildConfig(tc, "-O2", False, True, static, "bfd"), tmp / f"{tc}-{lang}-{static}")
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz-build")
+
+
+def test_the_template_renders_each_feature():
+    c, cxx = render(C_SHAPE), render(CXX_SHAPE)
+    for needle in ("alloca(", "char v[", "aligned(32)", "force_align_arg_pointer", "va_arg", "setjmp(jb)",
+                   "pthread_create", "SA_ONSTACK" not in c, "return fz_f3(", 'optimize("omit-frame-pointer")',
+                   'optimize("no-omit-frame-pointer")', "return fz_f1(d - 1, 1L, 2L, 3L) + 1"):
+        assert needle is True or needle in c, needle
+    for needle in ("try {", "fz_throw(r);", "SA_ONSTACK", "sigaltstack(&ss, 0)", "fz_exit();", "noreturn"):
+        assert needle in cxx, needle
+
+
+@pytest.mark.parametrize("tc", ["host", "trixie", "sid"])
+@pytest.mark.parametrize("lang", ["c", "c++"])
+def test_each_root_compiles_links_and_runs_the_generated_program(tc, lang, tmp):
+    need(tc)
+    b = built(tc, lang, True, tmp)
+    assert b.ok, b.error
+    with open(b.binary, "rb") as f:
+        elf = ELFFile(f)
+        names = {s.name for s in elf.get_section_by_name(".symtab").iter_symbols()}
+        assert elf.get_section_by_name(".sframe") is not None
+    shape = C_SHAPE if lang == "c" else CXX_SHAPE
+    assert {f"fz_f{i}" for i in range(len(shape.funcs))} <= names
+    # static: runs on this machine whatever glibc the root has; 3 syscalls per leaf, then exits 0
+    r = subprocess.run([str(b.binary), "3"], capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+
+
+def test_a_linker_the_root_lacks_links_on_the_host(tmp):
+    need("sid")
+    b = build(C_SHAPE, BuildConfig("sid", "-O1", True, True, False, "lld"), tmp / "sid-lld")
+    assert b.ok, b.error
+    assert b.link_toolchain == "host" and b.commands[0].startswith("[sid] gcc")
+    assert b.commands[1].startswith("[host] gcc") and "-fuse-ld=lld" in b.commands[1]

@@ -1,0 +1,128 @@
+"""A planted disagreement found, shrunk to a program of a few functions, kept as a reproducer
+and replayed: a test-only broken SFrame reader (it misreads the CFA offset of rbp-based rules in
+functions with alloca) injected through the static checker's SFrame provider."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import strategies as st
+
+from harness.cli import main
+from harness.fuzz.build import BuildConfig
+from harness.fuzz.campaign import merge, replay, run
+from harness.fuzz.static import StaticChecker, generated_functions
+from harness.rule import FrameRule, ValueRule
+from harness.unwind.maps import ElfImage
+from tests.support.toolchains import need
+
+CONFIG = BuildConfig("host", "-O1", True, True, False, "bfd")
+
+
+class MisreadsAlloca:
+    """An SFrame reader that adds 8 to the CFA offset of fp-based rules inside the functions whose
+    shape has alloca (the bug a reader could have: the wrong FRE offset field for that shape)."""
+
+    def __init__(self, built, table):
+        self.table = table
+        alloca = {f"fz_f{i}" for i, f in enumerate(built.shape.funcs) if "alloca" in f.features}
+        funcs = generated_functions(ElfImage.from_path(built.binary))
+        self.ranges = [(f.start, f.start + f.size) for f in funcs if f.name in alloca]
+
+    def rule_for(self, pc: int) -> FrameRule | None:
+        rule = self.table.rule_for(pc)
+        if rule is not None and rule.cfa.base == "fp" and any(a <= pc < b for a, b in self.ranges):
+            return FrameRule(ValueRule("fp", rule.cfa.offset + 8), rule.ra, rule.fp, rule.signal_frame)
+        return rule
+
+
+def broken() -> StaticChecker:
+    return StaticChecker(sframe_provider=MisreadsAlloca)
+
+
+@functools.cache
+def _campaign(root: Path):
+    work, out = root / "work", root / "out"
+    work.mkdir()
+    camp = run(broken(), work, seeds=(0, 40), budget=50, toolchains=("host",), linkers=("bfd",), out=out,
+               shrink_budget=40, shrink_share=0.7, matrix=st.just(CONFIG), examples_per_seed=5)
+    return camp, out
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    need("host")
+    return _campaign(tmp_path_factory.mktemp("fuzz-campaign"))
+
+
+def _planted(camp):
+    recs = [r for r in camp.records.values() if r.signature.kind == "sframe-step"]
+    assert recs, [r.signature.key for r in camp.records.values()]
+    return recs
+
+
+def test_the_planted_disagreement_is_found_and_shrunk_to_a_few_functions(campaign):
+    camp, out = campaign
+    for rec in _planted(camp):
+        assert rec.signature.toolchain == "host" and rec.signature.flags == CONFIG.flags
+        assert "cfa" in rec.signature.detail and "cfa=fp+N" in rec.signature.detail
+        assert rec.shrunk and rec.example is not None
+        shape = rec.example.shape
+        assert "alloca" in shape.features()
+        assert len(shape.funcs) <= 3 and len(shape.features()) <= 2, shape.describe()
+    # the real checker finds nothing on the same builds: the findings are the planted reader's
+    real = [r for r in camp.records.values() if r.signature.kind != "sframe-step"]
+    assert not real, [r.signature.key for r in real]
+
+
+def test_the_reproducer_directory_holds_what_an_engineer_needs(campaign):
+    camp, out = campaign
+    rec = _planted(camp)[0]
+    d = out / rec.signature.id
+    meta = json.loads((d / "signature.json").read_text())
+    assert meta["signature"]["key"] == rec.signature.key and meta["reproduced_when_written"]
+    ev = meta["finding"]["evidence"]
+    assert ev["cfi"] != ev["sframe"] and ev["cfi"]["sp"] + 8 == ev["sframe"]["sp"]
+    assert (d / meta["source"]).read_text().count("alloca(") >= 1
+    assert "gcc" in (d / "build.sh").read_text()
+    tools = (d / "tools.txt").read_text()
+    assert "objdump --sframe" in tools and "readelf --debug-dump=frames" in tools
+    assert "DW_CFA_def_cfa_register: r6 (rbp)" in tools  # the FDE at the address, cut from readelf
+    assert json.loads((out / "campaign.json").read_text())["programs"] == camp.programs
+
+
+def test_replay_reproduces_with_the_broken_reader_and_not_with_the_real_one(campaign, tmp_path):
+    camp, out = campaign
+    d = out / _planted(camp)[0].signature.id
+    assert replay(d, broken(), tmp_path / "a").reproduces
+    assert not replay(d, StaticChecker(), tmp_path / "b").reproduces
+    # the command: exit 0 once it no longer reproduces (the real checker is the command's)
+    assert main(["fuzz", "replay", str(d)]) == 0
+
+
+def test_merge_sums_counts_and_dedupes_signatures(campaign, tmp_path):
+    camp, out = campaign
+    merged = merge([out, out], tmp_path / "m")
+    assert merged["programs"] == 2 * camp.programs
+    assert len(merged["signatures"]) == len(camp.records)
+    one = merged["signatures"][0]
+    rec = next(r for r in camp.records.values() if r.signature.key == one["signature"]["key"])
+    assert one["programs"] == 2 * rec.programs
+    assert (tmp_path / "m" / one["reproducer"] / "signature.json").is_file()
+    assert main(["fuzz", "merge", str(out), str(out)]) == 1
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["fuzz", "replay", str(tmp_path)]) == 2
+    assert "not a reproducer directory" in capsys.readouterr().err
+    assert main(["fuzz", "merge"]) == 2
+    if "harness.fuzz.live" not in sys.modules:
+        try:
+            import harness.fuzz.live  # noqa: F401
+        except ModuleNotFoundError:
+            assert main(["fuzz", "--budget", "1"]) == 2
+            assert "live mode is unavailable" in capsys.readouterr().err
