@@ -205,6 +205,9 @@ class Engine:
         # Breakpoints a subclass keeps inserted the whole run (the soak's fork and exit points),
         # handled by _on_lifecycle wherever the engine stops at them; none in a normal run.
         self.lifecycle: dict[int, StopPoint] = {}
+        # The guest's or the debugger's error that ended the run (also a line of result.errors),
+        # for a caller that raises it rather than reports it (harness/fuzz/live.py).
+        self.failure: GuestError | TargetError | ModelError | None = None
 
     # -- model hooks -------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
@@ -291,6 +294,11 @@ class Engine:
                         f"only {self.result.sampled} of them landed on the program's tasks (it sleeps, "
                         f"or other tasks keep the CPU or keep stopping at return points)")
                     break
+                if self.sc.time_limit and time.monotonic() - loop_start >= self.sc.time_limit:
+                    self.result.notes.append(
+                        f"sampling stopped at its time limit ({self.sc.time_limit:g}s) after {self.n_requests} "
+                        f"requests: {self.result.sampled} of {self.sc.samples} landed on the program's tasks")
+                    break
                 status = s.machine.exit_status(self.proc)
                 if status is not None:
                     self.result.program_exit = status
@@ -361,6 +369,7 @@ class Engine:
             interrupted = True
             raise
         except (GuestError, TargetError, ModelError) as exc:
+            self.failure = exc
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
             console = s.machine.console
             if console is not None and console.panic:
