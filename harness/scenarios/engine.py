@@ -396,6 +396,7 @@ class Engine:
                     self._program_output(wait=True)  # while the guest runs: /init forwards the rest
                     s.target.interrupt()
             except (GuestError, TargetError) as exc:
+                self.failure = self.failure or exc
                 self.result.errors.append(f"cleanup: {exc}")
             if self.proc is not None and self.result.program_output is None:
                 self._program_output(wait=False)
