@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +166,7 @@ class LiveOutcome:
     disagreements: list[LiveDisagreement] = field(default_factory=list)
     crash: str | None = None
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the program's run in the guest: its start, sampling, checks and end
 
     @property
     def ok(self) -> bool:
@@ -319,6 +321,7 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
 
 
 def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progress, which: str) -> LiveOutcome:
+    start = time.monotonic()
     name = Path(sc.user_path).name
     log = JsonlFile(Path(log_dir) / f"{name}.jsonl") if log_dir is not None else None
     try:
@@ -336,4 +339,6 @@ def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progres
             raise TargetError(f"{where}: {'; '.join(e.splitlines()[0] for e in result.errors)}")
         exc.add_note(where)
         raise exc
-    return live_outcome(prog, result)
+    out = live_outcome(prog, result)
+    out.seconds = time.monotonic() - start
+    return out

@@ -1,0 +1,135 @@
+"""harness/fuzz/live.py on a real guest: three programs built here by the host toolchain, checked
+in one guest by check_live.
+
+- ``fp``: frame pointers, -O1, main -> a -> b -> c -> d, d loops in getppid (LIVE_LOOP_C);
+- ``nofp``: the same chain at -O2 without frame pointers (the calls kept out of tail position),
+  after the crash;
+- ``segv``: the same chain with frame pointers, which dereferences NULL after 60 ms of guest time.
+
+The first must give at least 10 checked stacks, each with the whole chain, and nothing to
+disagree with; the crash must be a crash that names SIGSEGV, not an error of the harness, and
+the program after it runs in the same guest; the frameless program's frame-pointer walks stop
+in its chain, and each stop is proven by a cause against the CFI oracle (seen on the host
+toolchain: fp-frameless-function every time), so nothing disagrees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.fuzz.live import LIVE_LOOP_C, LiveProgram, check_live
+from tests.support.toolchains import need
+
+pytestmark = pytest.mark.qemu
+
+SAMPLES = 20
+
+CHAIN = LIVE_LOOP_C + r"""
+#include <stdlib.h>
+
+static int crash_ms; /* 0: loop until the deadline; else dereference NULL after this many ms */
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+__attribute__((noinline)) void d(void)
+{
+    if (crash_ms) {
+        long end = now_ms() + crash_ms;
+        while (now_ms() < end)
+            for (int i = 0; i < 256; i++)
+                harness_live_sink = harness_live_syscall();
+        *(volatile int *)0 = 1;
+    }
+    HARNESS_LIVE_LOOP();
+}
+/* The empty asm after each call keeps it out of tail position at -O2: every function stays a frame. */
+__attribute__((noinline)) void c(void) { d(); __asm__ volatile("" ::: "memory"); }
+__attribute__((noinline)) void b(void) { c(); __asm__ volatile("" ::: "memory"); }
+__attribute__((noinline)) void a(void) { b(); __asm__ volatile("" ::: "memory"); }
+
+int main(int argc, char **argv)
+{
+    crash_ms = argc > 1 ? atoi(argv[1]) : 0;
+    a();
+    return 0;
+}
+"""
+
+FP = ["-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"]
+#: name -> (flags, args); the crash in the middle: the batch goes on after it in the same guest.
+#: 60 ms of guest time: the program's start and the reading of its maps take longer on TCG (it
+#: dies before its first stack there), 20 samples' NMI waits alone about 100 ms on KVM.
+BUILDS = {
+    "fuzzlive-fp": (FP, ()),
+    "fuzzlive-segv": (FP, ("60",)),
+    "fuzzlive-nofp": (["-O2", "-fomit-frame-pointer"], ()),
+}
+CHAIN_NAMES = ["d", "c", "b", "a", "main"]
+
+
+def _build(tmp_path) -> list[LiveProgram]:
+    tc = need("host")
+    src = tmp_path / "chain.c"
+    src.write_text(CHAIN)
+    out = []
+    for name, (flags, args) in BUILDS.items():
+        cmd = ["gcc", *flags, "-g", "-Wall", "-static", "-o", str(tmp_path / name), str(src)]
+        tc.run(cmd, cwd=str(tmp_path))
+        out.append(LiveProgram(name, tmp_path / name, args, description=f"host gcc {' '.join(flags)} -static"))
+    return out
+
+
+def _own_stacks(log: Path) -> list[dict]:
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in recs if r["ev"] == "stack" and r["own"]]
+
+
+def _names(frames: list) -> list[str]:
+    return [f[2].split("+")[0] for f in frames]
+
+
+def _has_chain(frames: list) -> bool:
+    names = _names(frames)
+    return any(names[i:i + len(CHAIN_NAMES)] == CHAIN_NAMES for i in range(len(names)))
+
+
+def test_three_programs_in_one_guest(tmp_path):
+    programs = _build(tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    outcomes = check_live(programs, samples=SAMPLES, timeout=300, log_dir=logs)
+    fp, segv, nofp = outcomes
+    assert [o.program for o in outcomes] == programs
+    report = "\n".join(f"{o.program.name}: {o.stacks} stacks, crash {o.crash}, {o.disagreements[:3]}, {o.notes}"
+                       for o in outcomes)
+
+    # frame pointers in a 4-deep chain: every stack agrees or is explained, and the stops landed
+    # in the loop: the walk the tracers got holds the whole chain
+    assert fp.stacks >= 10 and fp.disagreements == [] and fp.crash is None, report
+    assert fp.ok
+    stacks = _own_stacks(logs / "fuzzlive-fp.jsonl")
+    assert len(stacks) == fp.stacks
+    assert sum(_has_chain(r["frames"]["fp"]) for r in stacks) >= 0.9 * len(stacks), [
+        _names(r["frames"]["fp"]) for r in stacks]
+
+    # the crash is a finding of its own, named; no error of the harness, and the batch went on
+    assert segv.crash is not None and "killed by SIGSEGV (status 139)" in segv.crash, report
+    assert segv.disagreements == [], report
+
+    # no frame pointers: the FP walk stops in the frameless chain, every time proven by a cause
+    # (fp-frameless-function, seen), so nothing disagrees; the CFI oracle saw the whole chain
+    assert nofp.crash is None and nofp.stacks >= 10, report
+    assert nofp.disagreements == [], report
+    stacks = _own_stacks(logs / "fuzzlive-nofp.jsonl")
+    assert len(stacks) == nofp.stacks
+    assert sum(_has_chain(r["frames"]["cfi"]) for r in stacks) >= 0.9 * len(stacks)
+    assert all(len(r["frames"]["fp"]) < len(r["frames"]["cfi"]) for r in stacks)
+    causes = {d["cause"] for r in stacks for v in r["verdicts"] if v["oracle"] == "cfi" for d in v["divergences"]}
+    assert "fp-frameless-function" in causes, causes
