@@ -72,7 +72,7 @@ from ..scenarios.catalog import user_scenario
 from ..scenarios.engine import Engine, Sampling
 from ..scenarios.result import Result
 from ..session import GuestSpec, GuestSpecError, Session
-from ..transport.errors import TargetError
+from ..transport.errors import GuestError, TargetError
 from ..verdicts.types import FAILURE
 
 __all__ = ["LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveDisagreement", "LiveOutcome",
@@ -323,17 +323,20 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
 def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progress, which: str) -> LiveOutcome:
     start = time.monotonic()
     name = Path(sc.user_path).name
+    where = f"live check of {prog.name} ({which}{f': {prog.description}' if prog.description else ''})"
     log = JsonlFile(Path(log_dir) / f"{name}.jsonl") if log_dir is not None else None
     try:
         engine = Engine(sess, sc, log, progress)
         if log is not None:
             engine.result.log = f"{name}.jsonl"
         result = engine.run()
+    except (GuestError, TargetError) as exc:  # the program's start, before the engine's own handling
+        exc.add_note(where)
+        raise
     finally:
         if log is not None:
             log.close()
     if result.errors:
-        where = f"live check of {prog.name} ({which}{f': {prog.description}' if prog.description else ''})"
         exc = engine.failure
         if exc is None:  # an error the engine found itself: a stop at no breakpoint of its own
             raise TargetError(f"{where}: {'; '.join(e.splitlines()[0] for e in result.errors)}")

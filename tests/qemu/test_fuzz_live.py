@@ -15,11 +15,13 @@ toolchain: fp-frameless-function every time), so nothing disagrees."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from harness.fuzz.live import LIVE_LOOP_C, LiveProgram, check_live
+from harness.transport.errors import GuestError, TargetError
 from tests.support.toolchains import need
 
 pytestmark = pytest.mark.qemu
@@ -27,9 +29,13 @@ pytestmark = pytest.mark.qemu
 SAMPLES = 20
 
 CHAIN = LIVE_LOOP_C + r"""
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static int crash_ms; /* 0: loop until the deadline; else dereference NULL after this many ms */
+static int panic; /* "panic": panic the guest's kernel from d (sysrq c) */
 
 static long now_ms(void)
 {
@@ -40,6 +46,11 @@ static long now_ms(void)
 
 __attribute__((noinline)) void d(void)
 {
+    if (panic) {
+        int fd = open("/proc/sysrq-trigger", O_WRONLY);
+        if (fd >= 0)
+            write(fd, "c", 1);
+    }
     if (crash_ms) {
         long end = now_ms() + crash_ms;
         while (now_ms() < end)
@@ -57,6 +68,7 @@ __attribute__((noinline)) void a(void) { b(); __asm__ volatile("" ::: "memory");
 int main(int argc, char **argv)
 {
     crash_ms = argc > 1 ? atoi(argv[1]) : 0;
+    panic = argc > 1 && !strcmp(argv[1], "panic");
     a();
     return 0;
 }
@@ -133,3 +145,16 @@ def test_three_programs_in_one_guest(tmp_path):
     assert all(len(r["frames"]["fp"]) < len(r["frames"]["cfi"]) for r in stacks)
     causes = {d["cause"] for r in stacks for v in r["verdicts"] if v["oracle"] == "cfi" for d in v["divergences"]}
     assert "fp-frameless-function" in causes, causes
+
+
+def test_a_guest_that_dies_is_raised_not_reported(tmp_path):
+    """The guest's kernel panics under the second program (it writes sysrq c): no outcome of it,
+    the guest's or the debugger's error raised with the program named, the first one's kept."""
+    fp = _build(tmp_path)[0]
+    panic = LiveProgram("fuzzlive-panic", fp.path.with_name("fuzzlive-panic"), ("panic",))
+    shutil.copy(fp.path, panic.path)
+    done: list = []
+    with pytest.raises((GuestError, TargetError)) as exc:
+        check_live([fp, panic, fp], samples=SAMPLES, timeout=300, outcomes=done)
+    assert [o.program for o in done] == [fp] and done[0].ok
+    assert any("live check of fuzzlive-panic (2 of 3)" in n for n in exc.value.__notes__), exc.value
