@@ -36,6 +36,7 @@ CHAIN = LIVE_LOOP_C + r"""
 
 static int crash_ms; /* 0: loop until the deadline; else dereference NULL after this many ms */
 static int panic; /* "panic": panic the guest's kernel from d (sysrq c) */
+static int sleepy; /* "sleep": sleep in d until killed (no request lands on it) */
 
 static long now_ms(void)
 {
@@ -46,6 +47,8 @@ static long now_ms(void)
 
 __attribute__((noinline)) void d(void)
 {
+    while (sleepy)
+        pause();
     if (panic) {
         int fd = open("/proc/sysrq-trigger", O_WRONLY);
         if (fd >= 0)
@@ -69,6 +72,7 @@ int main(int argc, char **argv)
 {
     crash_ms = argc > 1 ? atoi(argv[1]) : 0;
     panic = argc > 1 && !strcmp(argv[1], "panic");
+    sleepy = argc > 1 && !strcmp(argv[1], "sleep");
     a();
     return 0;
 }
@@ -158,3 +162,15 @@ def test_a_guest_that_dies_is_raised_not_reported(tmp_path):
         check_live([fp, panic, fp], samples=SAMPLES, timeout=300, outcomes=done)
     assert [o.program for o in done] == [fp] and done[0].ok
     assert any("live check of fuzzlive-panic (2 of 3)" in n for n in exc.value.__notes__), exc.value
+
+
+def test_a_program_that_sleeps_ends_at_the_time_limit(tmp_path):
+    """A program no request lands on (it sleeps) would keep sampling going for up to ten requests
+    per sample asked for: the time limit ends it first, with a note, no crash, no error."""
+    fp = _build(tmp_path)[0]
+    sleeper = LiveProgram("fuzzlive-sleep", fp.path.with_name("fuzzlive-sleep"), ("sleep",))
+    shutil.copy(fp.path, sleeper.path)
+    (out,) = check_live([sleeper], samples=1000, timeout=3)
+    assert out.stacks == 0 and out.crash is None and out.disagreements == [], out
+    assert any(n.startswith("sampling stopped at its time limit (3s)") for n in out.notes), out.notes
+    assert any("no stack of the program was checked" in n for n in out.notes), out.notes
