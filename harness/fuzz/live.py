@@ -50,9 +50,11 @@ returns to user space.  A program is checkable when:
    SIGTERM.  It must not exit earlier, or sampling ends with fewer stacks (a note, no crash).
 3. **It needs no input** (stdin is not a terminal; its arguments are :attr:`LiveProgram.args`)
    and writes little (its output is kept on the host; the end of it goes into a crash's text).
-4. **Its file name is unique within a batch, also in its first 15 characters**: the guest has
-   one ``/user/NAME`` per name, and the task's comm (the name's first 15 characters) is how the
-   engine recognises the program's forked children.
+4. **Its file name is best unique within a batch, also in its first 15 characters**: the guest
+   has one ``/user/NAME`` per name, and the task's comm (the name's first 15 characters) is how
+   the engine recognises the program's forked children.  Where they are not (every build's
+   binary called ``prog``), each is copied under a name of its own (:func:`guest_names`: from
+   :attr:`LiveProgram.name`), which the frames' module names then show.
 5. It is an x86-64 or i386 ELF program, static or dynamic (its interpreter and libraries are
    taken from this machine, or from its DT_RPATH/DT_RUNPATH; a library it dlopens goes in
    :attr:`LiveProgram.libs`).
@@ -61,22 +63,26 @@ returns to user space.  A program is checkable when:
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..deferred.log import JsonlFile
+from ..images.programs import ProgramError
 from ..scenarios.catalog import user_scenario
 from ..scenarios.engine import Engine, Sampling
 from ..scenarios.result import Result
-from ..session import GuestSpec, GuestSpecError, Session
+from ..session import GuestSpec, Session
 from ..transport.errors import GuestError, TargetError
 from ..verdicts.types import FAILURE
 
-__all__ = ["LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveDisagreement", "LiveOutcome",
-           "LiveProgram", "check_live", "live_outcome"]
+__all__ = ["COMM_LEN", "LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveDisagreement",
+           "LiveOutcome", "LiveProgram", "check_live", "guest_names", "live_outcome"]
 
 #: requests that must land on each program (each gives at most one checked stack)
 LIVE_SAMPLES = 20
@@ -273,15 +279,48 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
 
 # -- the batch in one guest ---------------------------------------------------------------------
 
-def _check_names(programs: list[LiveProgram]) -> None:
-    """Rule 4 of the module's doc, before anything boots: :class:`GuestSpecError` (bad input)."""
-    comms: dict[str, Path] = {}
-    for p in programs:
-        path = Path(p.path).resolve()
-        first = comms.setdefault(path.name[:15], path)
-        if first != path:
-            raise GuestSpecError(f"live programs {first} and {path}: their file names must differ in their first "
-                                 f"15 characters (the guest's comm, how a program's children are recognised)")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+COMM_LEN = 15  # TASK_COMM_LEN - 1: what of a file name the task's comm keeps
+
+
+def guest_names(programs: list[LiveProgram]) -> list[str]:
+    """The file name each program gets in the guest (``/user/NAME``), unique in its first
+    :data:`COMM_LEN` characters within the batch (rule 4 of the module's doc): the binary's own
+    when the batch's are (one path given twice is one program), else the programs' names (made
+    file names), else those behind their index in the batch."""
+    paths = [Path(p.path).resolve() for p in programs]
+
+    def unique(names: list[str]) -> bool:
+        first: dict[str, tuple[Path, str]] = {}
+        return all(first.setdefault(n[:COMM_LEN], (path, n)) == (path, n) for path, n in zip(paths, names, strict=True))
+
+    own = [path.name for path in paths]
+    if unique(own):
+        return own
+    named = [_UNSAFE.sub("_", p.name).lstrip(".") or path.name for p, path in zip(programs, paths, strict=True)]
+    if unique(named):
+        return named
+    width = len(str(len(programs) - 1))
+    return [f"{i:0{width}d}-{n}" for i, n in enumerate(named)]
+
+
+def _stage(programs: list[LiveProgram], tmp: Path) -> list[Path]:
+    """Each program's binary under its guest name: itself where that is its own name, else a copy
+    in ``tmp`` (a DT_RUNPATH with ``$ORIGIN`` then points into ``tmp``: give such a program a
+    file name of its own, unique in the batch)."""
+    out = []
+    for p, name in zip(programs, guest_names(programs), strict=True):
+        src = Path(p.path).resolve()
+        if src.name == name:
+            out.append(src)
+            continue
+        dst = tmp / name
+        if not dst.exists():
+            if not src.is_file():
+                raise ProgramError(f"live program {p.name}: {p.path}: no such file")
+            shutil.copy2(src, dst)
+        out.append(dst)
+    return out
 
 
 def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kernel: str | None = None,
@@ -298,25 +337,26 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
     engine's sampling states; ``outcomes``: the list to append to, which keeps the programs done
     when an infrastructure error is raised.
 
-    Raises :class:`~harness.images.programs.ProgramError` or :class:`GuestSpecError` for a
-    program that cannot go into the guest (before the boot), and the guest's or the debugger's
+    Raises :class:`~harness.images.programs.ProgramError` for a program that cannot go into the
+    guest (before the boot), and the guest's or the debugger's
     error (:mod:`harness.transport.errors`) when the infrastructure fails."""
     outcomes = [] if outcomes is None else outcomes
     if not programs:
         return outcomes
-    _check_names(programs)
-    # Each binary is checked here (ProgramError), before anything is built or booted.
-    scenarios = [dataclasses.replace(user_scenario(str(p.path), list(p.args), samples=samples,
-                                                   libs=tuple(str(x) for x in p.libs)), time_limit=timeout)
-                 for p in programs]
-    libs = list(dict.fromkeys(str(x) for p in programs for x in p.libs))
-    kernel_path = kernel if kernel is not None and ("/" in kernel or Path(kernel).is_file()) else None
-    spec = GuestSpec(kernel="default" if kernel is None or kernel_path else kernel, kernel_path=kernel_path,
-                     qemu=qemu, user_programs=[str(p.path) for p in programs], libs=libs)
-    spec.check()
-    with Session(spec) as sess:
-        for i, (prog, sc) in enumerate(zip(programs, scenarios, strict=True)):
-            outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}"))
+    with tempfile.TemporaryDirectory(prefix="harness-live-") as tmp:
+        staged = _stage(programs, Path(tmp))
+        # Each binary is checked here (ProgramError), before anything is built or booted.
+        scenarios = [dataclasses.replace(user_scenario(str(path), list(p.args), samples=samples,
+                                                       libs=tuple(str(x) for x in p.libs)), time_limit=timeout)
+                     for p, path in zip(programs, staged, strict=True)]
+        libs = list(dict.fromkeys(str(x) for p in programs for x in p.libs))
+        kernel_path = kernel if kernel is not None and ("/" in kernel or Path(kernel).is_file()) else None
+        spec = GuestSpec(kernel="default" if kernel is None or kernel_path else kernel, kernel_path=kernel_path,
+                         qemu=qemu, user_programs=list(dict.fromkeys(str(path) for path in staged)), libs=libs)
+        spec.check()
+        with Session(spec) as sess:
+            for i, (prog, sc) in enumerate(zip(programs, scenarios, strict=True)):
+                outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}"))
     return outcomes
 
 
@@ -343,5 +383,7 @@ def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progres
         exc.add_note(where)
         raise exc
     out = live_outcome(prog, result)
+    if Path(prog.path).resolve().name != name:
+        out.notes.append(f"in the guest as /user/{name} (a copy: another program of the batch has its file name)")
     out.seconds = time.monotonic() - start
     return out

@@ -1,10 +1,11 @@
-"""harness/fuzz/live.py on a real guest: three programs built here by the host toolchain, checked
-in one guest by check_live.
+"""harness/fuzz/live.py on a real guest: programs built here by the host toolchain, each binary
+called ``prog`` as harness fuzz builds them, checked in one guest by check_live.
 
 - ``fp``: frame pointers, -O1, main -> a -> b -> c -> d, d loops in getppid (LIVE_LOOP_C);
 - ``nofp``: the same chain at -O2 without frame pointers (the calls kept out of tail position),
   after the crash;
-- ``segv``: the same chain with frame pointers, which dereferences NULL after 60 ms of guest time.
+- ``segv``: the same chain with frame pointers, which dereferences NULL after 60 ms of guest time;
+- ``dyn``: the first, dynamic, linked against the host root as the harness links its own builds.
 
 The first must give at least 10 checked stacks, each with the whole chain, and nothing to
 disagree with; the crash must be a crash that names SIGSEGV, not an error of the harness, and
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.fuzz.live import LIVE_LOOP_C, LiveProgram, check_live
+from harness.images.programs import Variant, cflags
 from harness.transport.errors import GuestError, TargetError
 from tests.support.toolchains import need
 
@@ -78,27 +80,34 @@ int main(int argc, char **argv)
 }
 """
 
-FP = ["-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"]
+FP = ["-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-static"]
 #: name -> (flags, args); the crash in the middle: the batch goes on after it in the same guest.
 #: 60 ms of guest time: the program's start and the reading of its maps take longer on TCG (it
-#: dies before its first stack there), 20 samples' NMI waits alone about 100 ms on KVM.
+#: dies before its first stack there), 20 samples' NMI waits alone about 100 ms on KVM.  The
+#: last one is dynamic, linked as harness fuzz links (harness.images.programs.cflags: the host
+#: root's loader and libc at /tc/host/lib64 in the guest).
 BUILDS = {
     "fuzzlive-fp": (FP, ()),
     "fuzzlive-segv": (FP, ("60",)),
-    "fuzzlive-nofp": (["-O2", "-fomit-frame-pointer"], ()),
+    "fuzzlive-nofp": (["-O2", "-fomit-frame-pointer", "-static"], ()),
+    "fuzzlive-dyn": (None, ()),  # cflags(host, dynamic, no SFrame)
 }
 CHAIN_NAMES = ["d", "c", "b", "a", "main"]
 
 
 def _build(tmp_path) -> list[LiveProgram]:
+    """Each binary called ``prog`` in a directory of its own, as harness fuzz builds them: the
+    guest gets each under its program's name."""
     tc = need("host")
     src = tmp_path / "chain.c"
     src.write_text(CHAIN)
     out = []
     for name, (flags, args) in BUILDS.items():
-        cmd = ["gcc", *flags, "-g", "-Wall", "-static", "-o", str(tmp_path / name), str(src)]
+        flags = flags if flags is not None else cflags(tc, Variant(static=False, sframe=False))
+        (tmp_path / name).mkdir()
+        cmd = ["gcc", *flags, "-g", "-Wall", "-o", str(tmp_path / name / "prog"), str(src)]
         tc.run(cmd, cwd=str(tmp_path))
-        out.append(LiveProgram(name, tmp_path / name, args, description=f"host gcc {' '.join(flags)} -static"))
+        out.append(LiveProgram(name, tmp_path / name / "prog", args, description=f"host gcc {' '.join(flags)}"))
     return out
 
 
@@ -116,12 +125,12 @@ def _has_chain(frames: list) -> bool:
     return any(names[i:i + len(CHAIN_NAMES)] == CHAIN_NAMES for i in range(len(names)))
 
 
-def test_three_programs_in_one_guest(tmp_path):
+def test_programs_in_one_guest(tmp_path):
     programs = _build(tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
     outcomes = check_live(programs, samples=SAMPLES, timeout=300, log_dir=logs)
-    fp, segv, nofp = outcomes
+    fp, segv, nofp, dyn = outcomes
     assert [o.program for o in outcomes] == programs
     report = "\n".join(f"{o.program.name}: {o.stacks} stacks, crash {o.crash}, {o.disagreements[:3]}, {o.notes}"
                        for o in outcomes)
@@ -150,12 +159,19 @@ def test_three_programs_in_one_guest(tmp_path):
     causes = {d["cause"] for r in stacks for v in r["verdicts"] if v["oracle"] == "cfi" for d in v["divergences"]}
     assert "fp-frameless-function" in causes, causes
 
+    # dynamic, its loader and libc from the host root at /tc/host/lib64: the same as the first
+    assert dyn.crash is None and dyn.stacks >= 10 and dyn.disagreements == [], report
+    stacks = _own_stacks(logs / "fuzzlive-dyn.jsonl")
+    assert sum(_has_chain(r["frames"]["fp"]) for r in stacks) >= 0.9 * len(stacks)
+    assert any(f[1] == "libc.so.6" for r in stacks for f in r["frames"]["cfi"])
+    assert all("in the guest as /user/" in " ".join(o.notes) for o in outcomes)
+
 
 def test_a_guest_that_dies_is_raised_not_reported(tmp_path):
     """The guest's kernel panics under the second program (it writes sysrq c): no outcome of it,
     the guest's or the debugger's error raised with the program named, the first one's kept."""
     fp = _build(tmp_path)[0]
-    panic = LiveProgram("fuzzlive-panic", fp.path.with_name("fuzzlive-panic"), ("panic",))
+    panic = LiveProgram("fuzzlive-panic", tmp_path / "fuzzlive-panic", ("panic",))
     shutil.copy(fp.path, panic.path)
     done: list = []
     with pytest.raises((GuestError, TargetError)) as exc:
@@ -168,7 +184,7 @@ def test_a_program_that_sleeps_ends_at_the_time_limit(tmp_path):
     """A program no request lands on (it sleeps) would keep sampling going for up to ten requests
     per sample asked for: the time limit ends it first, with a note, no crash, no error."""
     fp = _build(tmp_path)[0]
-    sleeper = LiveProgram("fuzzlive-sleep", fp.path.with_name("fuzzlive-sleep"), ("sleep",))
+    sleeper = LiveProgram("fuzzlive-sleep", tmp_path / "fuzzlive-sleep", ("sleep",))
     shutil.copy(fp.path, sleeper.path)
     (out,) = check_live([sleeper], samples=1000, timeout=3)
     assert out.stacks == 0 and out.crash is None and out.disagreements == [], out

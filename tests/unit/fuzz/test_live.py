@@ -1,5 +1,6 @@
-"""harness/fuzz/live.py without a guest: a scenario's Result turned into a LiveOutcome, and a
-batch refused before any boot when its programs cannot go into one guest.
+"""harness/fuzz/live.py without a guest: a scenario's Result turned into a LiveOutcome, the names
+a batch's programs get in the guest, and a batch refused before any boot when a program cannot
+go into a guest.
 
 The Results are filled from real runs' logs (tests/data/run-small: the engine's JSONL on a QEMU
 guest; tests/data/broken_ra_stack.json: a stack record of a broken-RA run of Debian's
@@ -9,18 +10,25 @@ records, and their invariant violations are the checker's verdict on the log."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
 from harness.deferred.check import check_events
-from harness.fuzz.live import LIVE_LOOP_C, LIVE_SECONDS, LiveDisagreement, LiveProgram, check_live, live_outcome
+from harness.fuzz.live import (
+    COMM_LEN,
+    LIVE_LOOP_C,
+    LIVE_SECONDS,
+    LiveDisagreement,
+    LiveProgram,
+    check_live,
+    guest_names,
+    live_outcome,
+)
 from harness.images.programs import ProgramError
 from harness.scenarios.catalog import CATALOG, Scenario
 from harness.scenarios.result import Result
-from harness.session import GuestSpecError
 from harness.verdicts.types import FAILURE, NOT_CHECKED
 from tests.support.paths import TEST_DATA
 
@@ -172,21 +180,33 @@ def test_an_empty_batch_boots_nothing():
     assert check_live([]) == []
 
 
-def test_programs_whose_names_clash_in_the_guest_are_refused_before_the_boot(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    shutil.copy("/usr/bin/true", a / "fuzz-0000000001-fp")
-    shutil.copy("/usr/bin/true", b / "fuzz-0000000001-nofp")  # another name, the same comm
-    with pytest.raises(GuestSpecError, match="first 15 characters") as e:
-        check_live([LiveProgram("x", a / "fuzz-0000000001-fp"), LiveProgram("y", b / "fuzz-0000000001-nofp")])
-    assert e.value.exit_code == 2
+def test_guest_names_are_the_binaries_own_when_they_are_unique(tmp_path):
+    a, b = tmp_path / "fuzz-a", tmp_path / "fuzz-b"
+    assert guest_names([LiveProgram("x", a), LiveProgram("y", b), LiveProgram("z", a)]) == ["fuzz-a", "fuzz-b", "fuzz-a"]
+
+
+def test_binaries_of_one_name_get_their_programs_names(tmp_path):
+    # every build's binary is "prog" in a directory of its own
+    progs = [LiveProgram(n, tmp_path / d / "prog") for n, d in (("fz 1/O2", "1"), ("fz-2.O0", "2"), (".x", "3"))]
+    assert guest_names(progs) == ["fz_1_O2", "fz-2.O0", "x"]
+
+
+def test_names_alike_in_their_first_15_characters_are_numbered(tmp_path):
+    # another name, the same comm: the first 15 characters
+    progs = [LiveProgram(f"fuzz-0000000001-{v}", tmp_path / v / "prog") for v in ("fp", "nofp")]
+    names = guest_names(progs)
+    assert names == ["0-fuzz-0000000001-fp", "1-fuzz-0000000001-nofp"]
+    assert len({n[:COMM_LEN] for n in names}) == 2
+    many = [LiveProgram("p", tmp_path / str(i) / "prog") for i in range(11)]
+    assert guest_names(many)[0] == "00-p" and guest_names(many)[10] == "10-p"
 
 
 def test_a_program_that_is_no_elf_is_refused_before_the_boot(tmp_path):
     (tmp_path / "prog.c").write_text("int main(void) { return 0; }\n")
     with pytest.raises(ProgramError, match="not an ELF file"):
         check_live([LiveProgram("src", tmp_path / "prog.c")])
+    with pytest.raises(ProgramError, match="no such file"):  # one to be copied under another name
+        check_live([LiveProgram("a", tmp_path / "a" / "prog"), LiveProgram("b", tmp_path / "b" / "prog")])
 
 
 def test_the_live_loop_text_is_c_for_a_template():
