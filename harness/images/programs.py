@@ -84,7 +84,10 @@ def cflags(tc: Toolchain, v: Variant) -> list[str]:
     else:
         interp = "ld-linux-x86-64.so.2" if v.bits == 64 else "ld-linux.so.2"
         libdir = guest_lib_dir(tc.name, v.bits)
-        f += [f"-Wl,--dynamic-linker={libdir}/{interp}", f"-Wl,-rpath,{libdir}"]
+        # DT_RPATH, not DT_RUNPATH: a DT_RUNPATH reaches the program's own DT_NEEDED only, and the
+        # libraries' needs (libstdc++'s libm) would be searched for where the guest's loader looks
+        # by default, which holds no root's files.
+        f += [f"-Wl,--dynamic-linker={libdir}/{interp}", "-Wl,--disable-new-dtags", f"-Wl,-rpath,{libdir}"]
     return f
 
 

@@ -5,7 +5,8 @@ called ``prog`` as harness fuzz builds them, checked in one guest by check_live.
 - ``nofp``: the same chain at -O2 without frame pointers (the calls kept out of tail position),
   after the crash;
 - ``segv``: the same chain with frame pointers, which dereferences NULL after 60 ms of guest time;
-- ``dyn``: the first, dynamic, linked against the host root as the harness links its own builds.
+- ``dyn``: the first, dynamic, linked against the host root as the harness links its own builds;
+- ``cxx``: the same as C++ (libstdc++, which needs libm: found through the program's DT_RPATH).
 
 The first must give at least 10 checked stacks, each with the whole chain, and nothing to
 disagree with; the crash must be a crash that names SIGSEGV, not an error of the harness, and
@@ -47,6 +48,9 @@ static long now_ms(void)
     return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+#ifdef __cplusplus
+extern "C" { /* the chain's names as in C */
+#endif
 __attribute__((noinline)) void d(void)
 {
     while (sleepy)
@@ -69,6 +73,9 @@ __attribute__((noinline)) void d(void)
 __attribute__((noinline)) void c(void) { d(); __asm__ volatile("" ::: "memory"); }
 __attribute__((noinline)) void b(void) { c(); __asm__ volatile("" ::: "memory"); }
 __attribute__((noinline)) void a(void) { b(); __asm__ volatile("" ::: "memory"); }
+#ifdef __cplusplus
+}
+#endif
 
 int main(int argc, char **argv)
 {
@@ -91,6 +98,7 @@ BUILDS = {
     "fuzzlive-segv": (FP, ("60",)),
     "fuzzlive-nofp": (["-O2", "-fomit-frame-pointer", "-static"], ()),
     "fuzzlive-dyn": (None, ()),  # cflags(host, dynamic, no SFrame)
+    "fuzzlive-cxx": (None, ()),  # the same, C++: libstdc++ and the libm it needs from the root too
 }
 CHAIN_NAMES = ["d", "c", "b", "a", "main"]
 
@@ -105,7 +113,8 @@ def _build(tmp_path) -> list[LiveProgram]:
     for name, (flags, args) in BUILDS.items():
         flags = flags if flags is not None else cflags(tc, Variant(static=False, sframe=False))
         (tmp_path / name).mkdir()
-        cmd = ["gcc", *flags, "-g", "-Wall", "-o", str(tmp_path / name / "prog"), str(src)]
+        driver = ["g++", "-x", "c++"] if name.endswith("cxx") else ["gcc"]
+        cmd = [*driver, *flags, "-g", "-Wall", "-o", str(tmp_path / name / "prog"), str(src)]
         tc.run(cmd, cwd=str(tmp_path))
         out.append(LiveProgram(name, tmp_path / name / "prog", args, description=f"host gcc {' '.join(flags)}"))
     return out
@@ -130,7 +139,7 @@ def test_programs_in_one_guest(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     outcomes = check_live(programs, samples=SAMPLES, timeout=300, log_dir=logs)
-    fp, segv, nofp, dyn = outcomes
+    fp, segv, nofp, dyn, cxx = outcomes
     assert [o.program for o in outcomes] == programs
     report = "\n".join(f"{o.program.name}: {o.stacks} stacks, crash {o.crash}, {o.disagreements[:3]}, {o.notes}"
                        for o in outcomes)
@@ -159,11 +168,12 @@ def test_programs_in_one_guest(tmp_path):
     causes = {d["cause"] for r in stacks for v in r["verdicts"] if v["oracle"] == "cfi" for d in v["divergences"]}
     assert "fp-frameless-function" in causes, causes
 
-    # dynamic, its loader and libc from the host root at /tc/host/lib64: the same as the first
-    assert dyn.crash is None and dyn.stacks >= 10 and dyn.disagreements == [], report
-    stacks = _own_stacks(logs / "fuzzlive-dyn.jsonl")
-    assert sum(_has_chain(r["frames"]["fp"]) for r in stacks) >= 0.9 * len(stacks)
-    assert any(f[1] == "libc.so.6" for r in stacks for f in r["frames"]["cfi"])
+    # dynamic, its loader and libraries from the host root at /tc/host/lib64: as the first
+    for o in (dyn, cxx):
+        assert o.crash is None and o.stacks >= 10 and o.disagreements == [], report
+        stacks = _own_stacks(logs / f"{o.program.name}.jsonl")
+        assert sum(_has_chain(r["frames"]["fp"]) for r in stacks) >= 0.9 * len(stacks)
+        assert any(f[1] == "libc.so.6" for r in stacks for f in r["frames"]["cfi"])
     assert all("in the guest as /user/" in " ".join(o.notes) for o in outcomes)
 
 

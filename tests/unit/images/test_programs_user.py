@@ -187,3 +187,19 @@ def test_a_root_linked_program_with_a_lib_and_an_unknown_root(tmp_path):
     with pytest.raises(ProgramError, match="linked against toolchain root nosuch .*unknown toolchain") as e:
         user_program(odd)
     assert e.value.exit_code == 2
+
+
+def test_the_harness_links_with_an_rpath_its_libraries_inherit(tmp_path):
+    # libstdc++ needs libm, which only the program's DT_RPATH finds in the guest (/tc/host/lib64):
+    # a DT_RUNPATH would not reach the needs of the program's libraries
+    from harness.images.programs import cflags
+    from tests.support.toolchains import need
+
+    src = tmp_path / "x.cc"
+    src.write_text("#include <string>\nint main(int c, char **v) { return std::string(v[0]).size() > 1000; }\n")
+    exe = tmp_path / "x"
+    subprocess.run(["g++", *cflags(need("host"), Variant(static=False)), "-o", str(exe), str(src)], check=True)
+    tags = _readelf_dynamic(exe)
+    assert tags["RPATH"] == ["/tc/host/lib64"] and "RUNPATH" not in tags
+    guest = {g for _, g in user_program(exe).runtime}
+    assert {"/tc/host/lib64/libstdc++.so.6", "/tc/host/lib64/libm.so.6"} <= guest
