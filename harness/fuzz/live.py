@@ -208,7 +208,7 @@ def _stack_disagreements(rec: dict) -> list[LiveDisagreement]:
     for v in rec.get("verdicts", []):
         if v.get("verdict") != FAILURE:
             continue
-        unwinder, oracle = v["unwinder"], v["oracle"]
+        unwinder, oracle = str(v["unwinder"]), v["oracle"]
         frames = _frames(rec, unwinder, oracle)
         if oracle == "delivery":  # the stack's delivery itself went wrong (snapshot.StackEvaluation)
             out.append(LiveDisagreement("delivery", unwinder, oracle, f"{_where(rec)}: {v.get('reason', '')}",

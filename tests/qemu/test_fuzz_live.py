@@ -6,7 +6,8 @@ called ``prog`` as harness fuzz builds them, checked in one guest by check_live.
   after the crash;
 - ``segv``: the same chain with frame pointers, which dereferences NULL after 60 ms of guest time;
 - ``dyn``: the first, dynamic, linked against the host root as the harness links its own builds;
-- ``cxx``: the same as C++ (libstdc++, which needs libm: found through the program's DT_RPATH).
+- ``cxx``: the same as C++ (libstdc++, which needs libm: found through the program's DT_RPATH);
+- ``alt``: d raises a signal whose handler loops on an alternate stack (a buffer in .bss).
 
 The first must give at least 10 checked stacks, each with the whole chain, and nothing to
 disagree with; the crash must be a crash that names SIGSEGV, not an error of the harness, and
@@ -33,6 +34,7 @@ SAMPLES = 20
 
 CHAIN = LIVE_LOOP_C + r"""
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +42,8 @@ CHAIN = LIVE_LOOP_C + r"""
 static int crash_ms; /* 0: loop until the deadline; else dereference NULL after this many ms */
 static int panic; /* "panic": panic the guest's kernel from d (sysrq c) */
 static int sleepy; /* "sleep": sleep in d until killed (no request lands on it) */
+static int altstack; /* "altstack": d raises SIGUSR1, whose handler loops on a stack in .bss */
+static char alt[65536] __attribute__((aligned(16)));
 
 static long now_ms(void)
 {
@@ -51,8 +55,27 @@ static long now_ms(void)
 #ifdef __cplusplus
 extern "C" { /* the chain's names as in C */
 #endif
+__attribute__((noinline)) void h(int sig)
+{
+    (void)sig;
+    HARNESS_LIVE_LOOP();
+}
+
 __attribute__((noinline)) void d(void)
 {
+    if (altstack) {
+        stack_t ss = {0};
+        struct sigaction sa;
+        ss.ss_sp = alt;
+        ss.ss_size = sizeof(alt);
+        sigaltstack(&ss, 0);
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = h;
+        sa.sa_flags = SA_ONSTACK;
+        sigaction(SIGUSR1, &sa, 0);
+        raise(SIGUSR1);
+        return;
+    }
     while (sleepy)
         pause();
     if (panic) {
@@ -82,6 +105,7 @@ int main(int argc, char **argv)
     crash_ms = argc > 1 ? atoi(argv[1]) : 0;
     panic = argc > 1 && !strcmp(argv[1], "panic");
     sleepy = argc > 1 && !strcmp(argv[1], "sleep");
+    altstack = argc > 1 && !strcmp(argv[1], "altstack");
     a();
     return 0;
 }
@@ -99,6 +123,7 @@ BUILDS = {
     "fuzzlive-nofp": (["-O2", "-fomit-frame-pointer", "-static"], ()),
     "fuzzlive-dyn": (None, ()),  # cflags(host, dynamic, no SFrame)
     "fuzzlive-cxx": (None, ()),  # the same, C++: libstdc++ and the libm it needs from the root too
+    "fuzzlive-alt": (FP, ("altstack",)),
 }
 CHAIN_NAMES = ["d", "c", "b", "a", "main"]
 
@@ -139,7 +164,7 @@ def test_programs_in_one_guest(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     outcomes = check_live(programs, samples=SAMPLES, timeout=300, log_dir=logs)
-    fp, segv, nofp, dyn, cxx = outcomes
+    fp, segv, nofp, dyn, cxx, alt = outcomes
     assert [o.program for o in outcomes] == programs
     report = "\n".join(f"{o.program.name}: {o.stacks} stacks, crash {o.crash}, {o.disagreements[:3]}, {o.notes}"
                        for o in outcomes)
@@ -175,6 +200,13 @@ def test_programs_in_one_guest(tmp_path):
         assert sum(_has_chain(r["frames"]["fp"]) for r in stacks) >= 0.9 * len(stacks)
         assert any(f[1] == "libc.so.6" for r in stacks for f in r["frames"]["cfi"])
     assert all("in the guest as /user/" in " ".join(o.notes) for o in outcomes)
+
+    # a handler on an alternate stack in .bss, looping: the CFI oracle walks through its signal
+    # frame onto the main stack, which the stop's snapshot must hold too
+    assert alt.crash is None and alt.stacks >= 10 and alt.disagreements == [], report
+    stacks = _own_stacks(logs / "fuzzlive-alt.jsonl")
+    assert all(_names(r["frames"]["cfi"])[0] == "h" for r in stacks), [_names(r["frames"]["cfi"]) for r in stacks]
+    assert sum(_has_chain(r["frames"]["cfi"]) for r in stacks) >= 0.9 * len(stacks)
 
 
 def test_a_guest_that_dies_is_raised_not_reported(tmp_path):
