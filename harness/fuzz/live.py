@@ -48,6 +48,8 @@ returns to user space.  A program is checkable when:
    not eat into it) and the program then returns from its chain and exits 0.  Normally the
    harness kills it first (SIGTERM, once its samples are in): it must not ignore or block
    SIGTERM.  It must not exit earlier, or sampling ends with fewer stacks (a note, no crash).
+   A loop without an end of its own (harness fuzz's ``FZ_SPIN`` given ``0``) works as well:
+   the bound is then the harness's kill alone.
 3. **It needs no input** (stdin is not a terminal; its arguments are :attr:`LiveProgram.args`)
    and writes little (its output is kept on the host; the end of it goes into a crash's text).
 4. **Its file name is best unique within a batch, also in its first 15 characters**: the guest
@@ -55,9 +57,10 @@ returns to user space.  A program is checkable when:
    the engine recognises the program's forked children.  Where they are not (every build's
    binary called ``prog``), each is copied under a name of its own (:func:`guest_names`: from
    :attr:`LiveProgram.name`), which the frames' module names then show.
-5. It is an x86-64 or i386 ELF program, static or dynamic (its interpreter and libraries are
-   taken from this machine, or from its DT_RPATH/DT_RUNPATH; a library it dlopens goes in
-   :attr:`LiveProgram.libs`).
+5. It is an x86-64 or i386 ELF program, static or dynamic: linked as the harness links its own
+   builds (:func:`harness.images.programs.cflags`: its interpreter ``/tc/ROOT/libNN/...``), its
+   loader and libraries come from that toolchain root; else from this machine, as it was
+   linked (DT_RPATH/DT_RUNPATH).  A library it dlopens goes in :attr:`LiveProgram.libs`.
 """
 
 from __future__ import annotations
