@@ -90,6 +90,15 @@ class GuestSpec:
             raise GuestSpecError(f"--smp {self.smp}: between 1 and {MAX_SMP} vCPUs")
         if self.memory_mb is not None and self.memory_mb < MEMORY_FLOOR_MB:
             raise GuestSpecError(f"--mem {self.memory_mb}: at least {MEMORY_FLOOR_MB} MiB")
+        # A user's binary is /user/NAME in the guest: two files of one name would be one program
+        # there (the second silently in place of the first, which no scenario could then find).
+        seen: dict[str, Path] = {}
+        for p in self.user_programs:
+            path = Path(p).resolve()
+            first = seen.setdefault(path.name, path)
+            if first != path:
+                raise GuestSpecError(f"user programs {first} and {path} would both be /user/{path.name} in the "
+                                     f"guest: give them different file names")
 
 
 #: the smallest default guest: the 7.x cloud kernel with the harness's programs and Debian's perf

@@ -4,7 +4,8 @@ prints them.
 
 * :mod:`.transport`: what a stop and a read cost through each debugger transport (a guest);
 * :mod:`.unwind`: the unwind model's throughput on synthetic deep stacks (no guest);
-* :mod:`.sframe`: lookups per second in a real binary's SFrame section (no guest).
+* :mod:`.sframe`: lookups per second in a real binary's SFrame section (no guest);
+* :mod:`.live`: programs per minute of the live half of ``harness fuzz`` (a guest for the batch).
 """
 
 from __future__ import annotations

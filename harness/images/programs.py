@@ -9,6 +9,7 @@ several toolchains (several glibc builds) share one initramfs.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
@@ -22,7 +23,7 @@ from ..errors import EXIT_USAGE
 from ..verdicts.causes import FACTS
 from .cache import cached_dir, content_key, repo_root
 from .errors import ImageError
-from .toolchain import Toolchain
+from .toolchain import Toolchain, get_toolchain
 
 SOURCES = repo_root() / "guest_programs"
 
@@ -83,7 +84,10 @@ def cflags(tc: Toolchain, v: Variant) -> list[str]:
     else:
         interp = "ld-linux-x86-64.so.2" if v.bits == 64 else "ld-linux.so.2"
         libdir = guest_lib_dir(tc.name, v.bits)
-        f += [f"-Wl,--dynamic-linker={libdir}/{interp}", f"-Wl,-rpath,{libdir}"]
+        # DT_RPATH, not DT_RUNPATH: a DT_RUNPATH reaches the program's own DT_NEEDED only, and the
+        # libraries' needs (libstdc++'s libm) would be searched for where the guest's loader looks
+        # by default, which holds no root's files.
+        f += [f"-Wl,--dynamic-linker={libdir}/{interp}", "-Wl,--disable-new-dtags", f"-Wl,-rpath,{libdir}"]
     return f
 
 
@@ -200,8 +204,71 @@ def user_program(path: str | Path, libs: tuple[str | Path, ...] = ()) -> Program
     path = Path(path).resolve()
     facts = elf_facts(path)
     variant = Variant(bits=facts.bits, sframe=facts.sframe, static=facts.static, shadow=facts.shadow)
-    runtime = tuple(user_runtime_files(path, f"/user/{path.name}", [Path(p) for p in libs]))
+    root = _linked_to_root(path)
+    if root is not None:
+        runtime = tuple(root_runtime_files(path, root, [Path(p) for p in libs]))
+    else:
+        runtime = tuple(user_runtime_files(path, f"/user/{path.name}", [Path(p) for p in libs]))
     return Program(path.name, USER, variant, path, runtime)
+
+
+def _interp(path: Path) -> str | None:
+    with open(path, "rb") as f:
+        return next((s.get_interp_name() for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_INTERP"), None)
+
+
+def _linked_to_root(path: Path) -> str | None:
+    """The toolchain root a dynamic program was linked against the way the harness links its
+    own builds (:func:`cflags`: the interpreter ``/tc/NAME/libNN/ld-...``), where this machine
+    has no such file; else None."""
+    interp = _interp(path)
+    if interp is None or Path(interp).is_file():
+        return None
+    parts = interp.split("/")
+    if len(parts) == 5 and parts[:2] == ["", "tc"] and parts[3] in ("lib32", "lib64"):
+        return parts[2]
+    return None
+
+
+@functools.cache
+def _toolchain(name: str) -> Toolchain:
+    """A toolchain root, looked up once per process (each lookup runs its ld and gcc for their
+    versions: a batch of programs of one root would pay it per program)."""
+    return get_toolchain(name)
+
+
+def root_runtime_files(binary: Path, root: str, libs: list[Path] = ()) -> list[tuple[Path, str]]:
+    """The interpreter and libraries of a program linked against toolchain root ``root`` as the
+    harness links its own dynamic builds (a generated program of ``harness fuzz``): every file
+    from that root into its guest directory (:func:`guest_lib_dir`, where the program's
+    interpreter path and DT_RPATH point), as the guest programs get theirs (:func:`runtime_files`);
+    ``libs`` (the ones it dlopens) at their own path and under their soname there, with theirs."""
+    bits = _elf_class(binary)
+    try:
+        tc = _toolchain(root)
+    except ImageError as exc:
+        raise ProgramError(f"--program {binary}: linked against toolchain root {root} (its interpreter "
+                           f"{_interp(binary)}), which cannot be had: {exc}") from exc
+    guest_dir = guest_lib_dir(root, bits)
+    out: dict[str, Path] = {}
+    try:
+        for host, guest in runtime_files(binary, tc.root, guest_dir):
+            out[guest] = host.resolve()
+        for lib in libs:
+            lib = Path(os.path.abspath(lib))
+            if not lib.is_file():
+                raise ProgramError(f"--lib {lib}: no such file")
+            if _elf_class(lib) != bits:
+                raise ProgramError(f"--lib {lib}: not a {bits}-bit ELF like the program {binary.name}")
+            out[str(lib)] = lib.resolve()
+            out[f"{guest_dir}/{_dynamic(lib)[3] or lib.name}"] = lib.resolve()
+            for host, guest in runtime_files(lib, tc.root, guest_dir):
+                out.setdefault(guest, host.resolve())
+    except ProgramError:
+        raise
+    except ImageError as exc:  # a library the root does not have: the program's fault, not the machine's
+        raise ProgramError(f"--program {binary}: {exc}") from exc
+    return [(host, guest) for guest, host in out.items()]
 
 
 def build_program(name: str, tc: Toolchain, variant: Variant = Variant()) -> Program:

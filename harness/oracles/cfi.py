@@ -48,17 +48,33 @@ class CFIOracle(Oracle):
     def frames(self, stack: Stack) -> OracleFrames:
         """The CFI trace continued through signal frames; ``marks`` are the entries that are
         interrupted IPs (0, and the frame after each signal frame)."""
+        return self._walk(stack.memory, stack.regs)
+
+    def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request=None) -> None:
+        """The walk, at the stop, through the snapshot still open: where the stack is not the
+        main thread's ``[stack]`` (an alternate signal stack, a thread's), the walk may cross a
+        signal frame onto another stack, which the stop's capture (sp's mapping) does not hold;
+        what it reads there is kept.  The main stack is captured to its end: no walk."""
+        m = self.space.mapping_at(regs.sp & 0xFFFFFFFF if regs.compat else regs.sp)
+        if m is not None and m.path == "[stack]":
+            return
+        try:
+            self._walk(memory, regs)
+        except (MemoryFault, CorruptCFI):
+            pass  # the checks meet it again on the snapshot and say so
+
+    def _walk(self, memory: Memory, regs: UserRegs) -> OracleFrames:
         ips: list[int] = []
         marks = {0}
-        cur = stack.regs
+        cur = regs
         for _ in range(MAX_SIGNAL_FRAMES):
-            t = unwind_cfi(stack.memory, cur, self.tables, max_entries=CFI_MAX_ENTRIES - len(ips))
+            t = unwind_cfi(memory, cur, self.tables, max_entries=CFI_MAX_ENTRIES - len(ips))
             ips += t.ips
             if t.stop.reason is not StopReason.UNSUPPORTED_RULE:
                 break
             # One frame: the walk's first IP is the trampoline itself (the handler has returned
             # into __restore_rt and the sigreturn is still to come), looked up at itself.
-            nxt = signal_frame_regs(self.space, stack.memory, t.frames[-1].ip, t.frames[-1].sp,
+            nxt = signal_frame_regs(self.space, memory, t.frames[-1].ip, t.frames[-1].sp,
                                     at_ip=len(t.frames) == 1)
             if nxt is None:
                 break

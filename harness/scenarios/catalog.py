@@ -55,6 +55,11 @@ class Scenario:
     # (sampling mode); the jitter is then not used.
     rate: float = 0.0
     seed: int = 0
+    # Seconds of wall time the sampling loop may take (0: no bound of its own): a program that
+    # keeps the run stopping without its requests landing (one that sleeps, on a slow TCG guest)
+    # ends the scenario with a note when they are up, as a batch of programs needs
+    # (harness/fuzz/live.py).  The request and stop limits bound it in any case.
+    time_limit: float = 0.0
     break_ra: bool = False  # test-only: every frame's RA read at the wrong offset
     user_path: str | None = None  # a user's own binary (toolchain "user") instead of a guest program
 

@@ -206,6 +206,9 @@ class Engine:
         # Breakpoints a subclass keeps inserted the whole run (the soak's fork and exit points),
         # handled by _on_lifecycle wherever the engine stops at them; none in a normal run.
         self.lifecycle: dict[int, StopPoint] = {}
+        # The guest's or the debugger's error that ended the run (also a line of result.errors),
+        # for a caller that raises it rather than reports it (harness/fuzz/live.py).
+        self.failure: GuestError | TargetError | ModelError | None = None
 
     # -- model hooks -------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
@@ -295,6 +298,11 @@ class Engine:
                         f"only {self.result.sampled} of them landed on the program's tasks (it sleeps, "
                         f"or other tasks keep the CPU or keep stopping at return points)")
                     break
+                if self.sc.time_limit and time.monotonic() - loop_start >= self.sc.time_limit:
+                    self.result.notes.append(
+                        f"sampling stopped at its time limit ({self.sc.time_limit:g}s) after {self.n_requests} "
+                        f"requests: {self.result.sampled} of {self.sc.samples} landed on the program's tasks")
+                    break
                 status = s.machine.exit_status(self.proc)
                 if status is not None:
                     self.result.program_exit = status
@@ -366,6 +374,7 @@ class Engine:
             interrupted = True
             raise
         except (GuestError, TargetError, ModelError) as exc:
+            self.failure = exc
             # A guest that died or hangs ends the whole run (run_scenarios): its cause, in one
             # line, is the scenario's first error; the transport's own words follow.
             lost = None if isinstance(exc, ModelError) else s.machine_lost(exc)
@@ -399,6 +408,7 @@ class Engine:
                     self._program_output(wait=True)  # while the guest runs: /init forwards the rest
                     s.target.interrupt()
             except (GuestError, TargetError) as exc:
+                self.failure = self.failure or exc
                 self.result.errors.append(f"cleanup: {exc}")
             if self.proc is not None and self.result.program_output is None:
                 self._program_output(wait=False)

@@ -26,8 +26,16 @@ def test_memory_follows_the_initramfs():
     (GuestSpec(smp=MAX_SMP + 1), f"--smp {MAX_SMP + 1}: between 1 and {MAX_SMP}"),
     (GuestSpec(smp=0), "--smp 0"),
     (GuestSpec(memory_mb=64), "--mem 64: at least"),
+    (GuestSpec(user_programs=["/usr/bin/true", "/tmp/elsewhere/true"]),
+     "user programs /usr/bin/true and /tmp/elsewhere/true would both be /user/true in the guest"),
 ])
 def test_a_spec_that_cannot_work_is_refused_before_any_boot(spec, text):
     with pytest.raises(GuestSpecError, match=text) as e:
         Session(spec).start()  # raises before the kernel is even looked up
     assert e.value.exit_code == 2
+
+
+def test_one_binary_named_twice_is_one_program(tmp_path):
+    (tmp_path / "prog").write_bytes(b"")
+    # the same file by two spellings: one /user/prog, no clash
+    GuestSpec(user_programs=[str(tmp_path / "prog"), f"{tmp_path}/./prog"]).check()

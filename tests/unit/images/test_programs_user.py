@@ -1,5 +1,6 @@
 """harness/images/programs.py: a user's binary, its libraries where the guest's loader looks for
-them (sonames, DT_RUNPATH/DT_RPATH, $ORIGIN, --lib), and the ELF files that are not programs.
+them (sonames, DT_RUNPATH/DT_RPATH, $ORIGIN, --lib), a program linked against a toolchain root
+as the harness links its own builds, and the ELF files that are not programs.
 
 Binaries are built here with the host's gcc, and the Debian tools used are the ones on this
 machine; readelf (binutils) is the oracle for what each file asks the loader for."""
@@ -15,6 +16,7 @@ import pytest
 
 from harness.images.programs import (
     ProgramError,
+    Variant,
     elf_facts,
     user_program,
     user_runtime_files,
@@ -154,3 +156,50 @@ def test_files_that_are_not_programs_are_refused(tmp_path):
     text.write_text("not an ELF\n")
     with pytest.raises(ProgramError, match="not an ELF file"):
         user_program(text)
+
+
+# -- programs linked against a toolchain root, as the harness links its own (harness fuzz's) --------
+
+@pytest.mark.parametrize("tc_name", ["host", "trixie", "sid"])
+def test_a_program_linked_as_the_harness_links_gets_its_roots_runtime(tc_name):
+    # The oracle: the runtime the guest programs' own build gives the same binary.
+    from tests.support.toolchains import program
+
+    built = program("callchain", tc_name, Variant(static=False))
+    interp = subprocess.run(["readelf", "-l", str(built.path)], capture_output=True, text=True, check=True).stdout
+    assert f"interpreter: /tc/{tc_name}/lib64/" in interp
+    p = user_program(built.path)
+    assert sorted(p.runtime) == sorted((h.resolve(), g) for h, g in built.runtime)
+    guest = {g for _, g in p.runtime}
+    for name in _readelf_dynamic(built.path)["NEEDED"]:
+        assert f"/tc/{tc_name}/lib64/{name}" in guest
+
+
+def test_a_root_linked_program_with_a_lib_and_an_unknown_root(tmp_path):
+    lib = _gcc(tmp_path, tmp_path / "plug/libplug.so", "int plug(void) { return 1; }\n",
+               "-shared", "-fPIC", "-Wl,-soname,libplug.so.7")
+    exe = _gcc(tmp_path, tmp_path / "prog", HELLO, "-Wl,--dynamic-linker=/tc/host/lib64/ld-linux-x86-64.so.2",
+               "-Wl,-rpath,/tc/host/lib64")
+    files = {g: h for h, g in user_program(exe, libs=(str(lib),)).runtime}
+    assert files[str(lib)] == lib and files["/tc/host/lib64/libplug.so.7"] == lib
+    assert files["/tc/host/lib64/libc.so.6"] == Path("/lib/x86_64-linux-gnu/libc.so.6").resolve()
+    odd = _gcc(tmp_path, tmp_path / "odd", HELLO, "-Wl,--dynamic-linker=/tc/nosuch/lib64/ld-linux-x86-64.so.2")
+    with pytest.raises(ProgramError, match="linked against toolchain root nosuch .*unknown toolchain") as e:
+        user_program(odd)
+    assert e.value.exit_code == 2
+
+
+def test_the_harness_links_with_an_rpath_its_libraries_inherit(tmp_path):
+    # libstdc++ needs libm, which only the program's DT_RPATH finds in the guest (/tc/host/lib64):
+    # a DT_RUNPATH would not reach the needs of the program's libraries
+    from harness.images.programs import cflags
+    from tests.support.toolchains import need
+
+    src = tmp_path / "x.cc"
+    src.write_text("#include <string>\nint main(int c, char **v) { return std::string(v[0]).size() > 1000; }\n")
+    exe = tmp_path / "x"
+    subprocess.run(["g++", *cflags(need("host"), Variant(static=False)), "-o", str(exe), str(src)], check=True)
+    tags = _readelf_dynamic(exe)
+    assert tags["RPATH"] == ["/tc/host/lib64"] and "RUNPATH" not in tags
+    guest = {g for _, g in user_program(exe).runtime}
+    assert {"/tc/host/lib64/libstdc++.so.6", "/tc/host/lib64/libm.so.6"} <= guest

@@ -1,0 +1,215 @@
+"""harness/fuzz/live.py without a guest: a scenario's Result turned into a LiveOutcome, the names
+a batch's programs get in the guest, and a batch refused before any boot when a program cannot
+go into a guest.
+
+The Results are filled from real runs' logs (tests/data/run-small: the engine's JSONL on a QEMU
+guest; tests/data/broken_ra_stack.json: a stack record of a broken-RA run of Debian's
+sha256sum) the way :meth:`harness.scenarios.engine.Engine._check` fills them from the same
+records, and their invariant violations are the checker's verdict on the log."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from harness.deferred.check import check_events
+from harness.fuzz.live import (
+    COMM_LEN,
+    LIVE_LOOP_C,
+    LIVE_SECONDS,
+    LiveDisagreement,
+    LiveProgram,
+    check_live,
+    guest_names,
+    live_outcome,
+)
+from harness.images.programs import ProgramError
+from harness.scenarios.catalog import CATALOG, Scenario
+from harness.scenarios.result import Result
+from harness.verdicts.types import FAILURE, NOT_CHECKED
+from tests.support.paths import TEST_DATA
+
+RUN = TEST_DATA / "run-small"
+USER = Scenario("user:sha256sum", program="sha256sum", toolchain="user", samples=20, user_path="/usr/bin/sha256sum")
+PROG = LiveProgram("sha256sum", Path("/usr/bin/sha256sum"), description="Debian's, -O2, no frame pointers")
+
+
+def events(name: str) -> list[dict]:
+    return [json.loads(line) for line in (RUN / f"{name}.jsonl").read_text().splitlines()]
+
+
+def result_from(evs: list[dict], sc: Scenario) -> Result:
+    """A Result from a log's records, counted as Engine._check counts each delivered stack; a
+    whole log (its header first) is checked as Engine.run checks its events."""
+    r = Result(sc)
+    stacks = [e for e in evs if e["ev"] == "stack"]
+    r.oracles = list(dict.fromkeys(v["oracle"] for e in stacks for v in e["verdicts"] if v["oracle"] != "delivery"))
+    r.declared = sc.allowed_causes(r.oracles)
+    for rec in stacks:
+        own = rec.get("own")
+        r.foreign += own is None
+        for v in rec["verdicts"]:
+            if v["oracle"] != "delivery":
+                r.pairs[(v["oracle"], v["verdict"])] += 1
+            if v["verdict"] == NOT_CHECKED:
+                r.not_checked[(v["oracle"], v.get("reason", ""))] += 1
+            for d in v["divergences"]:
+                if d["cause"]:
+                    r.causes[d["cause"]] += 1
+                    if own is not None and d["cause"] not in r.declared:
+                        r.undeclared[d["cause"]] += 1
+                    r.examples.setdefault(d["cause"], rec)
+        r.stacks += 1
+        if any(v["verdict"] == FAILURE for v in rec["verdicts"]):
+            r.failed_stacks += 1
+            r.failures.append(rec)
+        r.sampled += own is not None
+    if evs and evs[0]["ev"] == "header":
+        r.invariant_violations = check_events(evs).messages()
+    return r
+
+
+def test_a_clean_run_is_its_stacks_and_nothing_else():
+    r = result_from(events("fp-syscall"), CATALOG["fp-syscall"])
+    assert r.stacks == 4 and not r.failures and r.causes == {"fp-frameless-function": 4}
+    out = live_outcome(PROG, r)
+    assert out.stacks == 4 and out.disagreements == [] and out.crash is None and out.ok
+
+
+def test_an_unexplained_divergence_names_its_oracle_with_both_stacks():
+    rec = json.loads((TEST_DATA / "broken_ra_stack.json").read_text())
+    r = result_from([rec], USER)
+    out = live_outcome(PROG, r)
+    assert out.stacks == 1 and not out.ok and out.crash is None
+    (d,) = out.disagreements
+    assert (d.kind, d.unwinder, d.oracle) == ("unexplained", "fp", "cfi")
+    assert d.detail == (f"pid 103 at return_irq ip={rec['regs']['ip']:#x}: "
+                        "fp ends after 1 frames, cfi goes on: no cause proves it")
+    got, want = d.frames
+    assert len(got) == 1 and len(want) == 7
+    assert got[0] == want[0] == f"{rec['regs']['ip']:#x} (sha256sum)"  # no symbol: the module
+    assert want[5] == f"{rec['frames']['cfi'][5][0]:#x} __libc_start_main+0x85 (libc.so.6)"
+
+
+def test_the_same_disagreement_stack_after_stack_is_kept_once():
+    rec = json.loads((TEST_DATA / "broken_ra_stack.json").read_text())
+    r = result_from([rec, dict(rec, task=104), rec], USER)
+    out = live_outcome(PROG, r)
+    assert out.stacks == 3
+    assert [d.detail.split(":")[0] for d in out.disagreements] == [
+        f"pid 103 at return_irq ip={rec['regs']['ip']:#x}", f"pid 104 at return_irq ip={rec['regs']['ip']:#x}"]
+
+
+def test_a_failing_shadow_pair_of_a_real_run_is_a_disagreement_with_the_shadow_stack():
+    r = result_from(events("forkexec"), CATALOG["forkexec"])
+    assert r.failed_stacks == 1 and not r.undeclared and not r.invariant_violations
+    out = live_outcome(PROG, r)
+    assert out.stacks == r.own_stacks
+    (d,) = out.disagreements
+    assert (d.kind, d.unwinder, d.oracle) == ("unexplained", "fp", "shadow")
+    assert "fp goes on past shadow's last frame (#0): no cause proves it" in d.detail
+    assert d.frames[0] and d.frames[1]
+    assert any("shadow did not check" in n for n in out.notes), out.notes
+
+
+def test_a_cause_outside_the_declaration_is_a_disagreement():
+    # forkexec's stacks judged as if callchain had made them: callchain never execs
+    r = result_from(events("forkexec"), CATALOG["fp-syscall"])
+    assert "execve-replaced" in r.undeclared
+    out = live_outcome(PROG, r)
+    und = [d for d in out.disagreements if d.kind == "undeclared"]
+    assert [d.detail.split(" proven")[0] for d in und] == [f"cause {c}" for c in sorted(r.undeclared)]
+    ex = next(d for d in und if "execve-replaced" in d.detail)
+    assert ex.oracle in r.oracles and ex.frames[0]
+
+
+def test_a_violated_invariant_is_a_disagreement_with_the_model():
+    evs = events("fp-syscall")
+    i = next(i for i, e in enumerate(evs) if e["ev"] == "callback")
+    r = result_from(evs[:i] + evs[i + 1:], CATALOG["fp-syscall"])  # a callback the model never made
+    assert r.invariant_violations
+    out = live_outcome(PROG, r)
+    inv = [d for d in out.disagreements if d.kind == "invariant"]
+    assert [d.detail for d in inv] == r.invariant_violations
+    assert all(d.oracle == "model" and d.unwinder == "fp" for d in inv)
+    assert "the callback never ran" in inv[0].detail
+
+
+def test_delivery_problems_are_disagreements():
+    r = result_from(events("fp-syscall"), CATALOG["fp-syscall"])
+    r.problems.append("pending work of [114] not delivered within 5000 stops")
+    out = live_outcome(PROG, r)
+    assert out.disagreements == [LiveDisagreement("delivery", "fp", "delivery", r.problems[0])]
+
+
+@pytest.mark.parametrize("status, stacks, text", [
+    (139, 3, "killed by SIGSEGV (status 139) after 3 checked stack(s)"),
+    (128 + signal.SIGABRT, 0, "killed by SIGABRT (status 134) before its first checked stack"),
+    (127, 0, "could not start (status 127: not found, or its loader failed) before its first checked stack"),
+    (126, 0, "could not start (status 126: not executable)"),
+    (3, 1, "exited with status 3 after 1 checked stack(s)"),
+])
+def test_a_program_that_died_is_a_crash_not_an_error(status, stacks, text):
+    r = result_from(events("fp-syscall")[:1], USER)
+    r.stacks = r.sampled = stacks
+    r.program_exit = status
+    r.output_tail = ["starting", "Segmentation fault"]
+    out = live_outcome(PROG, r)
+    assert out.crash.startswith(text), out.crash
+    assert out.crash.endswith("; its output ends: starting | Segmentation fault")
+    assert out.disagreements == [] and not out.ok
+
+
+def test_a_program_that_ended_on_its_own_is_no_crash():
+    r = result_from(events("fp-syscall"), USER)
+    r.program_exit = 0
+    assert live_outcome(PROG, r).crash is None
+    empty = result_from(events("fp-syscall")[:1], USER)
+    empty.program_exit = 0
+    out = live_outcome(PROG, empty)
+    assert out.crash is None and out.stacks == 0 and not out.ok
+    assert any("exited with status 0 before its first checked stack" in n for n in out.notes), out.notes
+
+
+# -- the batch, refused before any boot ---------------------------------------------------------
+
+def test_an_empty_batch_boots_nothing():
+    assert check_live([]) == []
+
+
+def test_guest_names_are_the_binaries_own_when_they_are_unique(tmp_path):
+    a, b = tmp_path / "fuzz-a", tmp_path / "fuzz-b"
+    assert guest_names([LiveProgram("x", a), LiveProgram("y", b), LiveProgram("z", a)]) == ["fuzz-a", "fuzz-b", "fuzz-a"]
+
+
+def test_binaries_of_one_name_get_their_programs_names(tmp_path):
+    # every build's binary is "prog" in a directory of its own
+    progs = [LiveProgram(n, tmp_path / d / "prog") for n, d in (("fz 1/O2", "1"), ("fz-2.O0", "2"), (".x", "3"))]
+    assert guest_names(progs) == ["fz_1_O2", "fz-2.O0", "x"]
+
+
+def test_names_alike_in_their_first_15_characters_are_numbered(tmp_path):
+    # another name, the same comm: the first 15 characters
+    progs = [LiveProgram(f"fuzz-0000000001-{v}", tmp_path / v / "prog") for v in ("fp", "nofp")]
+    names = guest_names(progs)
+    assert names == ["0-fuzz-0000000001-fp", "1-fuzz-0000000001-nofp"]
+    assert len({n[:COMM_LEN] for n in names}) == 2
+    many = [LiveProgram("p", tmp_path / str(i) / "prog") for i in range(11)]
+    assert guest_names(many)[0] == "00-p" and guest_names(many)[10] == "10-p"
+
+
+def test_a_program_that_is_no_elf_is_refused_before_the_boot(tmp_path):
+    (tmp_path / "prog.c").write_text("int main(void) { return 0; }\n")
+    with pytest.raises(ProgramError, match="not an ELF file"):
+        check_live([LiveProgram("src", tmp_path / "prog.c")])
+    with pytest.raises(ProgramError, match="no such file"):  # one to be copied under another name
+        check_live([LiveProgram("a", tmp_path / "a" / "prog"), LiveProgram("b", tmp_path / "b" / "prog")])
+
+
+def test_the_live_loop_text_is_c_for_a_template():
+    assert "#define HARNESS_LIVE_LOOP()" in LIVE_LOOP_C
+    assert f"#define HARNESS_LIVE_SECONDS {LIVE_SECONDS}\n" in LIVE_LOOP_C
+    assert "@SECONDS@" not in LIVE_LOOP_C
