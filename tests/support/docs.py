@@ -15,7 +15,9 @@ environment), so they fail as a user's would when a subcommand or an option is g
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
 import re
 import shlex
@@ -326,11 +328,31 @@ def harness_argvs(example: Example) -> list[list[str]]:
 
 @functools.cache
 def help_text(*path: str) -> str:
-    r = subprocess.run([str(venv() / "bin" / "harness"), *path, "--help"], env=env(), cwd=REPO,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
-    if r.returncode != 0:
-        raise AssertionError(f"harness {' '.join(path)} --help exited {r.returncode}:\n{r.stdout}")
-    return r.stdout
+    """What ``harness PATH --help`` prints: the parser :func:`harness.cli.main` builds, run in this
+    process at 80 columns, the width argparse gives a pipe.  (A ``harness`` subprocess per command
+    cost its imports, ~0.7 s of CPU, some twenty times per xdist worker; the examples themselves
+    still run the installed ``harness``: :func:`run`.)"""
+    from harness.cli import DESCRIPTION
+    from harness.commands import build_parser, load
+
+    load()
+    out = io.StringIO()
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"
+    code: object = "no exit"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            build_parser(DESCRIPTION).parse_args([*path, "--help"])
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+    if code not in (0, None):
+        raise AssertionError(f"harness {' '.join(path)} --help exited {code}:\n{out.getvalue()}")
+    return out.getvalue()
 
 
 def _choices(help_: str) -> list[str]:
