@@ -8,14 +8,14 @@ unwinders against each other; each finding shrunk to a minimal reproducer.
 
 Exit status: a campaign 1 when it found any signature, else 0; replay 1 while the reproducer
 still shows its signature, 0 once it does not; merge 1 when the merged result has signatures;
-2 bad usage or input (live mode when harness.fuzz.live is not installed); 3 infrastructure (a
-toolchain root that cannot be had, an interrupt).
+2 bad usage or input; 3 infrastructure (a toolchain root that cannot be had, a guest that died or
+hung in live mode, an interrupt).  In live mode a program that crashes in the guest is a finding
+(``live-crash``), not an error of the harness.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import shutil
 import sys
 import tempfile
@@ -24,9 +24,10 @@ from pathlib import Path
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from ..fuzz.build import LINKERS, TOOLCHAINS, linker_available
 from ..fuzz.campaign import Checker, merge, replay, run
+from ..fuzz.live import LIVE_SAMPLES, LiveChecker
 from ..fuzz.static import StaticChecker
 from ..report.fuzz import format_campaign, format_replay
-from . import UsageError, arg, command, positive_float
+from . import arg, command, positive_float, positive_int
 
 
 def _seeds(text: str) -> tuple[int, int]:
@@ -49,25 +50,9 @@ def _names(known: tuple[str, ...]):
     return parse
 
 
-# --- live mode --------------------------------------------------------------------------------
-# THE ADAPTER to the live checker.  harness.fuzz.live is written on its own branch; this is the
-# one place that calls it: check_live(programs) takes built programs (harness.fuzz.build.Built)
-# and returns their findings (harness.fuzz.finding.Finding).  Without the module the command
-# says live mode is unavailable (exit 2).
 def live_checker(args) -> Checker:
-    try:
-        live = importlib.import_module("harness.fuzz.live")
-    except ModuleNotFoundError as exc:
-        if exc.name != "harness.fuzz.live":
-            raise
-        raise UsageError("live mode is unavailable: harness.fuzz.live is not installed "
-                         "(use --static for the static checker)") from None
-
-    def check(built):
-        return live.check_live([built])
-
-    return check
-# ----------------------------------------------------------------------------------------------
+    """The live mode's checker: each program sampled in a guest (harness.fuzz.live)."""
+    return LiveChecker(samples=args.samples, kernel=args.kernel, qemu=args.qemu)
 
 
 @command("fuzz", help="generated stack shapes across toolchains and linkers, shrunk to minimal reproducers",
@@ -86,6 +71,10 @@ def live_checker(args) -> Checker:
              arg("--linkers", type=_names(LINKERS), default=None, metavar="L,..",
                  help=f"linkers (default: those installed of {','.join(LINKERS)})"),
              arg("--no-shrink", action="store_true", help="keep the first program of each signature, unshrunk"),
+             arg("--samples", type=positive_int, default=LIVE_SAMPLES,
+                 help=f"live: requests on each program (default {LIVE_SAMPLES})"),
+             arg("--kernel", help="live: the guest kernel, as harness run --kernel takes it, or a bzImage's path"),
+             arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),
          ])
 def cmd_fuzz(args) -> int:
     if args.action not in (None, "replay", "merge"):

@@ -22,7 +22,12 @@ Kinds (:data:`KINDS`):
 * ``fp-step`` -- in a frame-pointer body (the CFI's CFA is rbp-based), the frame-pointer step
   differs from the CFI step;
 * ``build-failed`` -- the compiler or linker failed on a generated program;
-* ``live`` -- reserved for the live checker (harness.fuzz.live) and its own kinds' prefix.
+* ``live-crash`` -- live: the program died in the guest (its signal or status is the detail);
+* ``live-no-stacks`` -- live: the program ran and no stack on it was checked;
+* ``live-unexplained``, ``live-failure``, ``live-delivery``, ``live-invariant``,
+  ``live-undeclared`` -- live: a stack sampled in the guest that an oracle or the deferred model
+  does not accept (:class:`harness.fuzz.live.LiveDisagreement`'s kinds; the detail names the
+  unwinder and the oracle).
 """
 
 from __future__ import annotations
@@ -40,7 +45,19 @@ KINDS = {
     "sframe-missing": "SFrame was asked for and the program has no SFrame section",
     "fp-step": "the frame-pointer step and the CFI step differ in a frame-pointer body",
     "build-failed": "the compiler or the linker failed on a generated program",
+    "live-crash": "the program died in the guest",
+    "live-no-stacks": "the program ran in the guest and no stack on it was checked",
+    "live-unexplained": "a sampled stack diverges from an oracle and no cause explains it",
+    "live-failure": "a sampled stack fails an oracle's comparison",
+    "live-delivery": "a sampled stack's deferred delivery went wrong",
+    "live-invariant": "the deferred model's rules were broken at a sampled stack",
+    "live-undeclared": "a sampled stack shows a cause the program's facts do not allow",
 }
+
+
+def build_failed(built) -> list[Finding]:
+    """A build that failed is a finding of its own kind, for every checker."""
+    return [Finding("build-failed", built.error or "", built.config, f"the build failed: {built.error}")]
 
 
 @dataclass(frozen=True, order=True)

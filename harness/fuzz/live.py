@@ -83,9 +83,11 @@ from ..scenarios.result import Result
 from ..session import GuestSpec, Session
 from ..transport.errors import GuestError, TargetError
 from ..verdicts.types import FAILURE
+from .build import Built
+from .finding import Finding, build_failed, dedupe
 
-__all__ = ["COMM_LEN", "LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveDisagreement",
-           "LiveOutcome", "LiveProgram", "check_live", "guest_names", "live_outcome"]
+__all__ = ["COMM_LEN", "LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveChecker", "LiveDisagreement",
+           "LiveOutcome", "LiveProgram", "check_live", "findings_of", "guest_names", "live_outcome"]
 
 #: requests that must land on each program (each gives at most one checked stack)
 LIVE_SAMPLES = 20
@@ -390,3 +392,52 @@ def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progres
         out.notes.append(f"in the guest as /user/{name} (a copy: another program of the batch has its file name)")
     out.seconds = time.monotonic() - start
     return out
+
+
+# -- the campaign's live checker -----------------------------------------------------------------
+
+_SIGNAL_OR_STATUS = re.compile(r"\bSIG[A-Z0-9]+\b|\bstatus \d+\b|could not start")
+
+
+def findings_of(built: Built, outcome: LiveOutcome) -> list[Finding]:
+    """A live outcome as the campaign's findings (:mod:`harness.fuzz.finding`): one per crash,
+    per disagreement, or for a run that checked no stack.  Signatures name what disagreed (the
+    kind, the unwinder and the oracle; a crash's signal or status), never an address, so the same
+    defect in two programs is one signature; the addresses and frames are the evidence."""
+    cfg = built.config
+    out: list[Finding] = []
+    if outcome.crash is not None:
+        m = _SIGNAL_OR_STATUS.search(outcome.crash)
+        out.append(Finding("live-crash", m.group(0) if m else "died", cfg, outcome.crash,
+                           evidence={"notes": outcome.notes, "stacks": outcome.stacks}))
+    elif outcome.stacks == 0:
+        out.append(Finding("live-no-stacks", "", cfg, "; ".join(outcome.notes) or "no stack of the program was checked",
+                           evidence={"notes": outcome.notes}))
+    for d in outcome.disagreements:
+        out.append(Finding(f"live-{d.kind}", f"{d.unwinder} vs {d.oracle}", cfg, d.detail,
+                           evidence={"unwinder": list(d.frames[0]), "oracle": list(d.frames[1]),
+                                     "stacks": outcome.stacks}))
+    return dedupe(out)
+
+
+class LiveChecker:
+    """The live mode's checker of a campaign (:data:`harness.fuzz.campaign.Checker`): each built
+    program sampled in a guest of its own with every oracle (:func:`check_live`), its outcome as
+    findings (:func:`findings_of`).  One boot per program: a campaign's search and its shrinking
+    check one program at a time (hypothesis decides the next from the last), which a batch of
+    programs in one guest cannot follow.  The generated ``main`` spins for ever given ``0``
+    (``FZ_SPIN``): the harness's kill is its end (rule 2 of the module's doc)."""
+
+    def __init__(self, *, samples: int = LIVE_SAMPLES, kernel: str | None = None, qemu: str | None = None,
+                 timeout: float = LIVE_TIMEOUT):
+        self.samples, self.kernel, self.qemu, self.timeout = samples, kernel, qemu, timeout
+
+    def __call__(self, built: Built) -> list[Finding]:
+        if not built.ok:
+            return build_failed(built)
+        cfg = built.config
+        prog = LiveProgram(f"fz-{cfg.toolchain}-{cfg.linker}", Path(built.binary), ("0",),
+                           description=f"{cfg.toolchain} {cfg.linker} {cfg.flags}")
+        [outcome] = check_live([prog], samples=self.samples, kernel=self.kernel, qemu=self.qemu,
+                               timeout=self.timeout)
+        return findings_of(built, outcome)

@@ -54,7 +54,7 @@ from ..unwind.maps import ElfImage
 from ..unwind.sframe_check import LINKER_KINDS, check_binary, load
 from ..unwind.user import RuleProvider, UnwindConfig, UnwinderType, unwind_user
 from .build import Built
-from .finding import Finding, dedupe
+from .finding import Finding, build_failed, dedupe
 
 GENERATED_PREFIX = "fz_"
 #: linker findings after which the section, read as its header says, describes other addresses
@@ -237,7 +237,7 @@ class StaticChecker:
     def __call__(self, built: Built) -> list[Finding]:
         cfg = built.config
         if not built.ok:
-            return [Finding("build-failed", built.error or "", cfg, f"the build failed: {built.error}")]
+            return build_failed(built)
         path = built.binary
         image = ElfImage.from_path(path)
         findings: list[Finding] = []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -120,9 +119,6 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert main(["fuzz", "replay", str(tmp_path)]) == 2
     assert "not a reproducer directory" in capsys.readouterr().err
     assert main(["fuzz", "merge"]) == 2
-    if "harness.fuzz.live" not in sys.modules:
-        try:
-            import harness.fuzz.live  # noqa: F401
-        except ModuleNotFoundError:
-            assert main(["fuzz", "--budget", "1"]) == 2
-            assert "live mode is unavailable" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["fuzz", "--samples", "0"])
+    assert exc.value.code == 2 and "--samples: 0 is not a positive integer" in capsys.readouterr().err

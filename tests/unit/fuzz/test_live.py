@@ -213,3 +213,57 @@ def test_the_live_loop_text_is_c_for_a_template():
     assert "#define HARNESS_LIVE_LOOP()" in LIVE_LOOP_C
     assert f"#define HARNESS_LIVE_SECONDS {LIVE_SECONDS}\n" in LIVE_LOOP_C
     assert "@SECONDS@" not in LIVE_LOOP_C
+
+
+# -- an outcome as the campaign's findings -------------------------------------------------------
+
+def _built(tmp_path, **cfg):
+    from harness.fuzz.build import BuildConfig, Built
+    from harness.fuzz.shape import Shape
+
+    binary = tmp_path / "prog"
+    binary.write_bytes(b"\x7fELF")
+    return Built(Shape.__new__(Shape), BuildConfig(**cfg), "", "prog.c", binary=binary)
+
+
+def test_findings_name_what_disagreed_never_where(tmp_path):
+    from harness.fuzz.live import findings_of
+
+    rec = json.loads((TEST_DATA / "broken_ra_stack.json").read_text())
+    one = live_outcome(PROG, result_from([rec], USER))
+    two = live_outcome(PROG, result_from([rec, dict(rec, task=104)], USER))
+    built = _built(tmp_path, toolchain="trixie", linker="mold", opt="-O3", fp=False)
+    (f,) = findings_of(built, one)
+    assert (f.kind, f.detail) == ("live-unexplained", "fp vs cfi")
+    assert f.signature.key == findings_of(built, two)[0].signature.key  # other pids, one signature
+    assert f.signature.toolchain == "trixie" and f.signature.linker == "mold" and "-O3 nofp" in f.signature.flags
+    assert "ip=" in f.message and len(f.evidence["oracle"]) == 7 and len(f.evidence["unwinder"]) == 1
+    assert findings_of(built, two)[0].count == 2
+    clean = live_outcome(PROG, result_from(events("fp-syscall"), CATALOG["fp-syscall"]))
+    assert findings_of(built, clean) == []
+
+
+@pytest.mark.parametrize("status, stacks, detail", [
+    (139, 3, "SIGSEGV"), (127, 0, "could not start"), (3, 1, "status 3")])
+def test_a_crash_is_a_finding_by_its_signal_or_status(tmp_path, status, stacks, detail):
+    from harness.fuzz.live import findings_of
+
+    r = result_from(events("fp-syscall")[:1], USER)
+    r.stacks = r.sampled = stacks
+    r.program_exit = status
+    (f,) = findings_of(_built(tmp_path), live_outcome(PROG, r))
+    assert (f.kind, f.detail) == ("live-crash", detail) and f.message.startswith(("killed", "could", "exited"))
+
+
+def test_a_run_without_stacks_is_a_finding_and_a_failed_build_is_not_run(tmp_path):
+    from harness.fuzz.build import BuildConfig, Built
+    from harness.fuzz.live import LiveChecker, findings_of
+    from harness.fuzz.shape import Shape
+
+    empty = result_from(events("fp-syscall")[:1], USER)
+    empty.program_exit = 0
+    (f,) = findings_of(_built(tmp_path), live_outcome(PROG, empty))
+    assert f.kind == "live-no-stacks" and "before its first checked stack" in f.message
+    failed = Built(Shape.__new__(Shape), BuildConfig(), "", "prog.c", error="cc1: fatal error")
+    (b,) = LiveChecker()(failed)  # no guest: a build that failed is its own finding
+    assert (b.kind, b.detail) == ("build-failed", "cc1: fatal error")
