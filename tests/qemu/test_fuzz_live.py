@@ -232,3 +232,26 @@ def test_a_program_that_sleeps_ends_at_the_time_limit(tmp_path):
     assert out.stacks == 0 and out.crash is None and out.disagreements == [], out
     assert any(n.startswith("sampling stopped at its time limit (3s)") for n in out.notes), out.notes
     assert any("no stack of the program was checked" in n for n in out.notes), out.notes
+
+
+def test_a_short_live_campaign_through_the_command(tmp_path):
+    """``harness fuzz`` without --static, as a person runs it: generated programs built by the
+    host root and ld.bfd, each sampled in a guest; the campaign's record says what it tried and
+    every signature it keeps is a live kind (or a build that failed) with its reproducer."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "camp"
+    p = subprocess.run([sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())",
+                        "fuzz", "--budget", "60", "--seeds", "0:1", "--toolchains", "host", "--linkers", "bfd",
+                        "--samples", "10", "--no-shrink", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+    camp = json.loads((out / "campaign.json").read_text())
+    assert camp["mode"] == "live" and camp["programs"] >= 1, camp
+    kinds = {s["signature"]["kind"] for s in camp["signatures"]}
+    assert kinds <= {"build-failed", "live-crash", "live-unexplained", "live-failure", "live-delivery",
+                     "live-invariant", "live-undeclared"}, camp["signatures"]  # never live-no-stacks
+    assert (p.returncode == 1) == bool(camp["signatures"])
+    for s in camp["signatures"]:
+        assert (out / s["reproducer"] / "signature.json").is_file()
