@@ -76,11 +76,13 @@ def cached_dir(kind: str, key: str, build: Callable[[Path], None], *, what: str)
     """
     final = cache_root() / kind / key
     if (final / ".complete").exists():
+        _used(final)
         return final
     with cache_lock(cache_root() / kind / f".{key}.lock", f"another harness building {what}") as held:
         if (final / ".complete").exists():
             if held.waited:
                 progress(f"reusing {what} that the other harness built -> {final}")
+            _used(final)
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
         with step("images", f"building {what} -> {final}") as st:
@@ -95,3 +97,33 @@ def cached_dir(kind: str, key: str, build: Callable[[Path], None], *, what: str)
                 raise
             st.end(f"built {what} in {st.elapsed:.1f}s -> {final}")
     return final
+
+
+def _used(entry: Path) -> None:
+    """Mark an entry used now (its ``.complete``'s mtime), for :func:`prune`."""
+    try:
+        os.utime(entry / ".complete")
+    except OSError:  # a read-only cache: nothing is pruned from it either
+        pass
+
+
+def prune(kind: str, *, keep: int, idle: float) -> list[Path]:
+    """Remove the entries of ``kind`` beyond the ``keep`` most recently used that nobody used for
+    ``idle`` seconds, and return them.  For kinds whose entries are many and cheap to rebuild
+    (an initramfs per batch of a user's or a fuzz campaign's programs: 10 MB each, one per
+    program in a live campaign).  ``idle`` keeps an entry a harness has just been handed (its
+    QEMU may not have opened it yet) out of reach."""
+    entries = []
+    for d in (cache_root() / kind).iterdir() if (cache_root() / kind).is_dir() else ():
+        try:
+            entries.append(((d / ".complete").stat().st_mtime, d))
+        except OSError:  # a half entry (no .complete) or a lock file: not ours to judge
+            continue
+    entries.sort(reverse=True)
+    now = time.time()
+    removed = []
+    for mtime, d in entries[keep:]:
+        if now - mtime >= idle:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed

@@ -12,7 +12,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache import cached_dir, content_key, repo_root
+from .cache import cached_dir, content_key, prune, repo_root
 from .errors import ImageError
 from .programs import Program
 
@@ -61,6 +61,11 @@ def _header(ino: int, mode: int, name: str, size: int) -> bytes:
     return hdr + b"\0" * (-len(hdr) % 4)
 
 
+#: initramfs entries always kept (the most recently used), and how long the rest may idle
+KEEP = 48
+IDLE_SECONDS = 24 * 3600
+
+
 def build_initramfs(programs: list[Program], extra_files: dict[str, Path] | None = None) -> Path:
     """Build (or reuse) an initramfs holding ``programs`` and return its path."""
     if not BUSYBOX.exists():
@@ -86,4 +91,8 @@ def build_initramfs(programs: list[Program], extra_files: dict[str, Path] | None
         (tmp / "initramfs.cpio").write_bytes(w.to_bytes())
         (tmp / "contents.txt").write_text("".join(f"{g}\t{h}\n" for g, h in sorted(files.items())))
 
-    return cached_dir("initramfs", key, build, what=f"initramfs with {len(programs)} programs") / "initramfs.cpio"
+    path = cached_dir("initramfs", key, build, what=f"initramfs with {len(programs)} programs") / "initramfs.cpio"
+    # One entry per set of programs: a user's binaries, a fuzz campaign's every program.  The
+    # catalog's few stay in use; the rest go once unused for a day beyond the newest KEEP.
+    prune("initramfs", keep=KEEP, idle=IDLE_SECONDS)
+    return path
