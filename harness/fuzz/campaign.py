@@ -122,13 +122,14 @@ class Campaign:
     records: dict[Signature, Record] = field(default_factory=dict)
     expected: Counter = field(default_factory=Counter)
     instructions: int = 0
+    stacks: int = 0  # live: stacks checked in the guest
     reproducers: dict[Signature, Path] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "seeds": list(self.seeds), "budget": self.budget,
                 "toolchains": list(self.toolchains), "linkers": list(self.linkers), "programs": self.programs,
                 "builds": self.builds, "seeds_done": self.seeds_done, "elapsed": round(self.elapsed, 1),
-                "instructions": self.instructions, "expected": dict(self.expected),
+                "instructions": self.instructions, "stacks": self.stacks, "expected": dict(self.expected),
                 "signatures": [r.to_json() for r in sorted(self.records.values(), key=lambda r: r.signature)]}
 
 
@@ -262,6 +263,7 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
     if hasattr(checker, "expected"):
         camp.expected = Counter(checker.expected)
     camp.instructions = getattr(checker, "instructions", 0)
+    camp.stacks = getattr(checker, "stacks", 0)
     if out is not None:
         write_results(camp, checker, out)
     return camp
@@ -416,7 +418,8 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                     "programs": sum(r["programs"] for _, r in results), "builds": sum(r["builds"] for _, r in results),
                     "seeds_done": sum(r["seeds_done"] for _, r in results),
                     "elapsed": round(sum(r["elapsed"] for _, r in results), 1),
-                    "instructions": sum(r.get("instructions", 0) for _, r in results)}
+                    "instructions": sum(r.get("instructions", 0) for _, r in results),
+                    "stacks": sum(r.get("stacks", 0) for _, r in results)}
     expected: Counter = Counter()
     sigs: dict[str, tuple[dict, Path]] = {}
     for d, r in results:

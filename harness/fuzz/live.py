@@ -431,6 +431,7 @@ class LiveChecker:
     def __init__(self, *, samples: int = LIVE_SAMPLES, kernel: str | None = None, qemu: str | None = None,
                  timeout: float = LIVE_TIMEOUT):
         self.samples, self.kernel, self.qemu, self.timeout = samples, kernel, qemu, timeout
+        self.stacks = 0  # checked on every program so far (the campaign's figure)
 
     def __call__(self, built: Built) -> list[Finding]:
         if not built.ok:
@@ -440,4 +441,5 @@ class LiveChecker:
                            description=f"{cfg.toolchain} {cfg.linker} {cfg.flags}")
         [outcome] = check_live([prog], samples=self.samples, kernel=self.kernel, qemu=self.qemu,
                                timeout=self.timeout)
+        self.stacks += outcome.stacks
         return findings_of(built, outcome)

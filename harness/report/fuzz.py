@@ -10,13 +10,21 @@ from __future__ import annotations
 __all__ = ["format_campaign", "format_replay"]
 
 
+def _checked(c: dict) -> str:
+    """What the campaign's checkers looked at: instructions (static), stacks in a guest (live)."""
+    parts = [f"{c.get('instructions', 0)} instructions compared"] if "static" in c["mode"] else []
+    if "live" in c["mode"]:
+        parts.append(f"{c.get('stacks', 0)} stacks checked in a guest")
+    return ", ".join(parts)
+
+
 def format_campaign(c: dict, *, out: str | None = None) -> str:
     seeds = c["seeds"]
     seed_text = (f"{seeds[0]}:{seeds[1]}" if seeds and isinstance(seeds[0], int)
                  else ", ".join(f"{a}:{b}" for a, b in seeds))
     lines = [f"fuzz ({c['mode']}): {c['programs']} programs tried ({c['builds']} builds with shrinking), "
-             f"{c['seeds_done']} seeds of {seed_text}, {c['elapsed']:.0f} s; {c.get('instructions', 0)} instructions "
-             f"compared; {len(c['signatures'])} signatures"]
+             f"{c['seeds_done']} seeds of {seed_text}, {c['elapsed']:.0f} s; {_checked(c)}; "
+             f"{len(c['signatures'])} signatures"]
     sigs = c["signatures"]
     if sigs:
         head = ("PROGRAMS", "SIZE", "SIGNATURE", "REPRODUCER")

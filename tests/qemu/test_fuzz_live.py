@@ -248,7 +248,7 @@ def test_a_short_live_campaign_through_the_command(tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
     camp = json.loads((out / "campaign.json").read_text())
-    assert camp["mode"] == "live" and camp["programs"] >= 1, camp
+    assert camp["mode"] == "live" and camp["programs"] >= 1 and camp["stacks"] >= 1, camp
     kinds = {s["signature"]["kind"] for s in camp["signatures"]}
     assert kinds <= {"build-failed", "live-crash", "live-unexplained", "live-failure", "live-delivery",
                      "live-invariant", "live-undeclared"}, camp["signatures"]  # never live-no-stacks
