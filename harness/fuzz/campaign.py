@@ -359,14 +359,18 @@ def _blocks_at(text: str, addr: int) -> str:
     return "\n\n".join(keep) if keep else text
 
 
-def load_reproducer(d: Path) -> dict:
-    p = Path(d) / SIGNATURE_JSON
+def _load_json(d: Path, name: str, what: str) -> dict:
+    p = Path(d) / name
     if not p.is_file():
-        raise CampaignError(f"{d}: not a reproducer directory (no {SIGNATURE_JSON})")
+        raise CampaignError(f"{d}: not {what} (no {name})")
     try:
         return json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise CampaignError(f"{p}: not JSON ({exc})") from exc
+
+
+def load_reproducer(d: Path) -> dict:
+    return _load_json(d, SIGNATURE_JSON, "a reproducer directory")
 
 
 @dataclass
@@ -396,13 +400,7 @@ def replay(d: Path, checker: Checker, work: Path) -> Replay:
 
 
 def load_campaign(d: Path) -> dict:
-    p = Path(d) / CAMPAIGN_JSON
-    if not p.is_file():
-        raise CampaignError(f"{d}: not a campaign result directory (no {CAMPAIGN_JSON})")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise CampaignError(f"{p}: not JSON ({exc})") from exc
+    return _load_json(d, CAMPAIGN_JSON, "a campaign result directory")
 
 
 def merge(dirs: list[Path], out: Path | None = None) -> dict:

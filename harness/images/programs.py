@@ -255,11 +255,7 @@ def root_runtime_files(binary: Path, root: str, libs: list[Path] = ()) -> list[t
         for host, guest in runtime_files(binary, tc.root, guest_dir):
             out[guest] = host.resolve()
         for lib in libs:
-            lib = Path(os.path.abspath(lib))
-            if not lib.is_file():
-                raise ProgramError(f"--lib {lib}: no such file")
-            if _elf_class(lib) != bits:
-                raise ProgramError(f"--lib {lib}: not a {bits}-bit ELF like the program {binary.name}")
+            lib = _checked_lib(lib, bits, binary)
             out[str(lib)] = lib.resolve()
             out[f"{guest_dir}/{_dynamic(lib)[3] or lib.name}"] = lib.resolve()
             for host, guest in runtime_files(lib, tc.root, guest_dir):
@@ -482,11 +478,7 @@ def user_runtime_files(binary: Path, guest_path: str, libs: list[Path] = ()) -> 
             loaded.add(_dynamic(host)[3] or host.name)
         todo = [_Object(binary, guest_path)]
     for lib in libs:
-        lib = Path(os.path.abspath(lib))
-        if not lib.is_file():
-            raise ProgramError(f"--lib {lib}: no such file")
-        if _elf_class(lib) != bits:
-            raise ProgramError(f"--lib {lib}: not a {bits}-bit ELF like the program {binary.name}")
+        lib = _checked_lib(lib, bits, binary)
         out[str(lib)] = lib.resolve()
         todo.append(_Object(lib, str(lib)))
         if str(lib.parent) not in _LOADER_DIRS[bits]:
@@ -516,3 +508,13 @@ def user_runtime_files(binary: Path, guest_path: str, libs: list[Path] = ()) -> 
             out.setdefault(guest, host.resolve())
             todo.append(_Object(host, guest, inherited))
     return [(host, guest) for guest, host in out.items()]
+
+
+def _checked_lib(lib, bits: int, binary: Path) -> Path:
+    """A ``--lib`` path, absolute, refused unless it is a file of the program's ELF class."""
+    lib = Path(os.path.abspath(lib))
+    if not lib.is_file():
+        raise ProgramError(f"--lib {lib}: no such file")
+    if _elf_class(lib) != bits:
+        raise ProgramError(f"--lib {lib}: not a {bits}-bit ELF like the program {binary.name}")
+    return lib
