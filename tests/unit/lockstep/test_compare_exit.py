@@ -83,3 +83,21 @@ def test_a_request_of_a_tracer_not_registered_is_noted_by_its_address():
     _, s = feed(ev("request", work=0xFFFFFFFF8BAD0000, ret=0, cookie=cookie(0, 3)))
     assert s.n_compared == 0
     assert s.notes == ["#1: a request of unregistered work 0xffffffff8bad0000, not compared"]
+
+
+def test_a_task_works_differences_carry_its_seq_and_a_callback_without_walk_is_a_reused_cache():
+    c = cookie(0, 3)
+    _, s = feed(ev("request", work=WORK, ret=0, cookie=c, task_id=c), ev("task_work", mask=5, trace=(1, 2)),
+                ev("callback", work=WORK, cookie=c + 1, trace=(1, 3)), ev("return", point="return_irq"),
+                ev("request", work=WORK, ret=0, cookie=cookie(0, 4), task_id=cookie(0, 4)),
+                ev("task_work", mask=5, trace=(1, 2)),
+                ev("callback", work=WORK, cookie=cookie(0, 4), trace=(1, 2)), ev("return", point="return_irq"))
+    diffs = [(d.seq, d.what) for d in s.differences]
+    assert diffs[:3] == [(2, "walks"), (2, "callbacks"), (2, "trace")]
+    assert s.kernel["cache_reused"] == 2
+
+
+def test_every_expected_difference_has_its_test():
+    """A name without a test would make the default test decide; there is none to decide."""
+    from harness.lockstep.compare import EXPECTED, EXPECTED_TEST
+    assert {p: set(v) for p, v in EXPECTED.items()} == {p: set(v) for p, v in EXPECTED_TEST.items()}
