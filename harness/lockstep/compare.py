@@ -513,7 +513,9 @@ class Lockstep:
         st.walk_trace = None
         if gen is None:
             gen = self.model.return_to_user_steps(m)
-        self._advance(gen, "")  # to the end: any task work the model still had, then the reset
+        # not mutated (equivalent: the model yields no "", nor None nor any other word not its own, so
+        # each runs the generator to its end)
+        self._advance(gen, "")  # pragma: no mutate (to the end: any task work the model still had, then the reset)
         self._close_entry(st, ev.seq)
 
     def _on_exiting(self, st: _TaskState, ev: Event) -> None:
@@ -540,7 +542,7 @@ class Lockstep:
     def _on_task_exit_done(self, st: _TaskState, ev: Event) -> None:
         gen, st.exit_gen = st.exit_gen, None
         if gen is not None:
-            self._advance(gen, "")
+            self._advance(gen, "")  # pragma: no mutate (equivalent: as in _on_return, to the end)
         self._close_entry(st, ev.seq)
 
     def finish(self) -> Summary:
