@@ -59,3 +59,14 @@ def test_a_return_address_after_a_call_ending_in_5d_or_c9_is_not(call, text):
     ra = BASE + 3
     assert CodeFacts(AddressSpace([]), BufferMemory({BASE: code})).at_epilogue(ra)  # the bytes alone look alike
     assert lost_after(code, ra, is_ip=False) is None
+
+
+@pytest.mark.parametrize("last, text", [("5d", "pop rbp"), ("c9", "leave")])
+def test_the_epilogue_evidence_is_the_two_instructions_it_rests_on(last, text):
+    """What fp-epilogue-ip shows is what it proves from: the pop %rbp (or leave) just before the
+    IP and the ret at it, nothing before or after."""
+    code = bytes.fromhex("554889e5" + last + "c3" "90")  # push %rbp; mov %rsp,%rbp; pop/leave; ret; nop
+    found = lost_after(code, BASE + 5, is_ip=True)
+    assert found["code"] == [f"{BASE + 4:#x}: {text}", f"{BASE + 5:#x}: ret"]
+    assert found["why_fp"].startswith("the IP is the ret after pop %rbp/leave: rbp is the caller's")
+    assert found["text"].startswith(found["why_fp"])
