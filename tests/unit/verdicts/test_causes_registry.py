@@ -129,11 +129,13 @@ def test_explain_hands_a_lost_frame_to_the_causes_only_where_the_task_has_it(reg
 
 def test_explain_hands_a_differs_to_the_causes_unless_the_oracle_goes_on_to_0(registry):
     """The divergent frame of a DIFFERS is the one a cause about the oracle's walk looks at, even
-    outside the task (cfi-no-fde); the oracle's frames after it must not be 0."""
+    outside the task (cfi-no-fde); the oracle's frames from it on must not be 0 (a 0 there is a
+    walk that failed, the Go shape's frame past runtime.goexit: no cause's to prove)."""
     cause("probe", (DIFFERS,), "accepts all", oracles={"cfi"})(_accept_all)
     s = _stack()
     assert explain(s, Divergence("fp", "cfi", DIFFERS, 1, 1, (A, D), (A, NOWHERE, C))).cause == "probe"
     assert explain(s, Divergence("fp", "cfi", DIFFERS, 1, 1, (A, D), (A, B, 0))).cause is None
+    assert explain(s, Divergence("fp", "cfi", DIFFERS, 1, 1, (A, D), (A, 0))).cause is None
     assert explain(s, Divergence("fp", "cfi", DIFFERS, 1, 1, (A, D), (A, B, C, 0))).cause is None
     assert explain(s, Divergence("fp", "cfi", DIFFERS, 1, 1, (A, D), (A, B, C, D))).cause == "probe"
 
