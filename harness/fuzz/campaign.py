@@ -8,7 +8,8 @@ seeds the engine's ``random.Random`` with ``s``, so seed ``s`` draws the same ex
 machine with the same hypothesis version and strategies: ``--seeds 0:50`` and ``--seeds 50:100``
 split one campaign in two, and :func:`merge` joins them.
 
-Two phases.  The search (the budget less ``shrink_share`` of it) runs the seeds with
+Two phases, in rounds.  The search (the time left less ``shrink_share`` of it, or all of it while
+no signature waits to be shrunk) runs the seeds with
 hypothesis' generate phase only and records every signature, the first program that showed it
 and its seed.  Then each signature is shrunk, the unwinders' disagreements first
 (:func:`_priority`), with hypothesis' own shrinker: the signature's seed is run again with the
@@ -20,7 +21,9 @@ smallest example that raised is the reproducer.  Results are cached by (shape, b
 replay and repeated candidates cost no build; an example that raised once raises again (no
 flakiness); when a shrink's time (``shrink_budget``, and never past the budget) runs out the
 function accepts no new candidate, which ends the shrink with the smallest found so far.  A
-signature the budget leaves unshrunk keeps its first program (marked so).
+signature the budget leaves unshrunk keeps its first program (marked so).  Time left after the
+shrinks goes to another round (the next seeds, then their new signatures' shrinks): a campaign
+that finds little searches for its whole budget.
 
 Budget: ``budget`` seconds of wall time for the whole campaign.
 """
@@ -190,9 +193,15 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
                 shutil.rmtree(dest, ignore_errors=True)
         return cache[key]
 
+    tried: set[Signature] = set()  # shrunk, or given their chance to be
+
+    def search_over() -> bool:
+        now = time.monotonic()
+        return now >= deadline or (shrink and now >= search_end and any(s not in tried for s in camp.records))
+
     def search(ex: Example, seed: int) -> None:
         """Phase 1: check the example, count its signatures, remember the first program of each."""
-        if time.monotonic() >= search_end:
+        if search_over():
             return
         findings = evaluate(ex)
         camp.programs += 1
@@ -231,29 +240,35 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
         except _Found:
             pass
 
-    search_end = deadline - budget * shrink_share if shrink else deadline
+    search_end = deadline
+    next_seed = a
     with step("fuzz", f"{mode} campaign, seeds {a}:{b}, {budget:.0f} s") as st_:
-        for seed in range(a, b):
-            if time.monotonic() >= search_end:
-                break
-            hypothesis_run(seed, _bound(search, seed), (Phase.generate,))
-            camp.seeds_done += 1
-        # Phase 2: shrink, the most telling signatures first, until the budget runs out.
-        for rec in sorted(camp.records.values(), key=_priority):
-            if not shrink or time.monotonic() >= deadline:
-                break
-            st_.update(f"shrinking {rec.signature.key}")
-            state = {"raised": set(), "best": None, "end": min(time.monotonic() + shrink_budget, deadline)}
+        while True:
+            search_end = deadline - (deadline - time.monotonic()) * shrink_share
+            first = next_seed
+            while next_seed < b and not search_over():
+                hypothesis_run(next_seed, _bound(search, next_seed), (Phase.generate,))
+                camp.seeds_done += 1
+                next_seed += 1
+            # Phase 2: shrink the new signatures, the most telling first, until the budget runs out.
+            for rec in sorted((r for r in camp.records.values() if r.signature not in tried), key=_priority):
+                if not shrink or time.monotonic() >= deadline:
+                    break
+                tried.add(rec.signature)
+                st_.update(f"shrinking {rec.signature.key}")
+                state = {"raised": set(), "best": None, "end": min(time.monotonic() + shrink_budget, deadline)}
 
-            def test(ex: Example, rec=rec, state=state) -> None:
-                if shows(ex, rec, state):
-                    raise _Found  # the one raise: hypothesis tells failures apart by where they rose
+                def test(ex: Example, rec=rec, state=state) -> None:
+                    if shows(ex, rec, state):
+                        raise _Found  # the one raise: hypothesis tells failures apart by where they rose
 
-            # The seed's generation replays from the cache up to the first program that showed the
-            # signature (same seed, same outcomes before it: the same examples), then shrinks it.
-            hypothesis_run(rec.first_seed, _plain(test), (Phase.generate, Phase.shrink))
-            if state["best"] is not None:
-                rec.example, rec.finding, rec.shrunk = state["best"][0], state["best"][1], True
+                # The seed's generation replays from the cache up to the first program that showed
+                # the signature (same seed, same outcomes before it: the same examples), then shrinks it.
+                hypothesis_run(rec.first_seed, _plain(test), (Phase.generate, Phase.shrink))
+                if state["best"] is not None:
+                    rec.example, rec.finding, rec.shrunk = state["best"][0], state["best"][1], True
+            if next_seed == first or next_seed >= b or time.monotonic() >= deadline:
+                break
         for rec in camp.records.values():  # never shrunk (the budget ran out): the first program
             if rec.example is None and rec.first is not None:
                 rec.example, rec.finding = rec.first

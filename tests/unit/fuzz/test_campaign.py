@@ -122,3 +122,14 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["fuzz", "--samples", "0"])
     assert exc.value.code == 2 and "--samples: 0 is not a positive integer" in capsys.readouterr().err
+
+
+def test_a_campaign_that_finds_nothing_searches_for_its_whole_budget(tmp_path):
+    """No signature waits to be shrunk, so no share of the budget is kept for shrinking (the first
+    live campaign of 1,200 s stopped after 721: its 40 % shrink share had nothing to do)."""
+    need("host")
+    budget = 6.0
+    camp = run(lambda built: [], tmp_path, seeds=(0, 10_000), budget=budget, toolchains=("host",),
+               linkers=("bfd",), matrix=st.just(CONFIG), examples_per_seed=2)
+    assert camp.records == {} and camp.seeds_done >= 2
+    assert camp.elapsed >= 0.9 * budget  # a lower bound: a loaded machine only lengthens it
