@@ -36,16 +36,11 @@ def nothing_compared(report) -> bool:
 def perf_lines(report, examples: int, header: str) -> list[str]:
     """The header, the table, an example of each expected difference (``examples`` > 0), the first
     failures, the deferred records' failures and violations, the notes."""
-    lines = [header, perf_table(report)]
-    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
-        lines.append(f"\nexample of '{kind}':\n{text}")
-    lines += [f"\nFAILURE: {f}" for f in report.failures[:5]]
-    if len(report.failures) > 5:
-        lines.append(f"\n... and {len(report.failures) - 5} more failures")
+    lines = [header, perf_table(report), *_examples(report.examples, examples, "")]
+    lines += _first_five(report.failures, "FAILURE", " failures")
     d = report.deferred
     if d is not None:
-        for kind, text in sorted(d.examples.items()) if examples > 0 else ():
-            lines.append(f"\nexample of deferred '{kind}':\n{text}")
+        lines += _examples(d.examples, examples, "deferred ")
         lines += [f"\nDEFERRED FAILURE: {f}" for f in d.failures[:5]]
         lines += [f"\nDEFERRED VIOLATION: {v}" for v in d.violations[:10]]
     lines += [f"note: {n}" for n in report.notes]
@@ -56,10 +51,18 @@ def perf_lines(report, examples: int, header: str) -> list[str]:
 
 def debian_lines(report, examples: int, header: str) -> list[str]:
     """One scenario's (or the totals') comparison of Debian's perf script with ours."""
-    lines = [header, debian_table(report)]
-    for kind, text in sorted(report.examples.items()) if examples > 0 else ():
-        lines.append(f"\nexample of '{kind}':\n{text}")
-    lines += [f"\nUNEXPLAINED: {f}" for f in report.unexplained[:5]]
-    if len(report.unexplained) > 5:
-        lines.append(f"\n... and {len(report.unexplained) - 5} more")
+    lines = [header, debian_table(report), *_examples(report.examples, examples, "")]
+    return lines + _first_five(report.unexplained, "UNEXPLAINED", "")
+
+
+def _examples(found: dict, examples: int, what: str) -> list[str]:
+    """An example of each expected difference (``examples`` > 0), by kind."""
+    return [f"\nexample of {what}'{kind}':\n{text}" for kind, text in sorted(found.items())] if examples > 0 else []
+
+
+def _first_five(items: list, label: str, more: str) -> list[str]:
+    """The first five ``items`` under ``label``, and how many more there are."""
+    lines = [f"\n{label}: {x}" for x in items[:5]]
+    if len(items) > 5:
+        lines.append(f"\n... and {len(items) - 5} more{more}")
     return lines
