@@ -261,6 +261,18 @@ class SoakEngine(Engine):
         self.report.cancels["in delivery" if waited else "at delivery"] += 1
         self._reregister(i)
 
+    def _cancel_left_over(self) -> None:
+        """A cancel meant for the next delivery when no delivery came (the last request's
+        cancel, when the run's last task work ran before it or none ran after): it is done now,
+        so that every ``cancel_every`` requests one cancel happens, whatever the guest's timing."""
+        i = self._cancel_in_delivery
+        if i is None:
+            return
+        self._cancel_in_delivery = None
+        self.model.cancel(self.works[i])
+        self.report.cancels["after the last delivery"] += 1
+        self._reregister(i)
+
     def _maybe_cancel(self) -> None:
         every = self.spec.cancel_every
         n = self.result.sampled
@@ -362,6 +374,7 @@ class SoakEngine(Engine):
             r.loop_seconds = time.monotonic() - start
             self._set_timer(True)  # _flush_pending removes every request point
             self._flush_pending()
+            self._cancel_left_over()
         except KeyboardInterrupt:
             r.errors.append("interrupted (SIGINT)")
             self._end("interrupted")
