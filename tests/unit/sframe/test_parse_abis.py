@@ -22,6 +22,7 @@ What differs from AMD64 (include/sframe.h, libsframe sframe.c and sframe-dump.c)
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -147,8 +148,11 @@ def test_live_objdump_agrees(name, tmp_path):
         tc = exc
     require(isinstance(tc, Toolchain), f"toolchain sid unavailable: {tc}")
     outer, inner = tc.workdir(f"sframe-abi-{name}")
-    (Path(outer) / f"{name}.o").write_bytes(elf_with_sframe(SECTIONS[name]))
-    text = tc.run(["objdump", "--sframe", f"{name}.o"], cwd=inner).stdout
+    try:
+        (Path(outer) / f"{name}.o").write_bytes(elf_with_sframe(SECTIONS[name]))
+        text = tc.run(["objdump", "--sframe", f"{name}.o"], cwd=inner).stdout
+    finally:  # the root's /tmp: what is left there is in every later `sframe check --tree` of it
+        shutil.rmtree(outer, ignore_errors=True)
     assert text == (DATA / f"{name}.objdump").read_text()  # so the pinned tests above hold live
 
 
