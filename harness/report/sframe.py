@@ -51,9 +51,9 @@ def format_tree(rep, *, limit: int | None = 20) -> str:
 
     withs = rep.with_sframe
     versions = Counter(v for r in withs for v in r.versions)
-    vtext = ", ".join(f"V{v}: {n}" for v, n in sorted(versions.items())) or "none"
+    vtext = f" ({', '.join(f'V{v}: {n}' for v, n in sorted(versions.items()))} sections)" if versions else ""
     out = [f"{rep.root}: {rep.files} files, {rep.elf_files} ELF files, {rep.archives} archives; "
-           f"{len(withs)} with SFrame data ({vtext} sections), "
+           f"{len(withs)} with SFrame data{vtext}, "
            f"{sum(r.fdes for r in withs)} FDEs, {sum(r.fres for r in withs)} FREs, "
            f"{sum(r.cfi_without_sframe for r in withs)} .eh_frame FDEs without one; "
            f"{rep.wall:.1f} s on {rep.jobs} processes"]

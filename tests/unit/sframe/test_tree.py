@@ -125,3 +125,16 @@ def test_cut_and_corrupted_copies_are_findings_or_typed_errors(root, name, tmp_p
             crashes.append((i, r.crash))
     assert crashes == []
     assert errors > 50  # most cuts break the file: typed errors, one each
+
+
+def test_a_tree_without_sframe_data_says_so(tmp_path, capsys):
+    """A root whose ELF files carry no SFrame data (Debian's own packages, so far): clean, and the
+    figures say 0 without an empty list of versions."""
+    (tmp_path / "bin").mkdir()
+    shutil.copy("/bin/true", tmp_path / "bin" / "true")
+    rc = main(["sframe", "check", "--tree", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    first = out.splitlines()[0]
+    assert first.startswith(f"{tmp_path}: 1 files, 1 ELF files, 0 archives; 0 with SFrame data, 0 FDEs, 0 FREs, ")
+    assert out.splitlines()[1:] == ["  no findings", "  packages with SFrame data: 0"]
