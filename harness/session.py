@@ -201,6 +201,9 @@ class Session:
         spec = self.spec
         spec.check()
         self.kernel = get_kernel(spec.kernel, spec.kernel_path)
+        # Read from the vmlinux, before any probe or boot: a kernel built without BTF (a user's
+        # --kernel-path) is refused in a second, with the one line that says so.
+        btf = self.btf = Btf.from_elf(self.kernel.vmlinux)
         for source, tc_name, variant in spec.programs:
             p = build_program(source, get_toolchain(tc_name), variant)
             self.programs[p.guest_path] = p
@@ -221,7 +224,6 @@ class Session:
                 st.end(f"{self.machine.release} ready in {self.machine.boot_seconds:.1f}s "
                        f"({self.accel}, {vcpus})")
             self.symbols = kernel_symbols(self.machine, self.kernel)
-            btf = self.btf = Btf.from_elf(self.kernel.vmlinux)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
             if spec.pin:
                 self.pinned, self._unpin = pin_apart(self.machine.pid)

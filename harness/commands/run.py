@@ -14,7 +14,7 @@ from ..images.lock import write_atomic
 from ..lockstep import driver as kernel_diff
 from ..progress import sampling_reporter
 from ..report.junit import junit_xml
-from ..report.rundir import new_run_dir
+from ..report.rundir import new_run_dir, release_if_unused
 from ..report.summary import run_exit_code, summary
 from ..report.text import run_lines
 from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
@@ -98,33 +98,39 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     results: list = []
     facts: dict = {}
     try:
-        with Session(spec) as sess:
-            facts = sess.describe()
-            write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
-            for sc in scenarios:
-                print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
-            run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
-    except KeyboardInterrupt as exc:
-        # Interrupted outside a scenario's own handling (booting, between scenarios, in a
-        # clean-up): what was done is still reported below, and the exit code says interrupted.
-        if not results:
-            raise
-        if not results[-1].errors:
-            results[-1].errors.append(f"interrupted ({signal_name(exc)})")
-    except LogWriteError as exc:
-        # A full disk: the log keeps its whole lines, and the table below still shows what was
-        # checked before it filled up (the exit code says infrastructure).
-        if not results:
-            raise
-        results[-1].errors.append(str(exc))
-    except (GuestError, TargetError) as exc:
-        # The guest lost outside a scenario's own handling (between two scenarios): reported as
-        # one that lost it inside.
-        if not results:
-            raise
-        lost = sess.machine_lost(exc) or str(exc).strip().splitlines()[0]
-        results[-1].machine_lost = results[-1].machine_lost or lost
-        results[-1].errors.append(f"the guest is lost: {lost}")
+        try:
+            with Session(spec) as sess:
+                facts = sess.describe()
+                write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
+                for sc in scenarios:
+                    print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
+                run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
+        except KeyboardInterrupt as exc:
+            # Interrupted outside a scenario's own handling (booting, between scenarios, in a
+            # clean-up): what was done is still reported below, and the exit code says interrupted.
+            if not results:
+                raise
+            if not results[-1].errors:
+                results[-1].errors.append(f"interrupted ({signal_name(exc)})")
+        except LogWriteError as exc:
+            # A full disk: the log keeps its whole lines, and the table below still shows what was
+            # checked before it filled up (the exit code says infrastructure).
+            if not results:
+                raise
+            results[-1].errors.append(str(exc))
+        except (GuestError, TargetError) as exc:
+            # The guest lost outside a scenario's own handling (between two scenarios): reported as
+            # one that lost it inside.
+            if not results:
+                raise
+            lost = sess.machine_lost(exc) or str(exc).strip().splitlines()[0]
+            results[-1].machine_lost = results[-1].machine_lost or lost
+            results[-1].errors.append(f"the guest is lost: {lost}")
+    except BaseException:
+        # What went wrong before anything was recorded (a kernel without BTF, a guest that
+        # never booted) leaves no empty runs/TIMESTAMP behind.
+        release_if_unused(out)
+        raise
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
     for line in run_lines(results, out):
         print(line)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import EXIT_USAGE, HarnessError
 
-__all__ = ["CLAIM", "RunDirTaken", "new_run_dir"]
+__all__ = ["CLAIM", "RunDirTaken", "new_run_dir", "release_if_unused"]
 
 CLAIM = ".harness-run"
 
@@ -64,3 +64,17 @@ def _claim(path: Path) -> None:
     fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+
+
+def release_if_unused(path: Path) -> bool:
+    """Remove a run directory that holds nothing but this run's claim (the run failed before it
+    recorded anything: a kernel without BTF, a guest that never booted); True if it went.  A
+    directory with anything else in it is left as it is."""
+    try:
+        if {p.name for p in path.iterdir()} != {CLAIM}:
+            return False
+        (path / CLAIM).unlink()
+        path.rmdir()
+    except OSError:
+        return False
+    return True

@@ -68,3 +68,34 @@ def test_an_input_error_leaves_no_run_directory(argv, tmp_path, monkeypatch, cap
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1, err
+
+
+def test_a_kernel_without_btf_is_refused_in_one_line_before_any_boot(tmp_path, capsys, monkeypatch):
+    """A user's --kernel-path built without CONFIG_DEBUG_INFO_BTF: the default kernel's vmlinux
+    with its .BTF section removed (binutils' objcopy), refused before the KVM probe and the boot."""
+    import shutil
+    import subprocess
+
+    from harness.images.errors import ImageError
+    from harness.images.kernel import get_kernel
+    from tests.support.gating import require
+
+    require(shutil.which("objcopy") is not None, "objcopy is not installed (binutils)")
+    try:
+        vmlinux = get_kernel("default").vmlinux
+    except ImageError as exc:
+        require(False, f"the default kernel cannot be had: {exc}")
+    stripped = tmp_path / "vmlinux-nobtf"
+    subprocess.run(["objcopy", "--remove-section", ".BTF", str(vmlinux), str(stripped)], check=True, timeout=120)
+
+    def no_boot(*a, **k):
+        raise AssertionError("a guest was probed or booted for a kernel without BTF")
+
+    monkeypatch.setattr("harness.session.resolve_accel", no_boot)
+    monkeypatch.setattr("harness.session.Machine", no_boot)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "fp-spin", "--kernel-path", str(stripped), "--samples", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"harness run: {stripped}: no .BTF section (kernel built without "
+                       "CONFIG_DEBUG_INFO_BTF?)"), err
+    assert list((tmp_path / "runs").iterdir()) == []  # no run directory left for the refused kernel

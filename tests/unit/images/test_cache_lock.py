@@ -21,7 +21,7 @@ import pytest
 
 from harness.deferred.log import EventLog, JsonlFile, LogWriteError, read_events
 from harness.images.lock import CacheLockTimeout, cache_lock, lock_holders, parse_proc_locks, write_atomic
-from harness.report.rundir import CLAIM, RunDirTaken, new_run_dir
+from harness.report.rundir import CLAIM, RunDirTaken, new_run_dir, release_if_unused
 from tests.support.gating import require
 from tests.support.paths import REPO
 
@@ -251,6 +251,17 @@ def test_a_suffixed_default_name_is_unique_too(tmp_path):
     b = new_run_dir(None, base=tmp_path, now=1_700_000_000, suffix="-kernel-diff")
     assert a.name.endswith("-kernel-diff") and b.name == f"{a.name}-2"
     assert (a / CLAIM).exists() and (b / CLAIM).exists()
+
+
+def test_a_run_directory_that_recorded_nothing_is_released(tmp_path):
+    """A run that failed before it recorded anything gives its directory back; one that wrote
+    anything (run.json, a log) keeps it."""
+    empty = new_run_dir(None, base=tmp_path, now=1_700_000_000)
+    assert release_if_unused(empty) and not empty.exists()
+    used = new_run_dir(None, base=tmp_path, now=1_700_000_000)
+    (used / "run.json").write_text("{}")
+    assert not release_if_unused(used) and (used / CLAIM).exists() and (used / "run.json").exists()
+    assert not release_if_unused(tmp_path / "never-made")
 
 
 def test_out_must_be_new_or_empty(tmp_path):
