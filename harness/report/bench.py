@@ -61,6 +61,7 @@ def deferred_lines(r, floor: float, kernel, kernel_why: str, perf_freq: int, tri
                      f"{kernel.samples} samples, {kernel.cookies} with a cookie)")
     else:
         lines.append(f"guest kernel's deferred rate:      n/a ({kernel_why})")
+    lines.append(f"requests on the program:      {r.sampled:8d} of {r.scenario.samples} asked for")
     lines.append(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
     lines.append(f"stops per trace:              {r.stops / max(r.stacks, 1):8.2f}")
     lines.append(f"NMI stops left at once:       {r.continued:8d} (passed over, their guesses missed: {r.passed_over})")
@@ -71,6 +72,7 @@ def deferred_lines(r, floor: float, kernel, kernel_why: str, perf_freq: int, tri
                      f"delivery; the next stop was already waiting after {overlap['late']} of {overlap['deliveries']}")
     lines.append(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
                  f" ({rate / goal if goal else 0:.2f} of it)")
+    lines += [f"note: {n}" for n in r.notes]  # why a run fell short of its requests, among others
     if not (r.errors or r.problems) and (r.failed_stacks or r.invariant_violations):
         lines.append(f"failed stacks in the sampling run: {r.failed_stacks}; invariant violations: "
                      f"{len(r.invariant_violations)}")

@@ -38,9 +38,15 @@ def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
                       r"(\d+) samples, (\d+) with a cookie\)", _figure(out, "guest kernel's deferred rate").group(1))
     assert kernel, out
     assert float(kernel.group(1)) > 0 and int(kernel.group(2)) <= int(kernel.group(4))
+    landed, asked = map(int, re.match(r"(\d+) of (\d+) asked for", _figure(out, "requests on the program").group(1))
+                        .groups())
+    assert asked == 40, out
+    # All 40 land on the program, or a note says why the loop stopped short (a count of live
+    # events: on a loaded host the loop's bounds may end it first, campaign run b1 of issue 21).
+    assert landed == 40 or re.search(r"^note: (sampling stopped|the program exited)", out, re.M), out
     delivered = _figure(out, "deferred traces delivered").group(1)
     rate, traces = re.match(r"([\d.]+) traces/s \((\d+) traces in", delivered).groups()
-    assert int(traces) >= 40
+    assert int(traces) >= 1, out
     # Every trace costs at least its request stop and its delivery stop; how many more (requests on
     # other tasks, NMIs left at once) depends on the load, so no upper bound: CI saw 4.98 with the
     # other xdist worker booting guests beside it.
