@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from harness.cli import main
+from tests.support.gating import require
 
 
 def _run(argv, capsys):
@@ -33,8 +34,7 @@ def test_arguments_that_cannot_work_exit_2_in_one_line(argv, text, capsys):
 
 
 def test_an_object_file_is_not_a_program(tmp_path, capsys):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    require(shutil.which("gcc") is not None, "gcc is not installed")
     (tmp_path / "x.c").write_text("int main(void) { return 0; }\n")
     subprocess.run(["gcc", "-c", "-o", str(tmp_path / "x.o"), str(tmp_path / "x.c")], check=True)
     rc, err = _run(["run", "--program", str(tmp_path / "x.o")], capsys)

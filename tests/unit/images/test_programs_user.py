@@ -21,9 +21,15 @@ from harness.images.programs import (
     user_program,
     user_runtime_files,
 )
+from tests.support.gating import require
 
 GCC = shutil.which("gcc")
-pytestmark = pytest.mark.skipif(GCC is None, reason="gcc is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _gcc_is_needed():
+    require(GCC is not None, "gcc is not installed")
+
 
 HELLO = '#include <stdio.h>\nint main(void) { puts("hi"); return 0; }\n'
 
@@ -46,8 +52,7 @@ def _gcc(tmp: Path, out: Path, src: str, *flags: str) -> Path:
 
 def test_debian_xz_gets_liblzma_under_the_soname_the_loader_asks_for():
     xz = Path("/usr/bin/xz")
-    if not xz.exists():
-        pytest.skip("xz-utils is not installed")
+    require(xz.exists(), "xz-utils is not installed (./dev installs it)")
     needed = _readelf_dynamic(xz)["NEEDED"]
     files = {g: h for h, g in user_program(xz).runtime}
     for name in needed:
@@ -123,8 +128,8 @@ def test_static_pie_and_i386_are_programs(tmp_path):
     assert f.static and f.bits == 64 and user_program(spie).runtime == ()
     try:
         i386 = _gcc(tmp_path, tmp_path / "i386", HELLO, "-m32")
-    except subprocess.CalledProcessError:
-        pytest.skip("gcc-multilib is not installed")
+    except subprocess.CalledProcessError as exc:
+        require(False, f"gcc -m32 failed (gcc-multilib is not installed?): {exc}")
     p = user_program(i386)
     assert p.variant.bits == 32 and not p.variant.static
     guest = {g for _, g in p.runtime}
