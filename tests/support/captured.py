@@ -3,11 +3,29 @@ tests/unit/unwind/test_cfi_compat.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.unwind.cfi import cfi_tables_for, unwind_cfi
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import unwind_user
 from tests.support.gating import require
+
+
+@dataclass
+class Captured:
+    """One build's snapshots, by stop name, and the program they were taken of."""
+
+    toolchain: str
+    fp: bool
+    static: bool
+    snaps: dict[str, Snapshot]
+    program: object  # harness.images.programs.Program
+
+
+def funcs(sym: Symbolizer, trace) -> list[str | None]:
+    """The function names of a trace's frames (None where no symbol covers one)."""
+    return sym.functions(trace.ips)
 
 
 def get(captures: dict, tc: str, fp: bool, static: bool):

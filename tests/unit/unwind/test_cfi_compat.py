@@ -62,7 +62,7 @@ from harness.unwind.maps import ElfImage, load_image
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer, symbol_index
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
-from tests.support.captured import get, walk
+from tests.support.captured import Captured, funcs, get, walk
 from tests.support.gating import require
 
 # (toolchain, frame pointers, static): the host toolchain (binutils 2.40, glibc 2.36: what the
@@ -101,15 +101,6 @@ NOFP_STOPS = [
 ]
 
 
-@dataclass
-class Captured:
-    toolchain: str
-    fp: bool
-    static: bool
-    snaps: dict[str, Snapshot]
-    program: object
-
-
 @pytest.fixture(scope="session")
 def captures32(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]:
     """Every 32-bit (toolchain, fp, static) build, captured; a string says why one is missing."""
@@ -133,12 +124,6 @@ def captures32(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]
         snaps = {p.name: Snapshot.load(p) for p in d.iterdir()}
         out[key] = Captured(tc_name, fp, static, snaps, prog)
     return out
-
-
-
-
-def funcs(sym: Symbolizer, trace) -> list[str | None]:
-    return sym.functions(trace.ips)
 
 
 def glibc_tail(static: bool) -> list[str | None]:

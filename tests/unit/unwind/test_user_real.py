@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass
 
 import pytest
 
@@ -26,7 +25,7 @@ from harness.tools.capture_gdb import CaptureError, StopPoint, capture_program
 from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import EntryFrame, StopReason, UnwinderType, unwind_user
-from tests.support.captured import get, walk
+from tests.support.captured import Captured, funcs, get, walk
 from tests.support.gating import require
 
 TOOLCHAINS = ("host", "trixie", "sid")
@@ -44,19 +43,6 @@ NOFP_STOPS = [
     StopPoint("c-raw", "syscall", syscall="getppid"),
 ]
 LIBC_STOPS = [StopPoint("c-libc", "syscall", syscall="getppid")]
-
-
-@dataclass
-class Captured:
-    toolchain: str
-    fp: bool
-    static: bool
-    snaps: dict[str, Snapshot]
-    binary: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.toolchain}-{'fp' if self.fp else 'nofp'}-{'static' if self.static else 'dyn'}"
 
 
 @pytest.fixture(scope="session")
@@ -89,18 +75,12 @@ def captures(tmp_path_factory) -> dict[tuple[str, bool, bool], Captured | str]:
                     out[key] = f"{tc_name} fp={fp} static={static}: {exc}"
                     continue
                 snaps = {p.name: Snapshot.load(p) for p in d.iterdir()}
-                out[key] = Captured(tc_name, fp, static, snaps, str(prog.path))
+                out[key] = Captured(tc_name, fp, static, snaps, prog)
     return out
 
 
 def _keys():
     return [(t, fp, st) for t in TOOLCHAINS for fp in (True, False) for st in (True, False)]
-
-
-
-
-def funcs(sym: Symbolizer, trace) -> list[str | None]:
-    return sym.functions(trace.ips)
 
 
 ALL = pytest.mark.parametrize("tc", TOOLCHAINS)
