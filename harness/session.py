@@ -17,7 +17,7 @@ from pathlib import Path
 from .errors import HarnessError
 from .images.cache import cache_root
 from .images.initramfs import build_initramfs
-from .images.kernel import Kernel, check_kernel_choice, get_kernel
+from .images.kernel import Kernel, KernelInputError, check_kernel_choice, get_kernel
 from .images.lock import cache_lock, write_atomic
 from .images.programs import Program, Variant, build_program, user_program
 from .images.qemu import Qemu, resolve_qemu
@@ -149,6 +149,20 @@ def kallsyms_path(kernel: Kernel) -> Path:
     return cache_root() / "kallsyms" / f"{kernel.sha256}.txt"
 
 
+def dump_kallsyms(machine: Machine, path: str = "/proc/kallsyms") -> str:
+    """The guest kernel's symbol table as text (``path`` only differs in tests), or a one-line
+    :class:`KernelInputError` where the kernel has none to give: a user's kernel built without
+    CONFIG_KALLSYMS, whose missing file would otherwise be a failed gzip in the guest."""
+    if machine.shell(f"test -r {path}") != 0:
+        raise KernelInputError(f"the guest kernel has no {path} (built without CONFIG_KALLSYMS?): the harness "
+                               "finds the kernel's stop points and symbols through it")
+    text = machine.dump(path, packed=True).decode()
+    if not text.strip():
+        raise KernelInputError(f"the guest kernel's {path} is empty: the harness finds the kernel's stop points "
+                               "and symbols through it")
+    return text
+
+
 def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
     """The guest's /proc/kallsyms, dumped once per kernel build (about 20 s on TCG) and cached."""
     path = kallsyms_path(kernel)
@@ -159,7 +173,7 @@ def kernel_symbols(machine: Machine, kernel: Kernel) -> Kallsyms:
             if not path.exists():
                 with step("guest", f"dumping /proc/kallsyms of {kernel.release or kernel.package} "
                                    f"(once per kernel build)") as st:
-                    text = machine.dump("/proc/kallsyms", packed=True).decode()
+                    text = dump_kallsyms(machine)
                     st.end(f"dumped /proc/kallsyms ({len(text) / 1e6:.1f} MB) in {st.elapsed:.1f}s")
                 write_atomic(path, text)
     return Kallsyms.parse(path.read_text())

@@ -136,3 +136,24 @@ def test_no_qemu_outlives_a_killed_harness(images, tmp_path):
         if victim.poll() is None:
             victim.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_kernel_without_kallsyms_is_one_line(images):
+    """What a user's kernel built without CONFIG_KALLSYMS gives the harness, on a real guest: the
+    dump of a file that is not there, or is empty, is a one-line KernelInputError (exit 2), not a
+    failed gzip in the guest; the real /proc/kallsyms comes whole."""
+    from harness.errors import EXIT_USAGE
+    from harness.images.kernel import KernelInputError
+    from harness.session import dump_kallsyms
+
+    kernel, initrd = images
+    with Machine(MachineConfig(kernel.vmlinux, initrd)) as m:
+        with pytest.raises(KernelInputError) as missing:
+            dump_kallsyms(m, "/proc/no-kallsyms")
+        assert str(missing.value) == ("the guest kernel has no /proc/no-kallsyms (built without CONFIG_KALLSYMS?): "
+                                      "the harness finds the kernel's stop points and symbols through it")
+        assert missing.value.exit_code == EXIT_USAGE
+        with pytest.raises(KernelInputError, match=r"^the guest kernel's /dev/null is empty: "):
+            dump_kallsyms(m, "/dev/null")
+        text = dump_kallsyms(m)
+        assert " T do_syscall_64\n" in text and "\n" not in str(missing.value)
