@@ -510,6 +510,30 @@ def user_runtime_files(binary: Path, guest_path: str, libs: list[Path] = ()) -> 
     return [(host, guest) for guest, host in out.items()]
 
 
+def needed_sonames(program: Program) -> frozenset[str]:
+    """The sonames the loader maps before a dynamic program's first instruction: its DT_NEEDED
+    closure, each followed into the runtime file of that name (the guest has every library as a
+    regular file named by its soname, so /proc/PID/maps names each by it).  A ``--lib`` (dlopen'ed
+    later) is not among them unless the program needs it; the loader itself is mapped at exec."""
+    by_name: dict[str, Path] = {}
+    for host, guest in program.runtime:
+        by_name.setdefault(guest.rsplit("/", 1)[-1], host)
+    interp = _interp(program.path)
+    if not by_name or interp is None:
+        return frozenset()
+    loader = interp.rsplit("/", 1)[-1]  # mapped by the kernel at exec, and libc needs it by name
+    out: set[str] = set()
+    todo = [program.path]
+    while todo:
+        for name in _dynamic(todo.pop())[0]:
+            host = by_name.get(name)
+            if name in out or name == loader or host is None:
+                continue
+            out.add(name)
+            todo.append(host)
+    return frozenset(out)
+
+
 def _checked_lib(lib, bits: int, binary: Path) -> Path:
     """A ``--lib`` path, absolute, refused unless it is a file of the program's ELF class."""
     lib = Path(os.path.abspath(lib))

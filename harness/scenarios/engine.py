@@ -56,7 +56,7 @@ from ..deferred.model import (
     UnwindWork,
 )
 from ..deferred.profile import get_profile
-from ..images.programs import Program
+from ..images.programs import Program, needed_sonames
 from ..kernel import PF_EXITING, TaskInfo
 from ..kernel.stops import StopPoint, delivery_points
 from ..kernel.vdso import with_kernel_vdso
@@ -135,6 +135,16 @@ STOPS_PER_REQUEST_LIMIT = 20
 
 #: lines of a program's output a run that fell short of its stacks shows (Result.output_tail)
 OUTPUT_TAIL_LINES = 5
+#: seconds a dynamic program's loader may take to map its libraries before sampling starts
+LOADER_WAIT = 10.0
+
+
+def unmapped(maps: str, names: frozenset[str]) -> set[str]:
+    """Which of the file ``names`` no line of a /proc/PID/maps text maps (by the file's name,
+    whatever its directory)."""
+    mapped = {parts[5].rsplit("/", 1)[-1] for parts in (line.split(None, 5) for line in maps.splitlines())
+              if len(parts) == 6}
+    return set(names) - mapped
 
 
 def output_tail(path: Path | None, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
@@ -242,7 +252,7 @@ class Engine:
         s = self.s
         self.proc = s.run_program([self.program.guest_path, *self.sc.args], output=self._output_path())
         s.target.resume()
-        maps = s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
+        maps = self._maps_once_loaded()
         s.target.interrupt()
         resolve = {self.program.guest_path: str(self.program.path)}
         resolve.update({guest: str(host) for host, guest in self.program.runtime})
@@ -421,6 +431,25 @@ class Engine:
         self._end("error" if self.result.errors else "complete")
         self._report(finished=True)
         return self.result
+
+    def _maps_once_loaded(self) -> str:
+        """The program's /proc/PID/maps once its loader has mapped the libraries it needs (the
+        guest runs): read before that, a dynamic program's libraries are unknown to the oracles
+        for the whole run (issue 21's flake campaign, run b3: no CFI frame in libc.so.6 in any
+        stack of a dynamic program, each stopped and explained by cfi-no-fde).  Bounded by
+        LOADER_WAIT; what is still missing then is said in a note."""
+        needed = needed_sonames(self.program)
+        deadline = time.monotonic() + LOADER_WAIT
+        while True:
+            maps = self.s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
+            missing = unmapped(maps, needed)
+            if not missing or not maps.strip() or time.monotonic() >= deadline:
+                break  # (empty: the program is gone already; its exit is the run's to report)
+            time.sleep(0.02)
+        if missing and maps.strip():
+            self.result.notes.append(f"{', '.join(sorted(missing))} not mapped {LOADER_WAIT:g}s after the program "
+                                     f"started: frames there are unknown to the oracles")
+        return maps
 
     def _output_path(self) -> Path | None:
         """The program's output file: beside the scenario's log (fp-spin.jsonl -> fp-spin.out).

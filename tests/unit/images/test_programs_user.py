@@ -18,6 +18,7 @@ from harness.images.programs import (
     ProgramError,
     Variant,
     elf_facts,
+    needed_sonames,
     user_program,
     user_runtime_files,
 )
@@ -208,3 +209,20 @@ def test_the_harness_links_with_an_rpath_its_libraries_inherit(tmp_path):
     assert tags["RPATH"] == ["/tc/host/lib64"] and "RUNPATH" not in tags
     guest = {g for _, g in user_program(exe).runtime}
     assert {"/tc/host/lib64/libstdc++.so.6", "/tc/host/lib64/libm.so.6"} <= guest
+
+
+def test_the_sonames_mapped_before_main_are_the_needed_closure(tmp_path):
+    """What the engine waits for in a dynamic program's maps before it reads them once and for
+    all: DT_NEEDED and theirs (openssl: libssl, libcrypto, libc; libssl's own need of libcrypto
+    once), not the loader, not a --lib the program only dlopens; nothing for a static one."""
+    openssl = Path("/usr/bin/openssl")
+    require(openssl.exists(), "openssl is not installed (./dev installs it)")
+    assert needed_sonames(user_program(openssl)) == {"libssl.so.3", "libcrypto.so.3", "libc.so.6"}
+    xz = Path("/usr/bin/xz")
+    require(xz.exists(), "xz-utils is not installed (./dev installs it)")
+    liblzma = next(h for h, g in user_program(xz).runtime if g.endswith("/liblzma.so.5"))
+    with_lib = user_program(openssl, (liblzma,))
+    assert str(liblzma) in {g for _, g in with_lib.runtime}  # in the guest, for its dlopen
+    assert needed_sonames(with_lib) == {"libssl.so.3", "libcrypto.so.3", "libc.so.6"}
+    static = _gcc(tmp_path, tmp_path / "s", HELLO, "-static")
+    assert needed_sonames(user_program(static)) == frozenset()
