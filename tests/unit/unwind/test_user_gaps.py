@@ -97,3 +97,12 @@ def test_a_32_bit_task_at_endbr32_is_at_a_function_start():
     mem64 = bytes.fromhex("f30f1efa") + b"\x55\x89\xe5\xc3"  # endbr64 is no 32-bit function start
     mem, regs, full = _at(ENTRY, {ENTRY: mem64}, compat=True)
     assert UnwinderType.FP_ENTRY not in unwind_user(mem, regs, entry_frame=EntryFrame.ANY_IP).types
+
+
+def test_an_unknown_unwinder_is_named_with_the_known_ones():
+    from harness.unwind.user import UnknownUnwinder, Unwinder
+
+    assert Unwinder("sframe") is Unwinder.SFRAME
+    with pytest.raises(UnknownUnwinder) as exc:
+        Unwinder("orc")
+    assert str(exc.value) == "unknown unwinder 'orc'; known: fp, sframe"
