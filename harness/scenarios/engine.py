@@ -68,7 +68,7 @@ from ..signals import signal_name
 from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
-from ..unwind.maps import AddressSpace
+from ..unwind.maps import AddressSpace, parse_maps
 from ..unwind.user import StopReason, Trace
 from ..verdicts.types import NOT_CHECKED
 from .catalog import Scenario
@@ -142,9 +142,7 @@ LOADER_WAIT = 10.0
 def unmapped(maps: str, names: frozenset[str]) -> set[str]:
     """Which of the file ``names`` no line of a /proc/PID/maps text maps (by the file's name,
     whatever its directory)."""
-    mapped = {parts[5].rsplit("/", 1)[-1] for parts in (line.split(None, 5) for line in maps.splitlines())
-              if len(parts) == 6}
-    return set(names) - mapped
+    return set(names) - {m.path.rsplit("/", 1)[-1] for m in parse_maps(maps)}
 
 
 def output_tail(path: Path | None, lines: int = OUTPUT_TAIL_LINES) -> list[str]:

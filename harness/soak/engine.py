@@ -223,9 +223,9 @@ class SoakEngine(Engine):
             raise ModelError(f"re-registering tracer {i} failed: no free bit")
         self.works[i] = w
 
-    def _cancel_now(self, i: int) -> None:
+    def _cancel_now(self, i: int, when: str = "at request") -> None:
         self.model.cancel(self.works[i])
-        self.report.cancels["at request"] += 1
+        self.report.cancels[when] += 1
         self._reregister(i)
 
     def _task_work(self, mt, point) -> None:
@@ -269,9 +269,7 @@ class SoakEngine(Engine):
         if i is None:
             return
         self._cancel_in_delivery = None
-        self.model.cancel(self.works[i])
-        self.report.cancels["after the last delivery"] += 1
-        self._reregister(i)
+        self._cancel_now(i, "after the last delivery")
 
     def _maybe_cancel(self) -> None:
         every = self.spec.cancel_every
