@@ -168,7 +168,9 @@ def _forkexec_syscall(r, sc, records):
 
 
 def _signal(r, sc, records):
-    # the handler runs a third of each 20 ms period (signal.c): requests fall on both sides
+    # the handler runs a third of each 20 ms period (signal.c): NMI requests fall on both sides;
+    # syscall requests too, as every handler run makes a getppid whatever the guest's clock does
+    # and at most PERIOD_US / SYSCALL_GAP_US getppids come between two handler runs
     assert r.causes["signal-frame"] >= 1, dict(r.causes)
 
 
