@@ -7,6 +7,14 @@ the kernel saved, and the frame below it is an interrupted IP, not a return addr
 64-bit tasks, those rules are evaluated (each is ``DW_OP_breg7 (rsp) N``: the register is at
 sp + N) and the walk goes on from the interrupted context, looking its IP up at itself ('S').
 A 32-bit trampoline ends the walk there (the i386 numbering has no sigcontext rules here).
+
+One place the CFI cannot tell the truth: libgcc's functions that return through
+``__builtin_eh_return`` (_Unwind_RaiseException, _Unwind_Resume, ...), between
+uw_install_context_1 and the jump to the landing pad.  Their frame then holds the landing
+frame's registers (its return-address slot the catching call site, its saved rbp the catcher's),
+so every walk from there, this one too, skips the frames the exception unwinds through and goes
+on in garbage or ends (flake campaign run b6: a C++ throw sampled there).  The oracle says so
+(:func:`eh_return_window`): the stack is not checked, rather than judged against a wrong truth.
 """
 
 from __future__ import annotations
@@ -18,11 +26,12 @@ from elftools.dwarf.callframe import RegisterRule
 from ..memory import Memory, MemoryFault
 from ..regs import UserRegs
 from ..unwind.cfi import X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
+from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace
 from ..unwind.user import StopReason
-from .base import Oracle, OracleFrames, Setup, Stack, register
+from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
 
-__all__ = ["CFI_MAX_ENTRIES", "CFIOracle", "is_signal_trampoline", "signal_frame_regs"]
+__all__ = ["CFI_MAX_ENTRIES", "CFIOracle", "eh_return_window", "is_signal_trampoline", "signal_frame_regs"]
 
 CFI_MAX_ENTRIES = 4096  # the oracle walks on where the kernel's cache truncates
 MAX_SIGNAL_FRAMES = 16
@@ -45,10 +54,13 @@ class CFIOracle(Oracle):
     def create(cls, setup: Setup) -> CFIOracle:
         return cls(setup.space, setup.memory)
 
-    def frames(self, stack: Stack) -> OracleFrames:
+    def frames(self, stack: Stack) -> OracleFrames | NotChecked:
         """The CFI trace continued through signal frames; ``marks`` are the entries that are
-        interrupted IPs (0, and the frame after each signal frame)."""
-        return self._walk(stack.memory, stack.regs)
+        interrupted IPs (0, and the frame after each signal frame).  Not checked in an
+        eh_return window (:func:`eh_return_window`)."""
+        found = self._walk(stack.memory, stack.regs)
+        why = eh_return_window(self.space, stack.code, found.ips) if len(found.ips) >= 2 else None
+        return NotChecked(why) if why else found
 
     def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request=None) -> None:
         """The walk, at the stop, through the snapshot still open: where the stack is not the
@@ -81,6 +93,32 @@ class CFIOracle(Oracle):
             marks.add(len(ips))
             cur = nxt
         return OracleFrames(tuple(ips), frozenset(marks), str(t.stop), t.stop.reason is StopReason.END_OF_CHAIN)
+
+
+def eh_return_window(space: AddressSpace, code: CodeFacts, ips) -> str | None:
+    """Why a walk whose first frames are ``ips`` (the IP, the return address read from its
+    frame) cannot be the truth, or None: the IP is in a function that returns through
+    __builtin_eh_return (its FDE saves rax and rdx, the EH data registers), and the return
+    address in its frame follows a call of another function, the landing frame's call site that
+    uw_install_context_1 copied there.  Before the install it follows the caller's call of the
+    function (through its PLT entry), and the frame is the function's own.  An indirect call
+    there, or a PLT slot that cannot be read, says nothing: the walk stands."""
+    ip, ra = ips[0], ips[1]
+    e = space.elf_at(ip)
+    try:
+        if e is None or not cfi_table(e.image).saves_eh_data(e.link_address(ip)):
+            return None
+    except CorruptCFI:
+        return None
+    f, call = code.function_at(ip), code.call_before(ra)
+    target = code.call_target(call) if call is not None else None
+    if f is None or target is None or target == f.start:
+        return None
+    callee = code.function_at(target)
+    return (f"the IP {ip:#x} is in {f.name}, which returns through __builtin_eh_return (its FDE saves the EH "
+            f"data registers), and the return address in its frame, {ra:#x}, follows '{call.text}' "
+            f"({callee.name if callee else hex(target)}), not a call of {f.name}: uw_install_context_1 has "
+            f"copied the landing frame's registers into its frame, and no walk past it is the truth")
 
 
 def _trampoline(space: AddressSpace, ra: int, at_ip: bool = False):

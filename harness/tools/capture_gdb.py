@@ -59,6 +59,7 @@ class StopPoint:
     after: int = 0
     offset: int = 0
     syscall: str = ""
+    lib: str = ""  # func is a symbol of this shared library (its .dynsym), not of the program
 
 
 GDB_SCRIPT = r'''
@@ -118,19 +119,20 @@ def dump(stop):
     with open(os.path.join(d, "snapshot.json"), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
 
-def program_bias(text):
-    """Load bias of the program from maps: gdb has no symbols for a program that ld.so loaded."""
+def load_bias(text, path, loads):
+    """Load bias of a mapped file from maps: gdb has no symbols for a program that ld.so loaded."""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) > 5 and os.path.realpath(parts[5]) == CFG["binary"]:
+        if len(parts) > 5 and os.path.realpath(parts[5]) == path:
             lo, off = int(parts[0].split("-")[0], 16), int(parts[2], 16)
-            for seg_off, seg_vaddr, seg_filesz in CFG["loads"]:
+            for seg_off, seg_vaddr, seg_filesz in loads:
                 if seg_off & ~0xFFF <= off < max(seg_off + seg_filesz, (seg_off & ~0xFFF) + 1):
                     return lo - (seg_vaddr - seg_off + off)
-    raise gdb.GdbError("program not found in maps")
+    raise gdb.GdbError(f"{path} not found in maps")
 
 def addr_of(func):
-    return CFG["funcs"][func][0] + BIAS
+    value, _size, lib = CFG["funcs"][func]
+    return value + (BIASES[lib] if lib else BIAS)
 
 def insn_addr(func, pattern, after):
     start = addr_of(func)
@@ -149,7 +151,9 @@ gdb.execute("unset environment")
 # First stop after the program and its libraries are loaded: its first getppid.
 gdb.execute(f"catch syscall {CFG['loaded_syscall']}")
 gdb.execute("run")
-BIAS = program_bias(maps_text(gdb.selected_inferior().pid))
+MAPS = maps_text(gdb.selected_inferior().pid)
+BIAS = load_bias(MAPS, CFG["binary"], CFG["loads"])
+BIASES = {lib: load_bias(MAPS, lib, loads) for lib, loads in CFG["libs"].items()}
 gdb.execute("delete")
 pending = {}
 bps = {}  # pc -> its gdb breakpoint, deleted once its stop is taken
@@ -191,21 +195,34 @@ gdb.execute("kill")
 '''
 
 
-def _program_facts(binary: str, stops: list[StopPoint]) -> dict:
-    """Link-time facts gdb needs about the program: its PT_LOADs and the stop functions."""
-    with open(binary, "rb") as f:
+def _elf_facts(path: str, want: set[str], table: str) -> tuple[list, dict]:
+    """The PT_LOADs of ``path`` and (start, size) of the functions ``want`` in its ``table``."""
+    with open(path, "rb") as f:
         elf = ELFFile(f)
         loads = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()
                  if s["p_type"] == "PT_LOAD"]
-        want = {s.func for s in stops if s.func}
         funcs = {}
-        for sym in elf.get_section_by_name(".symtab").iter_symbols():
-            if sym.name in want and sym["st_info"]["type"] == "STT_FUNC":
-                funcs[sym.name] = (sym["st_value"], sym["st_size"])
+        section = elf.get_section_by_name(table)
+        for sym in section.iter_symbols() if section is not None else ():
+            if sym.name.split("@")[0] in want and sym["st_info"]["type"] == "STT_FUNC":
+                funcs[sym.name.split("@")[0]] = (sym["st_value"], sym["st_size"])
     missing = want - set(funcs)
     if missing:
-        raise CaptureError(f"{binary}: no function symbols {sorted(missing)}")
-    return {"binary": os.path.realpath(binary), "loads": loads, "funcs": funcs}
+        raise CaptureError(f"{path}: no function symbols {sorted(missing)} in {table}")
+    return loads, funcs
+
+
+def _program_facts(binary: str, stops: list[StopPoint]) -> dict:
+    """Link-time facts gdb needs: the program's PT_LOADs and those of the libraries stopped in,
+    and the stop functions (start, size, library or "")."""
+    loads, found = _elf_facts(binary, {s.func for s in stops if s.func and not s.lib}, ".symtab")
+    funcs = {name: (*v, "") for name, v in found.items()}
+    libs = {}
+    for lib in {s.lib for s in stops if s.lib}:
+        path = os.path.realpath(lib)
+        libs[path], found = _elf_facts(path, {s.func for s in stops if s.lib == lib}, ".dynsym")
+        funcs.update({name: (*v, path) for name, v in found.items()})
+    return {"binary": os.path.realpath(binary), "loads": loads, "funcs": funcs, "libs": libs}
 
 
 def capture(argv: list[str], stops: list[StopPoint], out: str | os.PathLike, *, binary: str | None = None,

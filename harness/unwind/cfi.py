@@ -84,6 +84,8 @@ class CFIArch:
     ip: int
     ws: int
     regs: tuple[str, ...]
+    # EH_RETURN_DATA_REGNO: the registers a __builtin_eh_return hands the landing pad
+    eh_data: tuple[int, ...] = ()
 
     @property
     def mask(self) -> int:
@@ -97,8 +99,8 @@ class CFIArch:
         return self.regs[reg] if 0 <= reg < len(self.regs) else f"r{reg}"
 
 
-X86_64 = CFIArch("x86-64", sp=7, fp=6, ip=16, ws=8, regs=DWARF_X86_64)
-I386 = CFIArch("i386", sp=4, fp=5, ip=8, ws=4, regs=DWARF_I386)
+X86_64 = CFIArch("x86-64", sp=7, fp=6, ip=16, ws=8, regs=DWARF_X86_64, eh_data=(0, 1))  # rax, rdx
+I386 = CFIArch("i386", sp=4, fp=5, ip=8, ws=4, regs=DWARF_I386, eh_data=(0, 2))  # eax, edx
 RSP, RBP, RIP = X86_64.sp, X86_64.fp, X86_64.ip
 
 
@@ -366,6 +368,19 @@ class CFITable:
             except UnsupportedCFI as exc:
                 raise type(exc)(f"{what} rule: {exc}") from exc
         raise UnsupportedCFI(f"{what} rule {t}")
+
+    def saves_eh_data(self, link_pc: int) -> bool:
+        """The FDE covering ``link_pc`` saves the EH data registers (rax and rdx; eax and edx on
+        i386) in one of its rows.  Those are call-clobbered: GCC's prologue saves them only in a
+        function that calls ``__builtin_eh_return`` (libgcc's _Unwind_RaiseException,
+        _Unwind_Resume, _Unwind_ForcedUnwind, _Unwind_Resume_or_Rethrow), whose epilogue
+        restores them as the landing pad's arguments.  Raises :class:`CorruptCFI`."""
+        fde = self.fde_for(link_pc)
+        if fde is None or not self.arch.eh_data:
+            return False
+        _pcs, table, _ra = self._rows(fde)
+        return any(all(isinstance(row.get(r), RegisterRule) and row[r].type == RegisterRule.OFFSET
+                       for r in self.arch.eh_data) for row in table)
 
     def is_signal_frame(self, fde: FDE) -> bool:
         """The FDE's CIE has augmentation 'S': a signal trampoline, whose caller is the

@@ -17,6 +17,7 @@ program runs, so every fact is memoized per address.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -39,6 +40,9 @@ SETUP_WINDOW = 24  # bytes from a function's start in which its frame setup must
 RET = 0xC3
 POP_BP, LEAVE = 0x5D, 0xC9
 CALL_REL32 = 0xE8
+_DIRECT_CALL = re.compile(r"^call (0x[0-9a-f]+)$")
+# A PLT entry's jump through its GOT slot (64-bit: RIP-relative; `bnd` in MPX-era .plt.sec)
+_PLT_JMP = re.compile(r"^(?:bnd )?jmp qword ptr \[rip \+ (0x[0-9a-f]+)\]$")
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,30 @@ class CodeFacts:
                     return insn
             return None
         return self.memo(("call_before", ra), compute)
+
+    def call_target(self, insn: Insn) -> int | None:
+        """Where the direct call ``insn`` goes: its immediate target, or, where that is a PLT
+        entry (``jmp *GOT(%rip)``, after an ``endbr64`` in .plt.sec), the function the GOT slot
+        holds now.  None for an indirect call (the register or slot it used is gone)."""
+        m = _DIRECT_CALL.match(insn.text)
+        if m is None:
+            return None
+        target = int(m.group(1), 16)
+
+        def compute():
+            for i in self.disassemble(target, target + 16, 2):
+                if i.text == "endbr64":
+                    continue
+                jmp = _PLT_JMP.match(i.text)
+                if jmp is None:
+                    break
+                got = int.from_bytes(self.memory.read(i.addr + i.size + int(jmp.group(1), 16), self.ws), "little")
+                # A slot read from the file, not the relocated page (a snapshot's RELRO), or not
+                # bound yet: no function starts there, and where the call goes is not known.
+                f = self.function_at(got)
+                return got if f is not None and f.start == got else None
+            return target
+        return self.memo(("call_target", target), compute)
 
     # -- rendering ---------------------------------------------------------------------------
     def _decode_one(self, code: bytes, addr: int) -> Insn | None:
