@@ -102,7 +102,7 @@ def eh_return_window(space: AddressSpace, code: CodeFacts, ips) -> str | None:
     address in its frame follows a call of another function, the landing frame's call site that
     uw_install_context_1 copied there.  Before the install it follows the caller's call of the
     function (through its PLT entry), and the frame is the function's own.  An indirect call
-    there, or a PLT slot that cannot be read, says nothing: the walk stands."""
+    there says nothing: the walk stands."""
     ip, ra = ips[0], ips[1]
     e = space.elf_at(ip)
     try:
@@ -111,14 +111,13 @@ def eh_return_window(space: AddressSpace, code: CodeFacts, ips) -> str | None:
     except CorruptCFI:
         return None
     f, call = code.function_at(ip), code.call_before(ra)
-    target = code.call_target(call) if call is not None else None
-    if f is None or target is None or target == f.start:
+    callee = code.callee(call) if call is not None else None
+    if f is None or callee is None or callee == f.name:
         return None
-    callee = code.function_at(target)
     return (f"the IP {ip:#x} is in {f.name}, which returns through __builtin_eh_return (its FDE saves the EH "
             f"data registers), and the return address in its frame, {ra:#x}, follows '{call.text}' "
-            f"({callee.name if callee else hex(target)}), not a call of {f.name}: uw_install_context_1 has "
-            f"copied the landing frame's registers into its frame, and no walk past it is the truth")
+            f"({callee}), not a call of {f.name}: uw_install_context_1 has copied the landing frame's "
+            f"registers into its frame, and no walk past it is the truth")
 
 
 def _trampoline(space: AddressSpace, ra: int, at_ip: bool = False):

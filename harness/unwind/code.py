@@ -26,7 +26,7 @@ import capstone
 from ..memory import Memory, MemoryFault
 from .cfi import cfi_table
 from .maps import AddressSpace
-from .symbolize import symbol_index
+from .symbolize import slot_symbol, symbol_index
 
 __all__ = ["ENDBR", "MOV_SP_FP", "CodeFacts", "FrameSetup", "Function", "Insn"]
 
@@ -171,10 +171,12 @@ class CodeFacts:
             return None
         return self.memo(("call_before", ra), compute)
 
-    def call_target(self, insn: Insn) -> int | None:
-        """Where the direct call ``insn`` goes: its immediate target, or, where that is a PLT
-        entry (``jmp *GOT(%rip)``, after an ``endbr64`` in .plt.sec), the function the GOT slot
-        holds now.  None for an indirect call (the register or slot it used is gone)."""
+    def callee(self, insn: Insn) -> str | None:
+        """The function the direct call ``insn`` calls, by name: the function at its target, or,
+        where the target is a PLT entry (``jmp *SLOT(%rip)``, after an ``endbr64`` in .plt.sec),
+        the symbol its GOT slot's relocation names (read from the file: the bound slot is data,
+        which a stop's snapshot need not hold).  None for an indirect call (the register or slot
+        it used is gone) or a target nothing names."""
         m = _DIRECT_CALL.match(insn.text)
         if m is None:
             return None
@@ -187,13 +189,12 @@ class CodeFacts:
                 jmp = _PLT_JMP.match(i.text)
                 if jmp is None:
                     break
-                got = int.from_bytes(self.memory.read(i.addr + i.size + int(jmp.group(1), 16), self.ws), "little")
-                # A slot read from the file, not the relocated page (a snapshot's RELRO), or not
-                # bound yet: no function starts there, and where the call goes is not known.
-                f = self.function_at(got)
-                return got if f is not None and f.start == got else None
-            return target
-        return self.memo(("call_target", target), compute)
+                e = self.space.elf_at(target)
+                slot = i.addr + i.size + int(jmp.group(1), 16)
+                return slot_symbol(e.image, e.link_address(slot)) if e is not None else None
+            f = self.function_at(target)
+            return f.name if f is not None else None
+        return self.memo(("callee", target), compute)
 
     # -- rendering ---------------------------------------------------------------------------
     def _decode_one(self, code: bytes, addr: int) -> Insn | None:

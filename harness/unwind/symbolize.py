@@ -9,6 +9,7 @@ are looked up at ``ra - 1``, the call instruction, so a call at the very end of 
 from __future__ import annotations
 
 import bisect
+import struct
 from dataclasses import dataclass
 
 from .maps import AddressSpace, ElfImage
@@ -76,6 +77,34 @@ class SymbolIndex:
 
 def symbol_index(image: ElfImage) -> SymbolIndex:
     return image.cached("symbols", SymbolIndex)
+
+
+def _slot_symbols(image: ElfImage) -> dict[int, tuple]:
+    # struct over the sections' bytes: pyelftools' relocation iterator takes seconds over
+    # libstdc++'s .rela.dyn (its thousands of R_X86_64_RELATIVE), for a few hundred named slots.
+    elf = image.elf
+    wide = elf.elfclass == 64
+    out: dict[int, tuple] = {}  # slot -> (symbol table, index): named when asked
+    for sec in elf.iter_sections():
+        kind = sec["sh_type"]
+        if kind not in ("SHT_RELA", "SHT_REL") or not sec["sh_link"]:
+            continue
+        fmt = ("<QQq" if kind == "SHT_RELA" else "<QQ") if wide else ("<IIi" if kind == "SHT_RELA" else "<II")
+        symtab = elf.get_section(sec["sh_link"])
+        data = sec.data()
+        for entry in struct.iter_unpack(fmt, data[:len(data) - len(data) % struct.calcsize(fmt)]):
+            sym = entry[1] >> 32 if wide else entry[1] >> 8
+            if sym:
+                out[entry[0]] = (symtab, sym)
+    return out
+
+
+def slot_symbol(image: ElfImage, link_addr: int) -> str | None:
+    """The symbol the dynamic relocation of the word at ``link_addr`` binds it to (a PLT entry's
+    GOT slot: R_X86_64_JUMP_SLOT, or GLOB_DAT in a -z now build's .plt.got), or None.  What a PLT
+    entry calls, known from the file alone (the slot's bound value is in the task's memory)."""
+    found = image.cached("slot_symbols", _slot_symbols).get(link_addr)
+    return found[0].get_symbol(found[1]).name.split("@")[0] if found else None
 
 
 class Symbolizer:
