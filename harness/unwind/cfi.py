@@ -280,6 +280,7 @@ class CFITable:
             self.arch = getattr(self, "arch", X86_64)
             self.error = f"{image.name}: DWARF sections do not decode ({type(exc).__name__}: {exc})"
         self._decoded: dict[int, tuple[list[int], list[dict], int]] = {}
+        self._eh_data: dict[int, bool] = {}
 
     def __len__(self) -> int:
         return sum(len(i[1]) for i in self._indices)
@@ -378,9 +379,12 @@ class CFITable:
         fde = self.fde_for(link_pc)
         if fde is None or not self.arch.eh_data:
             return False
-        _pcs, table, _ra = self._rows(fde)
-        return any(all(isinstance(row.get(r), RegisterRule) and row[r].type == RegisterRule.OFFSET
-                       for r in self.arch.eh_data) for row in table)
+        key = id(fde)  # asked at every stack's IP: once per FDE
+        if key not in self._eh_data:
+            _pcs, table, _ra = self._rows(fde)
+            self._eh_data[key] = any(all(isinstance(row.get(r), RegisterRule) and row[r].type == RegisterRule.OFFSET
+                                         for r in self.arch.eh_data) for row in table)
+        return self._eh_data[key]
 
     def is_signal_frame(self, fde: FDE) -> bool:
         """The FDE's CIE has augmentation 'S': a signal trampoline, whose caller is the
