@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from .regs import UserRegs
 from .report.text import format_table, side_by_side, stack_columns
 from .scenarios.catalog import CATALOG
 from .scenarios.snapshot import StackChecker, StopSnapshot
-from .transport.errors import TargetError
+from .transport.errors import TargetError, TargetTimeout
 from .transport.target import PAGE, TargetMemory
 from .unwind.maps import AddressSpace, parse_maps
 from .unwind.user import Unwinder
@@ -540,6 +541,74 @@ class Guest:
                     f"pid {t.pid} ({t.comm}) returns to user space\n"
                     f"guest.user_stack({t.pid}) shows its stack; guest.cont() lets the guest run")
 
+    # Single steps from a return point to the user mode it returns to: the exit path's last
+    # instructions (restore the registers, swapgs, sysret or iret; PTI's CR3 switch), tens of them.
+    # Past this many the step went elsewhere (an interrupt taken on the way, as KVM may): the
+    # guest is run to the next return again.
+    USER_STEPS = 400
+
+    def until_user(self, pid: int, timeout: float = 30.0) -> Text:
+        """Run until ``pid`` runs in user mode on a vCPU and stay stopped there, that vCPU
+        selected: what a debugger attached to the task would see.  Where the guest is stopped
+        with the task there already, it stays; else it runs to the task's next return to user
+        space (:meth:`until_return`'s points) and single-steps the vCPU from there into user
+        mode.  LookupError when there is no such task or it exits on the way; TimeoutError when
+        it does not return to user space within ``timeout`` seconds (the guest is left stopped
+        wherever it stopped last)."""
+        deadline = time.monotonic() + timeout
+        t = self.target
+        if t.running:
+            t.interrupt()
+        row = self._find(pid)
+        if row.task.kthread:
+            raise LookupError(f"pid {pid} ({row.task.comm}) is a kernel thread: it never runs in user mode")
+        if not row.task.mm:
+            raise LookupError(f"pid {pid} ({row.task.comm}) has exited (it has no mm)")
+        how = "it was there"
+        if row.current_on is None or row.mode != "user":
+            pts = delivery_points(self.session.stops, self.session.info.symbols, with_signal=False)
+
+            def accept(stop):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"pid {pid} did not return to user space within {timeout:g} s")
+                return self.session.current().pid == pid
+
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"pid {pid} did not return to user space within {timeout:g} s")
+                try:
+                    stop = self._run_until(pts, accept, left)
+                except TargetTimeout:
+                    if t.running:  # not the bound: the stub did not answer the interrupt either
+                        raise
+                    raise TimeoutError(f"pid {pid} did not return to user space within {timeout:g} s") from None
+                point = pts[stop.pc]
+                if point.kind == "exit":
+                    raise LookupError(f"pid {pid} exits (stopped at {point.name}): it will not run in user mode again")
+                steps = self._step_to_user(self.USER_STEPS)
+                if steps is not None:
+                    break
+            how = f"{steps} single steps from {point.name}"
+            row = self._find(pid)
+            if row.current_on is None or row.mode != "user":  # another task's user mode: never seen
+                raise LookupError(f"pid {pid} returned to user space at {point.name}, "
+                                  f"but the vCPU is not in its user mode")
+            t.select_cpu(row.current_on)
+        ip = t.read_registers()["rip"]
+        return Text(f"pid {pid} ({row.task.comm}) runs in user mode on cpu {row.current_on} at {ip:#x} ({how}), "
+                    f"the guest stays stopped there")
+
+    def _step_to_user(self, limit: int) -> int | None:
+        """Single-step the selected vCPU until it is in user mode: the number of steps, or None
+        when ``limit`` steps did not get there."""
+        t = self.target
+        for n in range(1, limit + 1):
+            t.step()
+            if t.read_registers()["cs"] & 3 == 3:
+                return n
+        return None
+
     def break_at(self, symbol: str | int, pid: int | None = None, timeout: float = 30.0) -> Text:
         """Run until the kernel reaches ``symbol`` (a kallsyms name or an address), in ``pid``'s
         context if given; stay stopped there."""
@@ -695,6 +764,7 @@ BANNER = """harness shell: {guest!r}
   guest.start("fp-spin")        start a scenario's program (or a guest path, or a --program)
   guest.user_stack(pid)         its user stack: every unwinder and oracle side by side, with causes
   guest.until_return(pid)       run to its next return to user space (stays stopped)
+  guest.until_user(pid)         run until it runs in user mode (stays stopped)
   guest.break_at("do_exit")     run to a kernel symbol (stays stopped); guest.cont(), guest.stop()
   guest.request(pid)            a deferred-unwind request by hand; guest.deliver(pid) steps to it
   guest.deferred()              the deferred model's state per task (mask, pending, cookie, cache)

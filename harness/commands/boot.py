@@ -52,6 +52,24 @@ def _gdb_command(loader, socket) -> list[str]:
             "-ex", f"target remote | socat STDIO UNIX-CONNECT:{socket}"]
 
 
+# How long --gdb --start waits for the started program to be running in user mode.
+USER_MODE_WAIT = 10.0
+
+
+def _stop_in_user_mode(g: Guest, pid: int) -> bool:
+    """Stop the guest where ``pid`` (the last ``--start`` program) runs in user mode, for gdb to
+    attach there: its first stop, ``user-bt`` and ``$pc`` are the program's, as when gdb attaches
+    to a process.  Else (it exited, or does not run within the bound: it sleeps) says so and
+    returns False: gdb attaches wherever the guest is then."""
+    try:
+        where = g.until_user(pid, timeout=USER_MODE_WAIT)
+    except (LookupError, TimeoutError) as exc:
+        print(f"[harness: {exc}: gdb attaches wherever the guest is]", flush=True)
+        return False
+    print(f"[harness: {where}]", flush=True)
+    return True
+
+
 @command("boot", help="boot a guest and leave gdb and QMP sockets open", args=[
     *GUEST_ARGS,
     arg("--gdb", action="store_true",
@@ -59,7 +77,8 @@ def _gdb_command(loader, socket) -> list[str]:
     arg("--batch", action="store_true", help="with --gdb: run the -ex commands and exit"),
     arg("-ex", dest="ex", action="append", metavar="CMD", help="with --gdb: a gdb command (repeatable)"),
     arg("--start", action="append", metavar="SCENARIO|PATH",
-        help="start this program before gdb attaches (a catalog scenario's, a guest path or a --program; repeatable)"),
+        help="start this program before gdb attaches (a catalog scenario's, a guest path or a --program; "
+             "repeatable); with --gdb, gdb attaches where the last one runs in user mode"),
     arg("--scenario", action="append", help="also put this scenario's program in the guest"),
     arg("--program", action="append", metavar="PATH", help="also put this host binary in the guest"),
     LIB_ARG,
@@ -71,6 +90,7 @@ def cmd_boot(args) -> int:
     m = sess.machine
     try:
         started, maps = {}, {}
+        hand_over_stopped = False
         if args.start:
             g = Guest(sess)
             for what in args.start:
@@ -79,9 +99,13 @@ def cmd_boot(args) -> int:
                 maps[p.pid] = g.maps(p.pid)
                 if args.gdb:  # said before gdb's own output (the other mode lists them with the sockets)
                     print(f"started pid {p.pid}: {' '.join(p.argv)}", flush=True)
+            if args.gdb:
+                hand_over_stopped = _stop_in_user_mode(g, p.pid)
         loader = write_gdb_session(sess, started, maps)
-        # The session's own debugger connection is released so that gdb can attach.
-        sess.target.close()
+        # The session's own debugger connection is released so that gdb can attach: detached (the
+        # guest runs until gdb's connection stops it, wherever it is then), or dropped with the
+        # guest left stopped where the started program runs, for gdb to find it there.
+        sess.target.close(detach=not hand_over_stopped)
         sess.target = None
         gdb_cmd = _gdb_command(loader, m.gdb_socket)
         if args.gdb:

@@ -42,6 +42,11 @@ def test_gdb_batch_with_the_extension(kernel):
     assert r.returncode == 0, out[-3000:] + r.stderr[-3000:]
     assert "kernel symbols from kallsyms loaded" in out
     pid = re.search(r"started pid (\d+): /progs/host/callchain-fp-sframe-static-64-shadow", out).group(1)
+    # --start: the guest is handed to gdb stopped where the program runs in user mode (not wherever
+    # gdb's connection happened to stop it): gdb's first stop is its user pc, user-bt sees it there
+    assert re.search(rf"\[harness: pid {pid} \(callchain-fp-sf\) runs in user mode on cpu 0 at 0x", out), out
+    assert re.search(r"\n0x0000000000[0-9a-f]+ in \?\? \(\)\n", out), out
+    assert re.search(rf"pid {pid} callchain-fp-sf cookie 0x0 at cpu 0 in user mode", out), out
     # tasks: the program is a user task
     assert re.search(rf"\n{pid}\s+{pid}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", out), out
     # user-bt: every unwinder and oracle side by side, symbolized, each pair judged

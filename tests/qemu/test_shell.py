@@ -92,7 +92,8 @@ rec = guest.user_stack(p.pid, raw=True)
 assert set(rec["frames"]) >= {"fp", "sframe", "cfi", "shadow"}, rec["frames"].keys()
 assert not [v for v in rec["verdicts"] if v["verdict"] == "failure"], rec["verdicts"]
 print(guest.until_return(p.pid))
-guest.cont()
+print(guest.until_user(p.pid))
+print(guest.where())
 print(guest.break_at("hrtimer_interrupt"))
 print(guest.where())
 guest.cont()
@@ -124,6 +125,11 @@ def test_shell_batch_script(kernel, tmp_path, request):
     assert m, out[-3000:]
     assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", out), out
     assert "fp vs cfi" in out and "returns to user space" in out
+    # until_user: from the return point, stepped into the task's user mode, and left stopped there
+    pid = m.group(1)
+    assert re.search(rf"pid {pid} \(callchain-fp-sf\) runs in user mode on cpu 0 at 0x[0-9a-f]+ "
+                     rf"\(\d+ single steps from return_\w+\)", out), out
+    assert re.search(rf"cpu 0: user mode at 0x[0-9a-f]+, current pid {pid} \(callchain-fp-sf\)\nguest stopped", out)
     assert re.search(r"stopped at hrtimer_interrupt\+0x0 on cpu 0, current pid \d+", out), out
     assert re.search(r"cpu 0: kernel mode at hrtimer_interrupt\+0x0, current pid \d+ .*\nguest stopped", out)
     assert "0 sh-done" in out
