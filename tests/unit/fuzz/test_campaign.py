@@ -47,8 +47,8 @@ def broken() -> StaticChecker:
 def _campaign(root: Path):
     work, out = root / "work", root / "out"
     work.mkdir()
-    camp = run(broken(), work, seeds=(0, 40), budget=20, toolchains=("host",), linkers=("bfd",), out=out,
-               shrink_budget=20, shrink_share=0.7, matrix=st.just(CONFIG), examples_per_seed=5)
+    camp = run(broken(), work, seeds=(0, 40), budget=50, toolchains=("host",), linkers=("bfd",), out=out,
+               shrink_budget=40, shrink_share=0.7, matrix=st.just(CONFIG), examples_per_seed=5)
     return camp, out
 
 
