@@ -26,17 +26,26 @@ UNDEFINED = "undefined"  # no value: for RA this marks the outermost frame
 
 @dataclass(frozen=True)
 class ValueRule:
-    """``value = base + offset`` or, with ``deref``, the word at ``base + offset``."""
+    """``value = base + offset`` or, with ``deref``, the word at ``base + offset`` plus ``add``
+    (``*(base + offset) + add``: OpenSSL's perlasm CFA ``DW_OP_breg7 (rsp): N; DW_OP_deref;
+    DW_OP_plus_uconst: 8``, the caller's rsp it saved in its realigned frame, plus the RA slot)."""
 
     base: str
     offset: int = 0
     deref: bool = False
+    add: int = 0
+
+    def __post_init__(self) -> None:
+        if self.add and not self.deref:
+            raise ValueError("add is what is added to a word read (deref): without one it is offset's")
 
     def __str__(self) -> str:
         if self.base in (SAME, UNDEFINED):
             return self.base
         expr = f"{self.base}{self.offset:+d}"
-        return f"*({expr})" if self.deref else expr
+        if not self.deref:
+            return expr
+        return f"*({expr}){self.add:+d}" if self.add else f"*({expr})"
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,7 @@ def apply_rule(
     else:
         cfa = _base_value(base, sp, fp, None, regs) + c.offset
     if c.deref:
-        cfa = read_word(cfa)
+        cfa = read_word(cfa) + c.add
     if check_cfa is not None:
         cfa = check_cfa(cfa)
 
@@ -113,26 +122,26 @@ def apply_rule(
     if base == "cfa":
         ra: int | None = cfa + r.offset
         if r.deref:
-            ra = read_word(ra)
+            ra = read_word(ra) + r.add
     elif base == SAME or base == UNDEFINED:
         ra = None
     else:
         ra = _base_value(base, sp, fp, cfa, regs) + r.offset
         if r.deref:
-            ra = read_word(ra)
+            ra = read_word(ra) + r.add
 
     f = rule.fp
     base = f.base
     if base == "cfa":
         new_fp = cfa + f.offset
         if f.deref:
-            new_fp = read_word(new_fp)
+            new_fp = read_word(new_fp) + f.add
     elif base == SAME or base == UNDEFINED:
         new_fp = fp
     else:
         new_fp = _base_value(base, sp, fp, cfa, regs) + f.offset
         if f.deref:
-            new_fp = read_word(new_fp)
+            new_fp = read_word(new_fp) + f.add
     return cfa, ra, new_fp
 
 

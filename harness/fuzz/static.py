@@ -121,7 +121,7 @@ def synthesize(rule: FrameRule) -> Synth | None:
         where = _base_value(cfa_rule.base, regs, 0)
         if where is None:
             return None
-        words[where + cfa_rule.offset] = CFA
+        words[where + cfa_rule.offset] = CFA - cfa_rule.add
     elif cfa_rule.base == "sp":
         regs["sp"] = CFA - cfa_rule.offset
     elif cfa_rule.base == "fp":
@@ -138,9 +138,10 @@ def synthesize(rule: FrameRule) -> Synth | None:
         if not vr.deref:
             return None  # a value rule (val_offset, a register): nothing on the stack to build
         base = _base_value(vr.base, regs, CFA)
-        if base is None or words.get(base + vr.offset, value) != value:
+        stored = value - vr.add  # the word the rule reads, before what it adds
+        if base is None or words.get(base + vr.offset, stored) != stored:
             return None
-        words[base + vr.offset] = value
+        words[base + vr.offset] = stored
     if not STACK_LO < regs["sp"] < CFA or any(not STACK_LO <= a <= STACK_HI - 8 or a & 7 for a in words):
         return None
     buf = bytearray(STACK_HI - STACK_LO)

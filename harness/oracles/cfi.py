@@ -34,6 +34,8 @@ from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
 __all__ = ["CFI_MAX_ENTRIES", "CFIOracle", "eh_return_window", "is_signal_trampoline", "signal_frame_regs"]
 
 CFI_MAX_ENTRIES = 4096  # the oracle walks on where the kernel's cache truncates
+PAGE = 4096
+RED_ZONE = 128  # x86-64 psABI 3.2.2: the bytes below rsp a function may use without moving rsp
 MAX_SIGNAL_FRAMES = 16
 # DWARF register numbers (x86-64 psABI) -> pt_regs names, for the signal frame's CFI rules.
 DWARF_TO_PT_REGS = {0: "ax", 1: "dx", 2: "cx", 3: "bx", 4: "si", 5: "di", 6: "bp", 7: "sp", 8: "r8",
@@ -61,6 +63,14 @@ class CFIOracle(Oracle):
         found = self._walk(stack.memory, stack.regs)
         why = eh_return_window(self.space, stack.code, found.ips) if len(found.ips) >= 2 else None
         return NotChecked(why) if why else found
+
+    def captures(self, regs: UserRegs, fs_base: int) -> list[tuple[int, int]]:
+        """The page below sp's where the red zone reaches into it: the stop's capture starts at
+        sp's page, and a CFA rule may read below sp (OpenSSL's SHA-256 AVX2 code keeps the
+        caller's rsp at -8(%rsp): CFA = *(rsp - 8) + 8).  The page whole: the walk reads pages."""
+        if regs.compat or regs.sp % PAGE >= RED_ZONE:
+            return []
+        return [(regs.sp - regs.sp % PAGE - PAGE, PAGE)]
 
     def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request=None) -> None:
         """The walk, at the stop, through the snapshot still open: where the stack is not the

@@ -18,6 +18,9 @@ Stop points (:class:`StopPoint`):
   ``int $0x80``, or in the vDSO's ``__kernel_vsyscall``);
 * ``offset`` ``func`` ``n``: ``func + n``.
 
+Any of the breakpoint kinds may go on ``steps`` instructions (``stepi``) before the snapshot is
+taken: into what the stop's ``call`` calls (the vDSO, which has no symbols of the program's).
+
 The stack saved is the mapping sp is in, from sp's page to its end: ``[stack]`` for a C
 program's main thread, an anonymous mapping for another thread's or a Go goroutine's stack.
 
@@ -60,6 +63,7 @@ class StopPoint:
     offset: int = 0
     syscall: str = ""
     lib: str = ""  # func is a symbol of this shared library (its .dynsym), not of the program
+    steps: int = 0  # instructions executed (stepi) after the breakpoint, before the snapshot
 
 
 GDB_SCRIPT = r'''
@@ -189,6 +193,8 @@ while pending:
         stop = pending.pop(sc[0])
         gdb.execute("delete")  # drop the catchpoint (and any breakpoint already used)
         bps = {key[1]: gdb.Breakpoint(f"*{key[1]:#x}") for key in pending if key[0] == "pc"}
+    if stop.get("steps"):
+        gdb.execute(f"stepi {stop['steps']}", to_string=True)
     dump(stop)
     print("HARNESS-CAPTURED", stop["name"], hex(pc))
 gdb.execute("kill")

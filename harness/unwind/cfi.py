@@ -17,8 +17,10 @@ kind stops the walk with UNSUPPORTED_RULE).
   ``ecx`` after its stack realignment, below the top stops with RULE_ERROR);
 * ``DW_CFA_def_cfa_expression``: evaluated symbolically for the PC, which handles the PLT's
   ``rsp + 8 + ((rip & 15) >= 11) << 3`` (i386: ``esp + 4 + ((eip & 15) >= 11) << 2``, lit10 or
-  lit9 in IBT PLTs) and the ``*(reg + N)`` of a realigned frame; anything else is
-  UNSUPPORTED_RULE for that frame;
+  lit9 in IBT PLTs), the ``*(reg + N)`` of a realigned frame, and OpenSSL's perlasm
+  ``*(reg + N) + M`` (``.cfi_cfa_expression %rsp+N,deref,+M``: the caller's rsp saved in a
+  realigned or moving frame, sha256/sha512 AVX2, AES-NI, ChaCha20, Poly1305, ...) whose word is
+  read from the task's memory at each step; anything else is UNSUPPORTED_RULE for that frame;
 * RA (the CIE's return-address column): ``offset(N)`` -> ``*(cfa + N)``, ``undefined`` -> the
   outermost frame (``_start``);
 * the frame pointer: restored from ``offset(N)``, or from ``expression(E)`` where E reduces to
@@ -136,10 +138,20 @@ _DECODE_ERRORS = (ELFError, DWARFError, ConstructError, struct.error, KeyError, 
 
 @dataclass(frozen=True)
 class _Lin:
-    """A linear value ``base + const`` while evaluating a CFA expression symbolically."""
+    """A value while evaluating a CFA expression symbolically: ``base + const``, or with
+    ``deref`` the word at ``base + const`` plus ``add`` (a constant added after the read)."""
 
     base: str | None
     const: int
+    deref: bool = False
+    add: int = 0
+
+    @property
+    def constant(self) -> bool:
+        return self.base is None and not self.deref
+
+    def plus(self, n: int) -> _Lin:
+        return _Lin(self.base, self.const, True, self.add + n) if self.deref else _Lin(self.base, self.const + n)
 
 
 _CONST_BINOPS = {
@@ -161,19 +173,16 @@ _CONSTS = ("DW_OP_const1u", "DW_OP_const1s", "DW_OP_const2u", "DW_OP_const2s", "
 _CFA = _Lin("cfa", 0)
 
 
-def _evaluate(ops, pc: int, arch: CFIArch, what: str, push_cfa: bool) -> tuple[_Lin, bool]:
-    """Evaluate ``ops`` symbolically: the value on top as ``base + const`` and whether a final
-    ``DW_OP_deref`` reads the word there.  ``push_cfa``: the stack starts with the CFA (register
-    rules, DWARF 5 section 6.4.2.3), else empty (the CFA rule)."""
+def _evaluate(ops, pc: int, arch: CFIArch, what: str, push_cfa: bool) -> _Lin:
+    """Evaluate ``ops`` symbolically: the value on top as ``base + const``, or as the word read
+    there (one ``DW_OP_deref``) plus a constant added after.  ``push_cfa``: the stack starts with
+    the CFA (register rules, DWARF 5 section 6.4.2.3), else empty (the CFA rule)."""
     stack: list[_Lin] = [_CFA] if push_cfa else []
-    deref = False
     mask = arch.mask
     name = "?"
     try:
-        for i, op in enumerate(ops):
+        for op in ops:
             name = op.op_name
-            if deref:
-                raise UnsupportedCFI(f"{what}: DW_OP_deref followed by {name}")
             if name.startswith("DW_OP_breg"):
                 reg, off = (op.args[0], op.args[1]) if name == "DW_OP_bregx" else (int(name[10:]), op.args[0])
                 stack.append(_Lin(None, (pc + off) & mask) if reg == arch.ip else _Lin(arch.base(reg), off))
@@ -182,25 +191,31 @@ def _evaluate(ops, pc: int, arch: CFIArch, what: str, push_cfa: bool) -> tuple[_
             elif name in _CONSTS:
                 stack.append(_Lin(None, op.args[0] & mask))
             elif name == "DW_OP_plus_uconst":
-                top = stack.pop()
-                stack.append(_Lin(top.base, top.const + op.args[0]))
+                stack.append(stack.pop().plus(op.args[0]))
             elif name in ("DW_OP_plus", "DW_OP_minus"):
                 b, a = stack.pop(), stack.pop()
                 if name == "DW_OP_minus":
-                    if b.base is not None:
-                        raise UnsupportedCFI(f"{what}: DW_OP_minus of a register value")
-                    stack.append(_Lin(a.base, a.const - b.const))
+                    if not b.constant:
+                        raise UnsupportedCFI(f"{what}: DW_OP_minus of a register or memory value")
+                    stack.append(a.plus(-b.const))
+                elif b.constant:
+                    stack.append(a.plus(b.const))
+                elif a.constant:
+                    stack.append(b.plus(a.const))
                 else:
-                    if a.base is not None and b.base is not None:
-                        raise UnsupportedCFI(f"{what}: DW_OP_plus of two register values")
-                    stack.append(_Lin(a.base or b.base, a.const + b.const))
+                    raise UnsupportedCFI(f"{what}: DW_OP_plus of two register or memory values")
             elif name in _CONST_BINOPS:
                 b, a = stack.pop(), stack.pop()
-                if a.base is not None or b.base is not None:
-                    raise UnsupportedCFI(f"{what}: {name} of a register value")
+                if not a.constant or not b.constant:
+                    raise UnsupportedCFI(f"{what}: {name} of a register or memory value")
                 stack.append(_Lin(None, _CONST_BINOPS[name](a.const, b.const) & mask))
-            elif name == "DW_OP_deref" and i == len(ops) - 1:
-                deref = True
+            elif name == "DW_OP_deref":
+                top = stack.pop()
+                if top.deref:
+                    raise UnsupportedCFI(f"{what}: DW_OP_deref of a value read by DW_OP_deref")
+                if top.base is None:
+                    raise UnsupportedCFI(f"{what}: DW_OP_deref of a constant address")
+                stack.append(_Lin(top.base, top.const, True))
             else:
                 raise UnsupportedCFI(f"{what}: op {name}")
     except IndexError as exc:  # pop from an empty stack, or an op without its argument
@@ -213,7 +228,7 @@ def _evaluate(ops, pc: int, arch: CFIArch, what: str, push_cfa: bool) -> tuple[_
     top = stack[-1]
     if top.base is None:
         raise UnsupportedCFI(f"{what} does not reduce to register + offset")
-    return top, deref
+    return top
 
 
 def eval_cfa_expression(ops, pc: int, arch: CFIArch = X86_64) -> ValueRule:
@@ -221,19 +236,19 @@ def eval_cfa_expression(ops, pc: int, arch: CFIArch = X86_64) -> ValueRule:
 
     ``arch`` gives the register numbering: ``DW_OP_breg16`` is rip on x86-64, ``DW_OP_breg8``
     eip on i386 (both read as ``pc``); constants wrap at its word size."""
-    top, deref = _evaluate(ops, pc, arch, "CFA expression", push_cfa=False)
+    top = _evaluate(ops, pc, arch, "CFA expression", push_cfa=False)
     if top.base == "cfa":
         raise UnsupportedCFI("CFA expression based on the CFA")
-    return ValueRule(top.base, top.const, deref)
+    return ValueRule(top.base, top.const, top.deref, top.add)
 
 
 def eval_register_expression(ops, pc: int, arch: CFIArch = X86_64, *, val: bool = False) -> ValueRule:
     """A register rule ``expression(E)`` (the register is saved at address E) or, with ``val``,
     ``val_expression(E)`` (E is the value), E evaluated with the CFA pushed first."""
-    top, deref = _evaluate(ops, pc, arch, "val_expression" if val else "expression", push_cfa=True)
-    if deref and not val:
+    top = _evaluate(ops, pc, arch, "val_expression" if val else "expression", push_cfa=True)
+    if top.deref and not val:
         raise UnsupportedCFI("expression rule with DW_OP_deref (a double dereference)")
-    return ValueRule(top.base, top.const, True if not val else deref)
+    return ValueRule(top.base, top.const, True) if not val else ValueRule(top.base, top.const, top.deref, top.add)
 
 
 #: rule_for_link answers kept per table before the memo starts again

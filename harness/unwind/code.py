@@ -28,7 +28,7 @@ from .cfi import cfi_table
 from .maps import AddressSpace
 from .symbolize import slot_symbol, symbol_index
 
-__all__ = ["ENDBR", "MOV_SP_FP", "CodeFacts", "FrameSetup", "Function", "Insn"]
+__all__ = ["ENDBR", "MOV_SP_FP", "CodeFacts", "FrameSetup", "Function", "Insn", "SpPath"]
 
 PUSH_BP = b"\x55"
 # `mov %rsp,%rbp` by word size: with a `push %rbp` before it near a function's start, the frame
@@ -213,3 +213,147 @@ class CodeFacts:
     def prologue(self, f: Function, n: int = 6) -> list[Insn]:
         """The first ``n`` instructions of ``f``: the evidence of how (or whether) it sets up rbp."""
         return self.disassemble(f.start, f.start + min(f.size or 48, 48), n)
+
+    # -- the stack pointer -------------------------------------------------------------------
+    def sp_paths(self, f: Function, start: int, end: int) -> list[SpPath] | None:
+        """What the code of ``f`` does to rsp on each path from ``start`` to ``end`` (both in
+        ``f``), following its direct branches: one :class:`SpPath` per distinct outcome.
+
+        None where that cannot be told: ``f`` does not decode whole, it has an indirect ``jmp``
+        (which may enter anywhere), a branch from outside [start, end) enters (start, end] (a
+        path this walk does not see), or the paths do not settle (a loop that moves rsp)."""
+        def compute():
+            insns = self._decode_function(f)
+            if insns is None or not f.start <= start <= end < f.end:
+                return None
+            at = {i.addr: k for k, i in enumerate(insns)}
+            if start not in at or end not in at:
+                return None
+            succ: list[tuple[int, ...]] = []
+            for k, i in enumerate(insns):
+                nxt = insns[k + 1].addr if k + 1 < len(insns) else None
+                m = _BRANCH.match(i.text)
+                if m is None:
+                    stops = i.text.split(" ")[0] in _NO_FALLTHROUGH
+                    succ.append(() if stops or nxt is None else (nxt,))
+                    continue
+                if m.group(2) is None:
+                    return None  # an indirect jmp: its targets are unknown
+                target = int(m.group(2), 16)
+                if not start <= i.addr < end and start < target <= end:
+                    return None  # a way into the window that does not come from its start
+                if m.group(1) == "jmp":
+                    succ.append((target,))
+                else:
+                    succ.append((target, nxt) if nxt is not None else (target,))
+            out: dict[tuple, SpPath] = {}
+            todo = [(start, 0, 0, (), False)]
+            seen = set()
+            while todo:
+                if len(seen) > SP_PATH_STATES:
+                    return None
+                addr, lo, hi, writes, loaded = todo.pop()
+                if addr == end:
+                    out.setdefault((loaded, lo, hi), SpPath(writes, None if loaded else (lo, hi)))
+                    continue
+                if (addr, lo, hi, loaded) in seen or not start <= addr < end:
+                    continue  # a path that leaves the window does not come back (checked above)
+                seen.add((addr, lo, hi, loaded))
+                k = at.get(addr)
+                if k is None:
+                    return None  # a branch into the middle of an instruction
+                i = insns[k]
+                move = _sp_move(i.text)
+                if move is not None:
+                    writes = (*writes, i)
+                    if move == "load":
+                        loaded, lo, hi = True, 0, 0  # whatever moves it after, it is another value
+                    elif not loaded:
+                        lo, hi = lo + move[0], hi + move[1]
+                todo += [(a, lo, hi, writes, loaded) for a in succ[k]]
+            return sorted(out.values(), key=lambda p: (p.delta is None, p.delta or (0, 0)))
+        return self.memo(("sp_paths", f.start, start, end), compute)
+
+    def insn_ending_at(self, f: Function, addr: int) -> Insn | None:
+        """The instruction of ``f`` (decoded from its start) that ends at ``addr``: the call
+        before a return address, prefixes and all (``addr32 call``), where :meth:`call_before`
+        guesses from the bytes before it."""
+        insns = self._decode_function(f)
+        return next((i for i in insns or () if i.addr + i.size == addr), None)
+
+    def _decode_function(self, f: Function) -> tuple[Insn, ...] | None:
+        """Every instruction of ``f`` in order, or None where its bytes do not decode whole."""
+        if not 0 < f.size <= MAX_DECODE:
+            return None
+        insns = tuple(self.disassemble(f.start, f.end, f.size))
+        pos = f.start
+        for i in insns:
+            if i.addr != pos:
+                return None
+            pos += i.size
+        return insns if pos == f.end else None
+
+
+@dataclass(frozen=True)
+class SpPath:
+    """One outcome of :meth:`CodeFacts.sp_paths`: the instructions that wrote rsp on the way,
+    and rsp at the end relative to the start, as the bounds ``(lo, hi)`` of the change; None
+    where rsp was loaded from elsewhere (``mov rsp, ...``: a switch to another stack)."""
+
+    writes: tuple[Insn, ...]
+    delta: tuple[int, int] | None
+
+    @property
+    def moved(self) -> bool:
+        """rsp at the end is not what it was at the start, whatever the values."""
+        return self.delta is None or self.delta[1] < 0 or self.delta[0] > 0
+
+    def __str__(self) -> str:
+        what = ("rsp loaded from elsewhere" if self.delta is None else
+                f"rsp {self.delta[0]:+#x}" if self.delta[0] == self.delta[1] else
+                f"rsp {self.delta[0]:+#x}..{self.delta[1]:+#x}")
+        return f"{'; '.join(i.text for i in self.writes) or 'no write of rsp'}: {what}"
+
+
+def _imm(text: str) -> int | None:
+    try:
+        v = int(text, 16) if text.lstrip("-").startswith("0x") else int(text)
+    except ValueError:
+        return None
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _sp_move(text: str) -> tuple[int, int] | str | None:
+    """How an instruction changes rsp: ``(lo, hi)`` bounds of the change, "load" where it
+    replaces rsp with another value, None where it does not write rsp (a call returns, so its
+    push is undone)."""
+    op, _, rest = text.partition(" ")
+    if op == "push":
+        return (-8, -8)
+    if op == "pop":
+        return "load" if rest == "rsp" else (8, 8)
+    if op == "leave":
+        return "load"
+    if not rest.startswith("rsp, "):
+        return None
+    src = rest[len("rsp, "):]
+    if op in ("cmp", "test"):
+        return None
+    if op in ("sub", "add") and (n := _imm(src)) is not None:
+        n = -n if op == "sub" else n
+        return (n, n)
+    if op == "lea" and (m := _LEA_RSP.match(src)):
+        n = _imm(m.group(2) or "0")
+        n = -n if m.group(1) == "-" else n
+        return (n, n)
+    if op == "and" and (n := _imm(src)) is not None and n < 0 and (-n) & (-n - 1) == 0:
+        return (n + 1, 0)  # aligned down: lowered by 0 .. alignment - 1
+    return "load"
+
+
+_BRANCH = re.compile(r"^(?:bnd |notrack )?(jmp|j[a-z]+|loop\w*)(?: (0x[0-9a-f]+)$|\b)")
+_NO_FALLTHROUGH = ("ret", "retf", "hlt", "ud2", "int3", "jmp", "bnd", "notrack", "sysret", "iretq")
+_LEA_RSP = re.compile(r"^\[rsp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
+#: the largest function :meth:`CodeFacts.sp_paths` decodes, and the states its walk may visit
+MAX_DECODE = 1 << 16
+SP_PATH_STATES = 4096

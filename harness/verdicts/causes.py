@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
+from elftools.dwarf.callframe import RegisterRule
 
 from ..memory import MemoryFault
 from ..oracles.base import ORACLES, Stack, load_all
@@ -48,7 +49,7 @@ from ..oracles.perf import (
     word,
 )
 from ..oracles.shadow import HOOK_ENTER, HOOK_EXIT, instrumented, shadow_pushed
-from ..unwind.cfi import CorruptCFI, cfi_table
+from ..unwind.cfi import RSP, X86_64, CorruptCFI, cfi_table
 from ..unwind.code import Function
 from ..unwind.user import StopReason, Trace, UnwindConfig, UnwinderType, unwind_user
 from .types import DIFFERS, ENDS, EXTRA, KINDS, LOST, PAST_END, REGS, Divergence
@@ -73,6 +74,8 @@ FACTS = {
     "signals": "the program runs signal handlers (a signal frame on its stack, rt_sigreturn)",
     "deep": "recursion deeper than the kernel's limits (perf_event_max_stack 127, UNWIND_MAX_ENTRIES 510)",
     "noreturn-calls": "our own code (with SFrame) ends a function with a call of a noreturn function",
+    "stale-cfi": "the program's code has CFI rows that miss a move of rsp (Go's runtime: nanotime1 realigns rsp "
+                 "for its vDSO call, or switches to g0's stack); a compiler's CFI follows every move",
     "interrupts": "requests by interrupt (NMI, timer): they may land in the kernel's entry assembly",
     "stack-buffers": "a syscall writes into a buffer on the user stack (wait4's status, clock_gettime's "
                      "timespec, an exec'd image's start-up) between a sample and the deferred walk",
@@ -600,6 +603,50 @@ def _cfi_no_fde(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"no .eh_frame FDE covers {addr:#x} ({where}): the CFI walk ends there and the "
                     f"{len(d.got) - d.got_index} frame(s) the unwinder reports past it are unchecked",
                     address=addr, module=e.path if e else "", unchecked=len(d.got) - d.got_index)
+
+
+@cause("cfi-untracked-sp-change", (PAST_END,),
+       "the CFI oracle ended at a step whose row takes the CFA from rsp where the function has moved rsp "
+       "and no row says so (Go's nanotime1 realigns it for the vDSO call): its return address was another "
+       "word, and frames past it cannot be checked", oracles={"cfi"}, needs=("stale-cfi",))
+def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
+    k = len(d.want) - 1
+    if k < 0 or d.want_index != len(d.want) or d.got_index < 1 or d.got[d.got_index - 1] != d.want[k]:
+        return None
+    addr, is_ip = d.want[k], k in d.want_marks
+    probe = addr if is_ip else addr - 1  # where the oracle looked its row up
+    code = stack.code
+    e, f = stack.space.elf_at(probe), code.function_at(addr, not is_ip)
+    call = None if is_ip or f is None else code.insn_ending_at(f, addr)
+    if e is None or f is None or not (is_ip or call is not None and "call" in call.text.split(" ")[:2]):
+        return None
+    end = addr if is_ip else call.addr  # the state the row must describe: before the call
+    try:
+        table = cfi_table(e.image)
+        found = table.row_for(e.link_address(probe))
+    except CorruptCFI:
+        return None
+    if found is None or table.arch is not X86_64:
+        return None
+    row, ra_col = found
+    cfa, ra = row["cfa"], row.get(ra_col)
+    # An undefined return address ends the walk by the rule itself, whatever the CFA.
+    if (cfa.expr is not None or cfa.reg != RSP or not isinstance(ra, RegisterRule)
+            or ra.type != RegisterRule.OFFSET):
+        return None
+    start = row["pc"] + e.bias
+    paths = code.sp_paths(f, start, end)
+    if not paths or not all(p.moved for p in paths):
+        return None
+    rule = f"CFA = rsp{cfa.offset:+d}, return address at CFA{ra.arg:+d}"
+    took = " (0: it ended there as at the outermost frame)" if d.want_outermost else ""
+    return evidence(
+        f"the CFI row at {_where(addr, is_ip)} in {f.name} ({rule}, from {start:#x}) does not hold there: on every "
+        f"path from {start:#x} to {end:#x} the code moves rsp and no row follows ({' | '.join(map(str, paths))}), "
+        f"so the word the oracle read as the return address{took} is another one, and the "
+        f"{len(d.got) - d.got_index} frame(s) the unwinder reports past it are unchecked",
+        **_fn(f), address=addr, row_start=start, row=rule, paths=[str(p) for p in paths],
+        unchecked=len(d.got) - d.got_index)
 
 
 # -- the kernel's perf callchain ---------------------------------------------------------------

@@ -11,7 +11,7 @@ from elftools.dwarf.structs import DWARFStructs
 
 from harness.memory import BufferMemory
 from harness.regs import UserRegs
-from harness.rule import ValueRule
+from harness.rule import SAME, FrameRule, ValueRule, apply_rule
 from harness.unwind.cfi import UnsupportedCFI, eval_cfa_expression
 from harness.unwind.maps import AddressSpace, MapsError, load_image, parse_maps
 from harness.unwind.snapshot import Region, Snapshot, SnapshotError
@@ -120,6 +120,46 @@ def test_unsupported_cfa_expressions_are_named(expr):
     # bare deref, rsp + rbp, a constant CFA, DW_OP_nop alone
     with pytest.raises(UnsupportedCFI):
         eval_cfa_expression(ops(expr), 0)
+
+
+# OpenSSL's perlasm (.cfi_cfa_expression %rsp+N,deref,+M): the caller's rsp, saved in a realigned
+# or moving frame, plus the return address's slot.  Debian's libcrypto.so.3 has 64 of them
+# (readelf --debug-dump=frames: sha256/sha512 AVX2 and SSSE3, AES-NI, ChaCha20, Poly1305, ...).
+@pytest.mark.parametrize("expr,want", [
+    ([0x77, 0xD8, 0x00, 0x06, 0x23, 8], ValueRule("sp", 88, True, 8)),  # breg7 88; deref; plus_uconst 8
+    ([0x77, 0x78, 0x06, 0x23, 8], ValueRule("sp", -8, True, 8)),  # breg7 -8 (below rsp: the red zone)
+    ([0x76, 0xD8, 0x00, 0x06, 0x23, 8], ValueRule("fp", 88, True, 8)),  # breg6 88
+    ([0x77, 0x10, 0x06, 0x23, 0x40], ValueRule("sp", 16, True, 64)),  # bn_mul4x_mont: plus_uconst 64
+    ([0x77, 0x10, 0x06, 0x38, 0x22], ValueRule("sp", 16, True, 8)),  # lit8; plus
+    ([0x38, 0x77, 0x10, 0x06, 0x22], ValueRule("sp", 16, True, 8)),  # lit8 under the read; plus
+    ([0x77, 0x10, 0x06, 0x31, 0x1C], ValueRule("sp", 16, True, -1)),  # lit1; minus
+])
+def test_cfa_expression_deref_then_a_constant(expr, want):
+    assert eval_cfa_expression(ops(expr), 0) == want
+
+
+@pytest.mark.parametrize("expr", [
+    [0x77, 8, 0x79, 0, 0x38, 0x1E, 0x22, 0x06, 0x23, 8],  # bn_mul_mont: rsp + 8 + r9 * 8, a register times 8
+    [0x77, 0, 0x06, 0x38, 0x1E],  # the word read times 8
+    [0x77, 0, 0x06, 0x76, 0, 0x22],  # the word read plus rbp
+    [0x30, 0x77, 0, 0x06, 0x1C],  # 0 minus the word read
+    [0x77, 0, 0x06, 0x23, 8, 0x06],  # read, add, read again
+    [0x30, 0x06],  # a read at a constant address
+])
+def test_cfa_expressions_beyond_a_read_plus_a_constant_are_unsupported(expr):
+    with pytest.raises(UnsupportedCFI):
+        eval_cfa_expression(ops(expr), 0)
+
+
+def test_a_value_read_and_added_to():
+    """``*(sp + 88) + 8``: the word at sp + 88 is the caller's rsp, the CFA 8 above it."""
+    mem = BufferMemory({0x1000: bytes(88) + (0x2000).to_bytes(8, "little"), 0x2000: (0x401234).to_bytes(8, "little")})
+    rule = FrameRule(ValueRule("sp", 88, True, 8), ValueRule("cfa", -8, True), ValueRule(SAME))
+    read = lambda a: int.from_bytes(mem.read(a, 8), "little")  # noqa: E731
+    assert apply_rule(rule, 0x1000, 0x77, read) == (0x2008, 0x401234, 0x77)
+    assert str(rule.cfa) == "*(sp+88)+8" and str(ValueRule("fp", -8, True)) == "*(fp-8)"
+    with pytest.raises(ValueError):
+        ValueRule("sp", 8, False, 8)  # nothing read: the constant is the offset's
 
 
 # --- snapshots ------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ The stops, beyond those of tests/support/cause_snapshots.py:
   start-up (before main); in ``__vdso_clock_gettime``;
 * tests/data/nofde.c (host gcc, no unwind tables): at getppid in spin, and, run with ``exec``,
   at its execve of itself and at the new image's ``_start``;
+* tests/data/gospin.go (Debian's golang-go): in runtime.nanotime1 on m0's g0, before it moves rsp
+  and at its call of the vDSO, and inside __vdso_clock_gettime called from there;
 * the perf causes: the two real perf captures of tests/data (tests/unit/perf/test_oracle_fixture.py), checked as
   ``harness perf`` does (PerfOracle); where the captures hold no such case (a chain cut at
   perf_event_max_stack, a dump too short, an entry left unanswered at exit, a sample after its
@@ -41,7 +43,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
+import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -307,6 +311,36 @@ def nofde_snaps(tmp_path_factory) -> CauseCapture:
         raise
     return CauseCapture("nofde", "host", Variant(sframe=False), binary, snaps,
                         function_symbols(binary, ("spin", "main", "_start")))
+
+
+@pytest.fixture(scope="session")
+def go_nanotime_snaps(tmp_path_factory) -> CauseCapture:
+    """tests/data/gospin.go built by Debian's golang-go (static, frame pointers, .debug_frame),
+    stopped in its first runtime.nanotime1 after osinit's sched_getaffinity (schedinit's, on m0's
+    g0: no stack switch): nt-cmp (at its cmp of m.curg, before it moves rsp) and nt-call (at its
+    call of the vDSO, after `sub rsp, 0x10; and rsp, -16`); in another run nt-vdso, six
+    instructions on from that call: in __vdso_clock_gettime, its frame set up."""
+    go = shutil.which("go") or ("/usr/bin/go" if os.path.exists("/usr/bin/go") else None)
+    require(go is not None, "golang-go is not installed (./dev installs it)")
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp("go-nanotime")
+    env = {**os.environ, "GOCACHE": str(root / "cache"), "GOPATH": str(root / "gopath"), "GO111MODULE": "off",
+           "CGO_ENABLED": "0"}
+    shutil.copy(DATA / "gospin.go", root / "main.go")
+    binary = str(root / "gospin")
+    subprocess.run([go, "build", "-o", binary, "main.go"], cwd=root, env=env, check=True, capture_output=True,
+                   timeout=300)
+    nanotime1 = "runtime.nanotime1.abi0"
+    snaps = {}
+    try:
+        for k, stops in enumerate(([StopPoint("nt-cmp", "insn", nanotime1, "cmp"),
+                                    StopPoint("nt-call", "insn", nanotime1, "call")],
+                                   [StopPoint("nt-vdso", "insn", nanotime1, "call", steps=6)])):
+            paths = capture([binary, "3"], stops, root / f"snaps-{k}", loaded_syscall="sched_getaffinity")
+            snaps.update({n: Snapshot.load(p) for n, p in paths.items()})
+    except CaptureError as exc:
+        require(False, f"gdb could not stop gospin in {nanotime1}: {exc}")
+    return CauseCapture("gospin", "go", Variant(), binary, snaps, function_symbols(binary, (nanotime1,)))
 
 
 # --- stacks, oracles, divergences -----------------------------------------------------------------
@@ -863,6 +897,73 @@ def refuse_cfi_fde_covers(request):
     return Refused(st, div(st, oracle, cut, PAST_END, 3, 3))
 
 
+# cfi-untracked-sp-change -----------------------------------------------------------------------------
+
+def go_nanotime_stop(request, name: str):
+    cap = _fixture(request, "go_nanotime_snaps")
+    st = stack_of(cap.snaps[name], "fp")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def _nanotime1_paths(paths) -> bool:
+    # both ways to the call: on g0 (jne over the switch), and from a goroutine (g0's saved sp)
+    return (any(p.startswith("sub rsp, 0x10; and rsp, 0xfffffffffffffff0: rsp -") for p in paths)
+            and any(p.startswith("mov rsp, qword ptr") and p.endswith("loaded from elsewhere") for p in paths))
+
+
+def accept_untracked_sp_vdso(request):
+    """gospin in __vdso_clock_gettime called by runtime.nanotime1 (the flake's stack, there on
+    sysmon's g0): the row at the return address is nanotime1's after its prologue, CFA = rsp+32,
+    but nanotime1 has moved rsp since; the word read as the return address is the m.vdsoSP it
+    saved, 0, so CFI ends there, and FP goes on to nanotime1's callers."""
+    cap, st, oracle, frames = go_nanotime_stop(request, "nt-vdso")
+    start, end = cap.symbols["runtime.nanotime1.abi0"]
+    assert Symbolizer(st.space).name(st.regs.ip).startswith("__vdso_clock_gettime+")
+    assert len(frames.ips) == 2 and start < frames.ips[1] < end, frames
+    assert frames.outermost and "return address 0" in frames.stop
+    assert tuple(st.trace.ips[:2]) == frames.ips and len(st.trace) > 3  # FP: the vDSO keeps a frame
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "runtime.nanotime1.abi0", "address": frames.ips[1], "row_start": start + 4,
+        "row": "CFA = rsp+32, return address at CFA-8", "paths": _nanotime1_paths, "unchecked": len(st.trace) - 2,
+    }, (PAST_END,))
+
+
+def accept_untracked_sp_call(request):
+    """gospin at runtime.nanotime1's call of the vDSO, an interrupted IP: the same row, the same
+    word read, 0."""
+    cap, st, oracle, frames = go_nanotime_stop(request, "nt-call")
+    start, _end = cap.symbols["runtime.nanotime1.abi0"]
+    assert frames.ips == (st.regs.ip,) and frames.outermost and len(st.trace) > 2
+    return Accepted(st, oracle, frames, (1, 1), {
+        "function": "runtime.nanotime1.abi0", "address": st.regs.ip, "row_start": start + 4,
+        "paths": _nanotime1_paths, "unchecked": len(st.trace) - 1,
+    }, (PAST_END,))
+
+
+def refuse_untracked_sp_before_writes(request):
+    """Built by hand: gospin in runtime.nanotime1 before it moves rsp (at its cmp of m.curg), where
+    CFI walks on to its callers, cut after the IP as if it had ended there: the same row, but no
+    write of rsp on the way to the IP."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-cmp")
+    assert len(frames.ips) > 2 and tuple(st.trace.ips[:2]) == frames.ips[:2]
+    cut = dataclasses.replace(frames, ips=frames.ips[:1])
+    return Refused(st, div(st, oracle, cut, PAST_END, 1, 1))
+
+
+def refuse_untracked_sp_at_start(request):
+    """Built by hand: callchain fp static (host) at getppid in c, CFI's whole walk (to _start, whose
+    row leaves the return address undefined) and one frame more as the unwinder's: _start moves
+    rsp with no row (pop; and $-16; push; push), but its end is the rule's own."""
+    cap: CauseCapture = _fixture(request, "fp_snaps")
+    st = stack_of(cap.snaps["c-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    assert frames.outermost and Symbolizer(st.space).name(frames.ips[-1]).startswith("_start+")
+    n = len(frames.ips)
+    return Refused(st, Divergence("fp", "cfi", PAST_END, n, n, (*frames.ips, 0x401000), frames.ips, frames.marks,
+                                  frames.outermost))
+
+
 # the registers causes --------------------------------------------------------------------------------
 
 def regs_in_entry_asm(request):
@@ -1134,6 +1235,8 @@ ACCEPT = [
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:fp", accept_hook_window, ("fp",)),
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:sframe", accept_hook_window, ("sframe",)),
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso", accept_untracked_sp_vdso),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_call),
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
@@ -1210,6 +1313,10 @@ REFUSE = [
     # CFI ended at the outermost frame; an FDE covers CFI's last frame
     Case("cfi-no-fde", "nofde-host:spin-raw:outermost", refuse_cfi_outermost),
     Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
+    # rsp not moved on the way to the IP; the return address undefined; a row from rbp
+    Case("cfi-untracked-sp-change", "gospin-go:nt-cmp:cut-at-the-ip", refuse_untracked_sp_before_writes),
+    Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:past-start", refuse_untracked_sp_at_start),
+    Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
     # the registers: each cause on the others' cases
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),

@@ -82,6 +82,7 @@ def test_catalog_declaration_is_what_its_program_can_show(name):
     assert ("fp-prologue-ip" in allowed) == (sc.unwinder == "fp")
     assert ("sframe-function-without-fde" in allowed) == (sc.unwinder == "sframe")
     assert ("shadow-uninstrumented" in allowed) == sc.variant.shadow
+    assert "cfi-untracked-sp-change" not in allowed  # compiled C: GCC's CFI follows every move of rsp
     assert not {c for c in allowed if c.startswith("perf-")}, "no perf oracle in a scenario"
 
 
@@ -102,7 +103,7 @@ def test_a_users_binary_declares_every_cause_its_oracles_allow(tmp_path):
     sc = user_scenario("/bin/true", [])
     assert sc.facts is None
     allowed = sc.allowed_causes(("regs", "cfi"))
-    assert {"execve-replaced", "signal-frame", "truncated", "request-in-entry-asm"} <= allowed
+    assert {"execve-replaced", "signal-frame", "truncated", "request-in-entry-asm", "cfi-untracked-sp-change"} <= allowed
     assert not {c for c in allowed if c.startswith(("perf-", "shadow-"))}
     assert program_facts("callchain", "user") is None  # a user's binary named like ours is not ours
 
