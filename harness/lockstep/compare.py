@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
@@ -112,6 +112,9 @@ class LockstepError(HarnessError):
     exit_code = EXIT_USAGE
 
 
+_ALWAYS_WRITTEN = ("seq", "kind", "task", "pid", "cpu", "ret")
+
+
 @dataclass(frozen=True)
 class Event:
     """One thing the kernel did, observed at a stop.  ``seq`` orders all events of a run."""
@@ -143,11 +146,15 @@ class Event:
             raise LockstepError(f"event {self.seq}: a request without its return value")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["trace"] = list(self.trace)
-        return {k: v for k, v in d.items()
-                if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
-                or (k == "cache_nr" and v is not None)}
+        """The event as a line of the event file: the fields every event has (and ``ret``), and
+        each other field whose value is not its default (``from_dict`` gives it back).  Not a
+        list of falsy values: ``user_mode`` is True by default, and False is what says so."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in _ALWAYS_WRITTEN or v != f.default:
+                out[f.name] = list(v) if f.name == "trace" else v
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Event:
