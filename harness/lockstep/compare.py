@@ -58,7 +58,7 @@ import collections
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 
-from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
+from ..deferred.model import CONTEXT_KINDS, IRQ, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
 from ..errors import EXIT_USAGE, HarnessError
 from ..kernel.btf import BtfLookupError
@@ -144,6 +144,9 @@ class Event:
             raise LockstepError(f"event {self.seq}: unknown kind {self.kind!r} (known: {', '.join(EVENT_KINDS)})")
         if self.kind == "request" and self.ret is None:
             raise LockstepError(f"event {self.seq}: a request without its return value")
+        if self.context not in CONTEXT_KINDS:
+            raise LockstepError(f"event {self.seq}: unknown context {self.context!r} "
+                                f"(known: {', '.join(CONTEXT_KINDS)})")
 
     def to_dict(self) -> dict:
         """The event as a line of the event file: the fields every event has (and ``ret``), and
@@ -280,9 +283,6 @@ class _TaskState:
     entry_model_callbacks: collections.Counter = field(default_factory=collections.Counter)
     walk_trace: tuple[int, ...] | None = None  # our walk for the model's next unwind()
     entry_active: bool = False  # something of ours happened in this entry (it is compared at its end)
-
-
-_CONTEXTS = {"nmi": NMI, "irq": IRQ, "syscall": SYSCALL}
 
 
 class Lockstep:
@@ -434,7 +434,7 @@ class Lockstep:
         if work is None:
             self.summary.notes.append(f"#{ev.seq}: a request of {self._tracer(ev.work)}, not compared")
             return
-        ret, cookie = self.model.request(work, m, ev.cpu, Context(_CONTEXTS.get(ev.context, IRQ), ev.user_mode))
+        ret, cookie = self.model.request(work, m, ev.cpu, Context(ev.context, ev.user_mode))
         self._compare(ev.seq, "request.ret", st, ev.ret, ret)
         self._compare(ev.seq, "request.cookie", st, ev.cookie, cookie)
         if ev.ret is not None and ev.ret >= 0 and ev.task_id != ev.cookie:
