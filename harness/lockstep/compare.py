@@ -272,7 +272,7 @@ class _Work:
 @dataclass
 class _TaskState:
     model: object  # harness.deferred.model.Task
-    pid: int
+    pid: int = 0  # set by each event of the task (a forked child has none until its first)
     comm: str = ""
     work: _Work | None = None  # the task work in progress (kernel side still reporting)
     return_gen: object = None  # the model's return_to_user_steps, suspended before the reset
@@ -352,13 +352,13 @@ class Lockstep:
         return w.name if w is not None else f"unregistered work {work:#x}"
 
     # -- tasks -----------------------------------------------------------------------------------
-    def _task(self, ev: Event, addr: int | None = None) -> _TaskState:
-        addr = ev.task if addr is None else addr
-        st = self.tasks.get(addr)
+    def _task(self, ev: Event) -> _TaskState:
+        """The event's task, named by the event (pid; comm when the event has one)."""
+        st = self.tasks.get(ev.task)
         if st is None or st.model.dead:
             # A task the model has not seen (it existed before the run), or a task_struct that was
             # freed and reused: its unwind state starts empty, as unwind_task_init() leaves it.
-            st = self.tasks[addr] = _TaskState(self.model.spawn(), ev.pid, ev.comm)
+            st = self.tasks[ev.task] = _TaskState(self.model.spawn())
         st.pid, st.comm = ev.pid, ev.comm or st.comm
         return st
 

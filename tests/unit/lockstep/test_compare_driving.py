@@ -60,3 +60,21 @@ def test_a_task_that_moves_to_another_cpu_within_an_entry_is_followed():
 def test_a_context_that_is_none_of_the_three_is_bad_input():
     with pytest.raises(LockstepError, match=r"^event 3: unknown context 'hardirq' \(known: nmi, irq, syscall\)$"):
         Event(3, "request", TASK, 100, 0, work=WORK, ret=0, context="hardirq")
+
+
+def test_a_forked_child_is_a_task_of_its_own_named_at_its_first_event():
+    """The child starts with no pid of its own (the fork event is the parent's) and the parent's
+    comm; its first event names it.  A task the run had not seen takes pid and comm from its event,
+    and an event without a comm keeps the one it had."""
+    c = cookie(0, 3)
+    ls, s = feed(ev("fork", child=CHILD))
+    child = ls.tasks[CHILD]
+    assert (child.pid, child.comm) == (0, "callchain") and child.model is not ls.tasks[TASK].model
+    assert child.model.in_kernel and child.model.pid != ls.tasks[TASK].model.pid
+    ls, s = feed(ev("fork", child=CHILD), ev("request", CHILD, work=WORK, ret=0, cookie=c, task_id=c),
+                 ev("task_work", CHILD, mask=5, trace=TRACE), ev("return", CHILD, comm=""))
+    child = ls.tasks[CHILD]
+    assert (child.pid, child.comm) == (101, "callchain")
+    assert s.differences and {d.pid for d in s.differences} == {101}  # no walk, no callback: differences of the child
+    ls, _ = feed(ev("return", pid=7, comm="sh"))
+    assert (ls.tasks[TASK].pid, ls.tasks[TASK].comm) == (7, "sh")
