@@ -298,7 +298,9 @@ class Lockstep:
                  kernel_profile: str = "mainline"):
         self.profile = profile
         self.expected = EXPECTED.get(profile.name, {}) if profile.name != kernel_profile else {}
-        self.expected_test = EXPECTED_TEST.get(profile.name, {})
+        # not mutated (equivalent: read only for an item self.expected names, and EXPECTED and EXPECTED_TEST
+        # name the same profiles and items: test_compare_exit.py pins it)
+        self.expected_test = EXPECTED_TEST.get(profile.name, {})  # pragma: no mutate
         self.model = DeferredModel(profile, self._walk)
         self.works: dict[int, UnwindWork] = {}
         for addr, name in tracers.items():
@@ -308,17 +310,20 @@ class Lockstep:
         self.model.percpu_ctr.update(percpu_ctr or {})
         self.tasks: dict[int, _TaskState] = {}
         self.summary = Summary(profile.name)
-        self._current: _TaskState | None = None
+        # The task of the event being fed: the model calls _walk and _callback only from feed(), which
+        # sets it first (not mutated: equivalent, no value given here is ever read)
+        self._current: _TaskState | None = None  # pragma: no mutate (equivalent: feed() sets it before a read)
         self.last_seq = -1
 
     # -- model hooks -----------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
-        st = self._current
-        if st is not None and st.work is not None:
-            st.work.model_walks += 1
-        if st is not None:
-            st.entry_model_walks += 1
-        trace = st.walk_trace if st is not None else None
+        st = self._current  # the model walks only in feed(): st is the event's task
+        if st.work is not None:
+            # not mutated (equivalent: the model walks at most once per process_unwind_deferred(), and a
+            # task work of ours spans one of them: `= 1` is `+= 1`)
+            st.work.model_walks += 1  # pragma: no mutate
+        st.entry_model_walks += 1
+        trace = st.walk_trace
         if trace is None:
             self.summary.notes.append(f"the model walked pid {mtask.pid} where the kernel made no walk of ours "
                                       f"(no registers were read there): an empty trace")
@@ -326,9 +331,7 @@ class Lockstep:
         return list(trace)
 
     def _callback(self, work, trace, cookie) -> None:
-        st = self._current
-        if st is None:
-            return
+        st = self._current  # the model calls back only in feed(): st is the event's task
         if st.work is not None:
             st.work.model_callbacks.append((work.name, cookie, tuple(trace)))
         st.entry_model_callbacks[work.name] += 1
@@ -415,7 +418,7 @@ class Lockstep:
         try:
             getattr(self, f"_on_{ev.kind}")(st, ev)
         finally:
-            self._current = None
+            self._current = None  # pragma: no mutate (equivalent: as in __init__, read only inside feed())
 
     def _on_fork(self, ev: Event) -> None:
         parent = self._task(ev)
@@ -462,14 +465,12 @@ class Lockstep:
         # work (walk and callbacks) runs now; the reset waits for the kernel's return to user.
         self._advance(st.return_gen, "irqs_off")
 
-    def _advance(self, gen, until: str) -> bool:
-        """Step a model generator until it yields ``until``; False when it finished first."""
-        try:
-            while True:
-                if next(gen) == until:
-                    return True
-        except StopIteration:
-            return False
+    @staticmethod
+    def _advance(gen, until: str) -> None:
+        """Step a model generator until it yields ``until``, or to its end."""
+        for step in gen:
+            if step == until:
+                return
 
     def _on_walk(self, st: _TaskState, ev: Event) -> None:
         st.entry_kernel_walks += 1
@@ -527,7 +528,9 @@ class Lockstep:
 
     def _on_exiting(self, st: _TaskState, ev: Event) -> None:
         self._enter(st, ev)
-        st.return_gen = None
+        # The return to user space the model had suspended will not come (not mutated: equivalent, the
+        # kernel makes no return nor task work event of an exiting task, the events that would read it)
+        st.return_gen = None  # pragma: no mutate
         st.exit_gen = self.model.exit_steps(st.model)
         self._advance(st.exit_gen, "exiting")
 
