@@ -149,15 +149,12 @@ class Event:
                                 f"(known: {', '.join(CONTEXT_KINDS)})")
 
     def to_dict(self) -> dict:
-        """The event as a line of the event file: the fields every event has (and ``ret``), and
-        each other field whose value is not its default (``from_dict`` gives it back).  Not a
-        list of falsy values: ``user_mode`` is True by default, and False is what says so."""
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in _ALWAYS_WRITTEN or v != f.default:
-                out[f.name] = list(v) if f.name == "trace" else v
-        return out
+        """The event as a line of the event file (``json.dumps`` writes the trace as a list): the
+        fields every event has (and ``ret``), and each other field whose value is not its default
+        (``from_dict`` gives it back).  Not a list of falsy values: ``user_mode`` is True by
+        default, and False is what says so."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in _ALWAYS_WRITTEN or getattr(self, f.name) != f.default}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Event:
@@ -211,7 +208,7 @@ class Difference:
                 return hex(v)
             if isinstance(v, (list, tuple)):
                 return "[" + ", ".join(show(x) for x in v) + "]"
-            return repr(v) if isinstance(v, str) else str(v)
+            return repr(v)  # strings quoted; of the rest compared (None, bools, dicts) repr is str
 
         tag = f"expected ({self.expected})" if self.expected else "UNEXPLAINED"
         return (f"#{self.seq} pid {self.pid} entry {self.entry}: {self.what}: "
