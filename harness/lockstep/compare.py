@@ -56,9 +56,9 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
-from ..deferred.model import IRQ, NMI, SYSCALL, Context, DeferredModel, UnwindWork
+from ..deferred.model import CONTEXT_KINDS, IRQ, Context, DeferredModel, UnwindWork
 from ..deferred.profile import PF_KTHREAD, Profile
 from ..errors import EXIT_USAGE, HarnessError
 from ..kernel.btf import BtfLookupError
@@ -112,6 +112,9 @@ class LockstepError(HarnessError):
     exit_code = EXIT_USAGE
 
 
+_ALWAYS_WRITTEN = ("seq", "kind", "task", "pid", "cpu", "ret")
+
+
 @dataclass(frozen=True)
 class Event:
     """One thing the kernel did, observed at a stop.  ``seq`` orders all events of a run."""
@@ -141,13 +144,17 @@ class Event:
             raise LockstepError(f"event {self.seq}: unknown kind {self.kind!r} (known: {', '.join(EVENT_KINDS)})")
         if self.kind == "request" and self.ret is None:
             raise LockstepError(f"event {self.seq}: a request without its return value")
+        if self.context not in CONTEXT_KINDS:
+            raise LockstepError(f"event {self.seq}: unknown context {self.context!r} "
+                                f"(known: {', '.join(CONTEXT_KINDS)})")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["trace"] = list(self.trace)
-        return {k: v for k, v in d.items()
-                if v not in (None, "", 0, False, []) or k in ("seq", "kind", "cpu", "task", "pid", "ret")
-                or (k == "cache_nr" and v is not None)}
+        """The event as a line of the event file (``json.dumps`` writes the trace as a list): the
+        fields every event has (and ``ret``), and each other field whose value is not its default
+        (``from_dict`` gives it back).  Not a list of falsy values: ``user_mode`` is True by
+        default, and False is what says so."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in _ALWAYS_WRITTEN or getattr(self, f.name) != f.default}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Event:
@@ -201,7 +208,7 @@ class Difference:
                 return hex(v)
             if isinstance(v, (list, tuple)):
                 return "[" + ", ".join(show(x) for x in v) + "]"
-            return repr(v) if isinstance(v, str) else str(v)
+            return repr(v)  # strings quoted; of the rest compared (None, bools, dicts) repr is str
 
         tag = f"expected ({self.expected})" if self.expected else "UNEXPLAINED"
         return (f"#{self.seq} pid {self.pid} entry {self.entry}: {self.what}: "
@@ -262,7 +269,7 @@ class _Work:
 @dataclass
 class _TaskState:
     model: object  # harness.deferred.model.Task
-    pid: int
+    pid: int = 0  # set by each event of the task (a forked child has none until its first)
     comm: str = ""
     work: _Work | None = None  # the task work in progress (kernel side still reporting)
     return_gen: object = None  # the model's return_to_user_steps, suspended before the reset
@@ -273,9 +280,6 @@ class _TaskState:
     entry_model_callbacks: collections.Counter = field(default_factory=collections.Counter)
     walk_trace: tuple[int, ...] | None = None  # our walk for the model's next unwind()
     entry_active: bool = False  # something of ours happened in this entry (it is compared at its end)
-
-
-_CONTEXTS = {"nmi": NMI, "irq": IRQ, "syscall": SYSCALL}
 
 
 class Lockstep:
@@ -291,7 +295,9 @@ class Lockstep:
                  kernel_profile: str = "mainline"):
         self.profile = profile
         self.expected = EXPECTED.get(profile.name, {}) if profile.name != kernel_profile else {}
-        self.expected_test = EXPECTED_TEST.get(profile.name, {})
+        # not mutated (equivalent: read only for an item self.expected names, and EXPECTED and EXPECTED_TEST
+        # name the same profiles and items: test_compare_exit.py pins it)
+        self.expected_test = EXPECTED_TEST.get(profile.name, {})  # pragma: no mutate
         self.model = DeferredModel(profile, self._walk)
         self.works: dict[int, UnwindWork] = {}
         for addr, name in tracers.items():
@@ -301,17 +307,20 @@ class Lockstep:
         self.model.percpu_ctr.update(percpu_ctr or {})
         self.tasks: dict[int, _TaskState] = {}
         self.summary = Summary(profile.name)
-        self._current: _TaskState | None = None
+        # The task of the event being fed: the model calls _walk and _callback only from feed(), which
+        # sets it first (not mutated: equivalent, no value given here is ever read)
+        self._current: _TaskState | None = None  # pragma: no mutate (equivalent: feed() sets it before a read)
         self.last_seq = -1
 
     # -- model hooks -----------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
-        st = self._current
-        if st is not None and st.work is not None:
-            st.work.model_walks += 1
-        if st is not None:
-            st.entry_model_walks += 1
-        trace = st.walk_trace if st is not None else None
+        st = self._current  # the model walks only in feed(): st is the event's task
+        if st.work is not None:
+            # not mutated (equivalent: the model walks at most once per process_unwind_deferred(), and a
+            # task work of ours spans one of them: `= 1` is `+= 1`)
+            st.work.model_walks += 1  # pragma: no mutate
+        st.entry_model_walks += 1
+        trace = st.walk_trace
         if trace is None:
             self.summary.notes.append(f"the model walked pid {mtask.pid} where the kernel made no walk of ours "
                                       f"(no registers were read there): an empty trace")
@@ -319,9 +328,7 @@ class Lockstep:
         return list(trace)
 
     def _callback(self, work, trace, cookie) -> None:
-        st = self._current
-        if st is None:
-            return
+        st = self._current  # the model calls back only in feed(): st is the event's task
         if st.work is not None:
             st.work.model_callbacks.append((work.name, cookie, tuple(trace)))
         st.entry_model_callbacks[work.name] += 1
@@ -345,13 +352,13 @@ class Lockstep:
         return w.name if w is not None else f"unregistered work {work:#x}"
 
     # -- tasks -----------------------------------------------------------------------------------
-    def _task(self, ev: Event, addr: int | None = None) -> _TaskState:
-        addr = ev.task if addr is None else addr
-        st = self.tasks.get(addr)
+    def _task(self, ev: Event) -> _TaskState:
+        """The event's task, named by the event (pid; comm when the event has one)."""
+        st = self.tasks.get(ev.task)
         if st is None or st.model.dead:
             # A task the model has not seen (it existed before the run), or a task_struct that was
             # freed and reused: its unwind state starts empty, as unwind_task_init() leaves it.
-            st = self.tasks[addr] = _TaskState(self.model.spawn(), ev.pid, ev.comm)
+            st = self.tasks[ev.task] = _TaskState(self.model.spawn())
         st.pid, st.comm = ev.pid, ev.comm or st.comm
         return st
 
@@ -408,7 +415,7 @@ class Lockstep:
         try:
             getattr(self, f"_on_{ev.kind}")(st, ev)
         finally:
-            self._current = None
+            self._current = None  # pragma: no mutate (equivalent: as in __init__, read only inside feed())
 
     def _on_fork(self, ev: Event) -> None:
         parent = self._task(ev)
@@ -427,7 +434,7 @@ class Lockstep:
         if work is None:
             self.summary.notes.append(f"#{ev.seq}: a request of {self._tracer(ev.work)}, not compared")
             return
-        ret, cookie = self.model.request(work, m, ev.cpu, Context(_CONTEXTS.get(ev.context, IRQ), ev.user_mode))
+        ret, cookie = self.model.request(work, m, ev.cpu, Context(ev.context, ev.user_mode))
         self._compare(ev.seq, "request.ret", st, ev.ret, ret)
         self._compare(ev.seq, "request.cookie", st, ev.cookie, cookie)
         if ev.ret is not None and ev.ret >= 0 and ev.task_id != ev.cookie:
@@ -455,14 +462,12 @@ class Lockstep:
         # work (walk and callbacks) runs now; the reset waits for the kernel's return to user.
         self._advance(st.return_gen, "irqs_off")
 
-    def _advance(self, gen, until: str) -> bool:
-        """Step a model generator until it yields ``until``; False when it finished first."""
-        try:
-            while True:
-                if next(gen) == until:
-                    return True
-        except StopIteration:
-            return False
+    @staticmethod
+    def _advance(gen, until: str) -> None:
+        """Step a model generator until it yields ``until``, or to its end."""
+        for step in gen:
+            if step == until:
+                return
 
     def _on_walk(self, st: _TaskState, ev: Event) -> None:
         st.entry_kernel_walks += 1
@@ -520,7 +525,9 @@ class Lockstep:
 
     def _on_exiting(self, st: _TaskState, ev: Event) -> None:
         self._enter(st, ev)
-        st.return_gen = None
+        # The return to user space the model had suspended will not come (not mutated: equivalent, the
+        # kernel makes no return nor task work event of an exiting task, the events that would read it)
+        st.return_gen = None  # pragma: no mutate
         st.exit_gen = self.model.exit_steps(st.model)
         self._advance(st.exit_gen, "exiting")
 
