@@ -40,16 +40,21 @@ def test_a_clean_run_exits_0_with_junit_and_summary(tmp_path):
     assert last["ev"] == "end" and last["reason"] == "complete"
 
 
+def _foreground_signals():
+    """The run's SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's foreground job,
+    whatever launched the tests.  The harness keeps a signal it was started with ignored (nohup's
+    SIGHUP, SIGINT in a non-interactive shell's background job: harness/signals.py), and the
+    tests inherit such dispositions: the clean-clone CI started with `cmd &` ran on for 60 s after
+    SIGINT, and the flake campaign of 2026-12-05 under nohup for 120 s after SIGHUP."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def test_sigint_ends_the_run_with_its_partial_table_and_exit_3(tmp_path):
     out = tmp_path / "run"
     log = out / "fp-spin.jsonl"
-    # Ctrl-C reaches a run in the foreground; one started in the background of a non-interactive
-    # shell (`cmd &`: a CI script, nohup) inherits SIGINT ignored, and so would this test's
-    # harness: the clean-clone CI started that way ran on for 60 s after SIGINT.  The run gets
-    # the foreground's default, whatever launched the tests.
     p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_foreground_signals)
     try:
         started = time.monotonic()
         deadline = started + 300
@@ -95,8 +100,7 @@ def _start_run(out):
 
     log = out / "fp-spin.jsonl"
     p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_foreground_signals)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and p.poll() is None:
         if log.exists() and '"ev":"stack"' in log.read_text():
