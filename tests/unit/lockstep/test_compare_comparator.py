@@ -10,25 +10,7 @@ import pytest
 
 from harness.deferred.profile import mainline, seed_v10
 from harness.lockstep.compare import COMPARED, EXPECTED, Difference, Event, Lockstep
-
-TASK, WORK = 0xFFFF888003A1C000, 0xFFFFFFFF82A0B000
-TRACERS = {WORK: "perf"}
-TRACE = (0x401136, 0x401182)
-
-
-def cookie(cpu: int, cnt: int) -> int:
-    return (cnt << 32) | (cpu + 1)
-
-
-def ev(kind: str, **kw) -> dict:
-    return {"kind": kind, "task": TASK, "pid": 100, "cpu": 0, "comm": "callchain", **kw}
-
-
-def feed(*events: dict, profile=None):
-    ls = Lockstep(profile or mainline(), TRACERS, {0: 0, 1: 0})
-    for seq, e in enumerate(events, 1):
-        ls.feed(Event(seq, **e))
-    return ls, ls.finish()
+from tests.support.lockstep_events import TASK, TRACE, TRACERS, WORK, cookie, ev, feed
 
 
 def entry(*middle: dict, c: int = cookie(0, 3)) -> list[dict]:

@@ -7,27 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.deferred.profile import mainline
 from harness.lockstep.compare import Event, Lockstep, LockstepError
-
-TASK, CHILD, WORK = 0xFFFF888003A1C000, 0xFFFF888003A24000, 0xFFFFFFFF82A0B000
-TRACERS = {WORK: "perf"}
-TRACE = (0x401136, 0x401182)
-
-
-def cookie(cpu: int, cnt: int) -> int:
-    return (cnt << 32) | (cpu + 1)
-
-
-def ev(kind: str, task: int = TASK, **kw) -> dict:
-    return {"kind": kind, "task": task, "pid": 100 if task == TASK else 101, "cpu": 0, "comm": "callchain", **kw}
-
-
-def feed(*events: dict):
-    ls = Lockstep(mainline(), TRACERS, {0: 0, 1: 0})
-    for seq, e in enumerate(events, 1):
-        ls.feed(Event(seq, **e))
-    return ls, ls.finish()
+from tests.support.lockstep_events import CHILD, TASK, TRACE, WORK, cookie, ev, feed
 
 
 def model_log(ls: Lockstep, what: str) -> list[dict]:

@@ -6,27 +6,9 @@ user mode) reach the model."""
 
 from __future__ import annotations
 
-from harness.deferred.profile import mainline
-from harness.lockstep.compare import Event, Lockstep
+from tests.support.lockstep_events import OTHER, TASK, WORK, cookie, ev, feed
 
-TASK, OTHER, WORK = 0xFFFF888003A1C000, 0xFFFF888003A20000, 0xFFFFFFFF82A0B000
-TRACERS = {WORK: "perf"}
 EINVAL = -22
-
-
-def cookie(cpu: int, cnt: int) -> int:
-    return (cnt << 32) | (cpu + 1)
-
-
-def ev(kind: str, task: int = TASK, **kw) -> dict:
-    return {"kind": kind, "task": task, "pid": 100 if task == TASK else 101, "cpu": 0, "comm": "callchain", **kw}
-
-
-def feed(*events: dict):
-    ls = Lockstep(mainline(), TRACERS, {0: 0, 1: 0})
-    for seq, e in enumerate(events, 1):
-        ls.feed(Event(seq, **e))
-    return ls, ls.finish()
 
 
 def exit_with_pending(task: int, c: int, exiting: bool = True) -> list[dict]:

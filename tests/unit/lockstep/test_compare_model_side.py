@@ -6,36 +6,20 @@ and counters could have said anything)."""
 
 from __future__ import annotations
 
-from harness.deferred.profile import mainline, seed_v10
-from harness.lockstep.compare import Event, Lockstep
+from harness.deferred.profile import seed_v10
+from tests.support.lockstep_events import TASK, TRACE, WORK, cookie, ev, feed
 
-TASK, WORK, OTHER_WORK = 0xFFFF888003A1C000, 0xFFFFFFFF82A0B000, 0xFFFFFFFF82A0C000
-TRACERS = {WORK: "perf"}
-TRACE = (0x401136, 0x401182)
+OTHER_WORK = 0xFFFFFFFF82A0C000
+
 NO_WALK_OF_OURS = ("the model walked pid {} where the kernel made no walk of ours (no registers were read there): "
                    "an empty trace")
-
-
-def cookie(cpu: int, cnt: int) -> int:
-    return (cnt << 32) | (cpu + 1)
 
 
 C = cookie(0, 3)
 
 
-def ev(kind: str, **kw) -> dict:
-    return {"kind": kind, "task": TASK, "pid": 100, "cpu": 0, "comm": "callchain", **kw}
-
-
 def request(ret: int = 0, work: int = WORK, c: int = C, **kw) -> dict:
     return ev("request", work=work, ret=ret, cookie=c, task_id=c, **kw)
-
-
-def feed(*events: dict, profile=None, tracers=TRACERS):
-    ls = Lockstep(profile or mainline(), tracers, {0: 0, 1: 0})
-    for seq, e in enumerate(events, 1):
-        ls.feed(Event(seq, **e))
-    return ls, ls.finish()
 
 
 def whats(s) -> dict:

@@ -24,14 +24,7 @@ from harness.lockstep.compare import (
     renumber,
     replay,
 )
-
-TASK, WORK = 0xFFFF888003A1C000, 0xFFFFFFFF82A0B000
-TRACERS = {WORK: "perf"}
-
-
-def cookie(cpu: int, cnt: int) -> int:
-    return (cnt << 32) | (cpu + 1)
-
+from tests.support.lockstep_events import TASK, TRACERS, WORK, cookie
 
 # -- Difference.describe --------------------------------------------------------------------------------
 

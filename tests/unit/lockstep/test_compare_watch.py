@@ -10,13 +10,7 @@ import pytest
 
 from harness.deferred.profile import mainline
 from harness.lockstep.compare import Event, Lockstep
-
-TASK, OTHER, WORK = 0xFFFF888003A1C000, 0xFFFF888003A20000, 0xFFFFFFFF82A0B000
-TRACERS = {WORK: "perf"}
-
-
-def cookie(cpu: int, cnt: int) -> int:
-    return (cnt << 32) | (cpu + 1)
+from tests.support.lockstep_events import OTHER, TASK, TRACERS, WORK, cookie
 
 
 def fresh(*tasks: int) -> Lockstep:
