@@ -64,14 +64,17 @@ __attribute__((no_instrument_function)) static inline void raw_tick(long now)
 __attribute__((noinline)) void h2(long n)
 {
 	if (raw) {
-		long deadline = mono_us() + PERIOD_US / 3;
-		/* The first tick's getppid is due whatever the clock says: the guest's clock runs on
-		 * while the host schedules QEMU out, and a pause of 7 ms inside the handler ended it
-		 * before any getppid was due (flake campaign run b8: 30 syscall requests, two of them
-		 * the handlers' rt_sigreturn, none inside a handler).  With one getppid in every
+		/* Every handler run makes a getppid first, before it reads the clock: the guest's
+		 * clock runs on while the guest is stopped at a breakpoint or the host schedules QEMU
+		 * out, so a handler paced by the clock alone could end before any getppid was due
+		 * (flake campaign runs b8, and b2 on 2026-12-05 after a first fix that made the first
+		 * tick's getppid due but still checked the deadline before it: 30 syscall requests,
+		 * two of them the handlers' rt_sigreturn, none inside a handler).  With one in every
 		 * handler run, no 30 syscalls in a row miss the handler: outside it they are paced at
 		 * one per SYSCALL_GAP_US, at most PERIOD_US / SYSCALL_GAP_US between two SIGALRMs. */
-		next_syscall_us = 0;
+		sink += raw_getppid();
+		long deadline = mono_us() + PERIOD_US / 3;
+		next_syscall_us = deadline - PERIOD_US / 3 + SYSCALL_GAP_US;
 		for (long i = 0;; i++) {
 			sink += i;
 			if ((i & 63) == 0) {
