@@ -259,12 +259,10 @@ def _frameless(stack: Stack, addr: int, is_ip: bool) -> dict | None:
     f = code.function_at(addr, not is_ip)
     if f is None or code.frame_setup(f) is not None:
         return None
-    prologue = [str(i) for i in code.prologue(f)]
-    return {**_fn(f), "prologue": prologue,
+    insns = code.prologue(f)
+    return {**_fn(f), "prologue": [str(i) for i in insns],
             "why_fp": f"{f.name} sets up no frame pointer (no push %rbp; mov %rsp,%rbp: "
-                      # not mutated (equivalent: an Insn prints as 'ADDR: TEXT', ADDR has no blank and
-                      # capstone's TEXT no ': ', so every split gives TEXT)
-                      f"{'; '.join(i.split(': ', 1)[1] for i in prologue[:4])})"}  # pragma: no mutate
+                      f"{'; '.join(i.text for i in insns[:4])})"}
 
 
 def _in_prologue(stack: Stack, addr: int) -> dict | None:
