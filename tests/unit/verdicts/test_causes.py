@@ -77,7 +77,7 @@ from harness.unwind.user import (
     unwind_user,
 )
 from harness.verdicts.align import judge
-from harness.verdicts.causes import CAUSES, explain
+from harness.verdicts.causes import CAUSES, _step, explain
 from harness.verdicts.types import (
     DIFFERS,
     ENDS,
@@ -1468,3 +1468,19 @@ def test_shadow_uninstrumented_past_the_shadows_end(request):
     ev = CAUSES["shadow-uninstrumented"].predicate(st, d)
     assert ev is not None and ev["function"] == "__mprotect" and ev["unchecked"] == len(st.trace) - 1
     assert ev["text"].startswith("the shadow stack ends below __mprotect")
+
+
+def test_a_lost_frame_after_the_unwinders_last_has_no_step(request):
+    """Built by hand over a real stop (align makes an ENDS of it, never this LOST): callchain fp
+    static (host) at getppid in c, where FP ends after __libc_start_call_main and CFI goes on, the
+    oracle's next frame as LOST at (5, 5).  No frame of the unwinder's took a step there, so
+    ``_step`` has none to name (not the frame past the walk's end: there is none), and the step
+    causes, which ask it, refuse."""
+    _cap, st, oracle, frames = fp_stop(request, "c-raw")
+    n = len(st.trace)
+    assert n == 5 and len(frames.ips) > n and st.trace.ips == list(frames.ips[:n])
+    d = div(st, oracle, frames, LOST, n, n)
+    assert _step(st, d) is None
+    for c in CAUSES.values():
+        if c.applies(d) and c.name.startswith(("fp-", "sframe-")):
+            assert c.predicate(st, d) is None, c.name
