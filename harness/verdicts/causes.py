@@ -259,12 +259,10 @@ def _frameless(stack: Stack, addr: int, is_ip: bool) -> dict | None:
     f = code.function_at(addr, not is_ip)
     if f is None or code.frame_setup(f) is not None:
         return None
-    prologue = [str(i) for i in code.prologue(f)]
-    return {**_fn(f), "prologue": prologue,
+    insns = code.prologue(f)
+    return {**_fn(f), "prologue": [str(i) for i in insns],
             "why_fp": f"{f.name} sets up no frame pointer (no push %rbp; mov %rsp,%rbp: "
-                      # not mutated (equivalent: an Insn prints as 'ADDR: TEXT', ADDR has no blank and
-                      # capstone's TEXT no ': ', so every split gives TEXT)
-                      f"{'; '.join(i.split(': ', 1)[1] for i in prologue[:4])})"}  # pragma: no mutate
+                      f"{'; '.join(i.text for i in insns[:4])})"}
 
 
 def _in_prologue(stack: Stack, addr: int) -> dict | None:
@@ -845,13 +843,13 @@ def _perf_execve(stack: Stack, d: Divergence) -> dict | None:
         return None
     r = stack.regs
     if len(d.got) == 3 and d.got == (r.ip, r.sp, r.bp) and r.fresh_exec:
-        first = getattr(ps.entry_first, "offset", None)
+        first = ps.entry_first.offset if ps.entry_first is not None else None
+        at = f" (byte {first:#x})" if first is not None else ""
         return evidence(f"this sample's registers are those a successful execve installs (only ip, sp, flags "
-                        f"set), its entry's first sample's (byte {first or 0:#x}) the old image's: execve "
+                        f"set), its entry's first sample's{at} the old image's: execve "
                         f"replaces pt_regs within the entry", how="same entry", first_sample=first)
     entry = at_elf_entry(stack.space, d.got[0])
-    start = None if entry else at_function_start(ps, d.got[0], "_start")
-    if entry is None and start is None:
+    if entry is None and at_function_start(ps, d.got[0], "_start") is None:
         return None
     where = f"the entry point of {entry}" if entry else "_start"
     return evidence(f"the kernel's deferred walk starts at {d.got[0]:#x}, {where}: the task was in execve and "

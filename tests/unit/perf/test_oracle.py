@@ -279,6 +279,7 @@ def test_execve_of_a_dynamic_program_starts_at_the_interpreters_entry():
     d = check_capture(cap, lambda p: p).deferred
     assert d.expected == {"execve-replaced": 1} and not d.failures
     assert d.explained[0].evidence["how"] == "new image" and d.explained[0].evidence["elf"] == str(path)
+    assert d.explained[0].evidence["text"].startswith(f"the kernel's deferred walk starts at {entry:#x}, the entry point of {path}: ")
     cap = parse_capture(pb.capture({0: dsample(C1, 1, misc=1) + drec(C1, [entry + 1], 2)}, pb.attr(flags=flags),
                                    "release=test\n", maps=maps))
     assert len(check_capture(cap, lambda p: p).deferred.failures) == 1  # not the entry point
@@ -309,3 +310,144 @@ def test_generic_causes_do_not_explain_a_difference_from_the_kernels_walk():
         assert all(c.oracles is not None and "perf" in c.oracles for c in CAUSES.values() if c.applies(d))
     assert CAUSES["truncated"].applies(Divergence("fp", "cfi", ENDS, 1, 1, (1,), (1, 3)))
     assert not CAUSES["truncated"].applies(Divergence("fp", "perf", ENDS, 1, 1, (1,), (1, 3)))
+
+
+# -- the perf side of signal-delivery, sigreturn-restored, execve-replaced (harness/verdicts/causes.py) --
+# Crafted samples, as above: the real captures of tests/data (every sample at getppid in c) hold no
+# signal, rt_sigreturn or execve.  Each rule of the three predicates, one at a time; the evidence whole.
+
+def _predicate(name: str, o: PerfOracle, recs: bytes, chain, deferred: bool, got, **where):
+    """The cause ``name``'s predicate on the capture's first sample as ``o`` makes its stack, with
+    the kernel's ``chain``, on a regs divergence whose unwinder side is ``got``."""
+    from harness.perf.oracle import UNWINDER
+    from harness.verdicts.causes import CAUSES
+    from harness.verdicts.types import REGS, Divergence
+
+    s = o.cap.records()[0]
+    st = o.stack(s, chain, deferred, **where)
+    d = Divergence(UNWINDER, "perf", REGS, 0, 0, tuple(got), (s.regs.ip, s.regs.sp, s.regs.bp))
+    assert CAUSES[name].applies(d)
+    return CAUSES[name].predicate(st, d)
+
+
+HANDLER = 0x4017A5
+HANDLER_SYMBOLS = {0x401000: "c", HANDLER: "on_alarm"}
+
+
+def test_signal_delivery_evidence_is_the_handler_and_the_walked_ip():
+    recs = dsample(C1, 1, misc=1) + drec(C1, [HANDLER, *WALK[1:]], 2)
+    o = oracle_with(recs, HANDLER_SYMBOLS)
+    d = DeferredChecker(o, o.cap.records()).run()
+    (ev,) = [e.evidence for e in d.explained]
+    assert ev == {"text": ev["text"], "handler": "on_alarm", "walked_ip": HANDLER}
+    assert ev["text"].startswith("the kernel's deferred walk starts at on_alarm (0x4017a5, a function's first "
+                                 "byte) and goes on with the sample's callers")
+
+
+def test_signal_delivery_with_one_caller_and_with_callers_past_the_dump():
+    """The handler's walk goes on with the sample's callers: one is enough (a walk of two frames),
+    and so are those our walk reads before it runs off the dumped bytes (the kernel read on in live
+    memory)."""
+    one = stack({0x40: (0, 0x401100)})  # ip <- 0x401100, then fp 0
+    o = oracle_with(dsample(C1, 1, st=one, misc=1) + drec(C1, [HANDLER, 0x401100], 2), HANDLER_SYMBOLS)
+    d = DeferredChecker(o, o.cap.records()).run()
+    assert d.expected == {"signal-delivery": 1} and not d.failures
+    o = oracle_with(dsample(C1, 1, st=GOOD[:0x50], misc=1) + drec(C1, [HANDLER, *WALK[1:]], 2), HANDLER_SYMBOLS)
+    d = DeferredChecker(o, o.cap.records()).run()
+    assert d.expected == {"signal-delivery": 1} and not d.failures
+
+
+def test_signal_delivery_only_from_a_deferred_record():
+    """perf_callchain_user()'s FP walk runs at the sample, on its registers: a chain of it that
+    starts at a handler is no task work run before a signal's delivery.  And an entry no record
+    answered has no walk to say so."""
+    recs = fp_sample([HANDLER, *WALK[1:]])
+    o = oracle_with(recs, HANDLER_SYMBOLS)
+    assert _predicate("signal-delivery", o, recs, [HANDLER, *WALK[1:]], False, [HANDLER]) is None
+    recs = dsample(C1, 1, misc=1)
+    o = oracle_with(recs, HANDLER_SYMBOLS)
+    assert _predicate("signal-delivery", o, recs, None, True, [HANDLER], seq=0) is None
+
+
+def sigframe(bp: int = SP + 0x140) -> bytes:
+    """A dump at rt_sigreturn's entry: the sigcontext at sp + 40 holds ip 0x401839, sp + 0x100 and
+    ``bp``; frame records at sp + 0x140 and sp + 0x180 give 0x401887, 0x4018bd."""
+    b = bytearray(0x200)
+    struct.pack_into("<Q", b, 40 + 8 * 10, bp)
+    struct.pack_into("<Q", b, 40 + 8 * 15, SP + 0x100)
+    struct.pack_into("<Q", b, 40 + 8 * 16, 0x401839)
+    struct.pack_into("<QQ", b, 0x140, SP + 0x180, 0x401887)
+    struct.pack_into("<QQ", b, 0x180, 0, 0x4018BD)
+    return bytes(b)
+
+
+SIGRETURN_REGS = {**REGS, "ip": 0x408B89, "bp": SP + 0x140}
+RESTORED = [0x401839, 0x401887, 0x4018BD]
+
+
+def test_sigreturn_evidence_is_the_frame_and_the_restored_registers():
+    _, d = dcheck(dsample(C1, 1, regs=SIGRETURN_REGS, st=sigframe(), misc=1) + drec(C1, RESTORED, 2))
+    (ev,) = [e.evidence for e in d.explained]
+    assert ev == {"text": ev["text"], "frame_sp": SP, "restored_ip": 0x401839, "restored_sp": SP + 0x100,
+                  "restored_bp": SP + 0x140}
+    assert ev["text"].startswith(f"the sample is in rt_sigreturn: the signal frame's sigcontext at sp {SP:#x} + 40 "
+                                 f"holds ip 0x401839 sp {SP + 0x100:#x} bp {SP + 0x140:#x}")
+
+
+def test_sigreturn_walk_is_cut_where_the_kernels_is_and_may_run_off_the_dump():
+    """The walk from the restored registers is the kernel's unwind_user(): cut at the stack's
+    UNWIND_MAX_ENTRIES as the record is, and agreeing as far as the dump reaches."""
+    recs = dsample(C1, 1, regs=SIGRETURN_REGS, st=sigframe(), misc=1)
+    o = PerfOracle(parse_capture(pb.capture({0: recs}, pb.attr(flags=("sample_id_all", "defer_callchain")),
+                                            "release=test\n")), max_entries=2)
+    ev = _predicate("sigreturn-restored", o, recs, RESTORED[:2], True, [RESTORED[0]], seq=0, record_seq=1)
+    assert ev is not None and "equal" in ev["text"]
+    far = sigframe(bp=SP + 0x400)  # the restored bp points past the dumped bytes
+    recs = dsample(C1, 1, regs=SIGRETURN_REGS, st=far, misc=1)
+    o = oracle_with(recs)
+    ev = _predicate("sigreturn-restored", o, recs, RESTORED, True, [RESTORED[0]], seq=0, record_seq=1)
+    assert ev is not None and "ran off the dump" in ev["text"]
+
+
+def test_sigreturn_only_from_a_deferred_record_of_a_sigreturn_frame():
+    """A plain FP chain is taken at the sample's registers, not the restored ones; a dump too short
+    to hold a sigcontext has no restored registers."""
+    recs = fp_sample(RESTORED, st=sigframe(), regs=SIGRETURN_REGS)
+    o = oracle_with(recs)
+    assert _predicate("sigreturn-restored", o, recs, RESTORED, False, [RESTORED[0]]) is None
+    recs = dsample(C1, 1, regs=SIGRETURN_REGS, st=sigframe()[:0x80], misc=1)
+    o = oracle_with(recs)
+    assert _predicate("sigreturn-restored", o, recs, RESTORED, True, [RESTORED[0]], seq=0, record_seq=1) is None
+
+
+FRESH = {"ip": 0x401540, "sp": SP + 0x800, "cs": 0x33, "ss": 0x2B}  # what ELF_PLAT_INIT leaves
+
+
+def test_execve_evidence_of_each_way():
+    recs = dsample(C1, 1, misc=1) + dsample(C1, 2, regs=FRESH, misc=1) + drec(C1, [0x401540], 3)
+    o = oracle_with(recs, {0x401000: "c", 0x401540: "_start"})
+    first = o.cap.records()[0].offset
+    d = DeferredChecker(o, o.cap.records()).run()
+    ev = {e.evidence["how"]: e.evidence for e in d.explained}
+    assert ev["same entry"] == {"text": ev["same entry"]["text"], "how": "same entry", "first_sample": first}
+    assert f"its entry's first sample's (byte {first:#x}) the old image's" in ev["same entry"]["text"]
+    assert ev["new image"] == {"text": ev["new image"]["text"], "how": "new image", "walked_ip": 0x401540, "elf": ""}
+    assert ev["new image"]["text"].startswith("the kernel's deferred walk starts at 0x401540, _start: ")
+
+
+def test_execve_same_entry_without_its_first_sample_names_no_byte():
+    recs = dsample(C1, 1, regs=FRESH, misc=1)
+    o = oracle_with(recs)
+    s = o.cap.records()[0]
+    ev = _predicate("execve-replaced", o, recs, None, True, [s.regs.ip, s.regs.sp, s.regs.bp], seq=0)
+    assert ev is not None and ev["first_sample"] is None
+    assert "its entry's first sample's the old image's" in ev["text"]
+
+
+def test_execve_only_from_a_deferred_record():
+    """perf_callchain_user()'s FP walk runs at the sample: its registers, fresh or not, are the walk's."""
+    recs = fp_sample([0x401540], regs=FRESH, ip=0x401540)
+    o = oracle_with(recs, {0x401540: "_start"})
+    s = o.cap.records()[0]
+    assert _predicate("execve-replaced", o, recs, [0x401540], False, [s.regs.ip, s.regs.sp, s.regs.bp]) is None
+    assert _predicate("execve-replaced", o, recs, [0x401540], False, [0x401540]) is None

@@ -73,10 +73,11 @@ from harness.unwind.snapshot import Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import (
     StopReason,
+    UnwinderType,
     unwind_user,
 )
 from harness.verdicts.align import judge
-from harness.verdicts.causes import CAUSES, explain
+from harness.verdicts.causes import CAUSES, _step, explain
 from harness.verdicts.types import (
     DIFFERS,
     ENDS,
@@ -158,6 +159,20 @@ def fp_stops(tmp_path_factory) -> CauseCapture:
                          StopPoint("c-ret", "insn", "c", "ret"),
                          StopPoint("c-raw", "syscall", syscall="getppid")]),
         ([ITER, "libc"], [StopPoint("c-libc", "syscall", syscall="getppid")]),
+    ], ("c", "b", "a", "main"))
+
+
+@pytest.fixture(scope="session")
+def nosframe_stops(tmp_path_factory) -> CauseCapture:
+    """callchain.c, host, -O1, frame pointers, static, *without* SFrame (no .sframe, no
+    PT_GNU_SFRAME): c-entry (c's first instruction: the host's gcc shrink-wraps c, so its
+    ``push %rbp`` comes later), c-push-rbp (c's ``push %rbp``) and c-ret (c's ``ret``, after
+    ``pop %rbp``).  The SFrame walk finds no table and falls back to frame pointers at every frame, so the
+    fallback's step from an interrupted IP in a prologue or at an epilogue is a real one here."""
+    return _one(tmp_path_factory, "nosframe-stops", "callchain", "host", Variant(sframe=False), [
+        ([ITER, "raw"], [StopPoint("c-entry", "break", "c"),
+                         StopPoint("c-push-rbp", "insn", "c", "push   %rbp"),
+                         StopPoint("c-ret", "insn", "c", "ret")]),
     ], ("c", "b", "a", "main"))
 
 
@@ -551,6 +566,30 @@ def accept_module_without_sframe(request, tc):
         "module": libc.path, "address": ra, "function": st.code.function_at(ra, True).name,
         "fp_fallback": lambda s: "sets up no frame pointer" in s,
     }, (ENDS, DIFFERS))
+
+
+def nosframe_stop(request, name: str):
+    """callchain fp static without SFrame (host) at ``name``: the SFrame walk, every step FP's."""
+    cap = _fixture(request, "nosframe_stops")
+    assert not has_sframe(cap.binary)
+    st = stack_of(cap.snaps[name], "sframe")
+    oracle, frames = cfi_of(st)
+    assert st.trace.frames[1].how is UnwinderType.FP  # the fallback took the step that lost b
+    return cap, st, oracle, frames
+
+
+def accept_module_without_sframe_fallback_at(request, name: str):
+    """callchain fp static without SFrame at c's first instruction (c-entry: its prologue's first
+    byte), at its ``push %rbp`` (c-push-rbp) or at its ``ret`` after ``pop %rbp`` (c-ret): c sets up
+    its frame, but not at this IP; the FP fallback from the interrupted IP takes b's rbp and loses b."""
+    cap, st, oracle, frames = nosframe_stop(request, name)
+    if name == "c-entry":
+        assert st.regs.ip == cap.start("c") < st.code.frame_setup(st.code.function_at(st.regs.ip)).push
+    why = "the IP is the ret after pop %rbp/leave" if name == "c-ret" else "the IP is in c's prologue"
+    return Accepted(st, oracle, frames, (1, 1), {
+        "module": cap.binary, "address": st.regs.ip, "function": "c", "prologue": [],
+        "fp_fallback": lambda s: s.startswith(why),
+    }, (LOST,))
 
 
 def gold_c_raw(request):
@@ -1214,6 +1253,12 @@ ACCEPT = [
     Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
     *[Case("sframe-module-without-sframe", f"callchain-nofp-dyn-{tc}:c-raw", accept_module_without_sframe, (tc,))
       for tc in TOOLCHAINS],
+    Case("sframe-module-without-sframe", "callchain-fp-nosframe-static-host:c-entry",
+         accept_module_without_sframe_fallback_at, ("c-entry",)),
+    Case("sframe-module-without-sframe", "callchain-fp-nosframe-static-host:c-push-rbp",
+         accept_module_without_sframe_fallback_at, ("c-push-rbp",)),
+    Case("sframe-module-without-sframe", "callchain-fp-nosframe-static-host:c-ret",
+         accept_module_without_sframe_fallback_at, ("c-ret",)),
     Case("sframe-module-without-pt-gnu-sframe", "callchain-nofp-static-gold-host:c-raw",
          accept_module_without_pt_gnu_sframe),
     Case("fp-frameless-function", "callchain-fp-static-host:c-raw:ends", accept_frameless_lscm),
@@ -1423,3 +1468,19 @@ def test_shadow_uninstrumented_past_the_shadows_end(request):
     ev = CAUSES["shadow-uninstrumented"].predicate(st, d)
     assert ev is not None and ev["function"] == "__mprotect" and ev["unchecked"] == len(st.trace) - 1
     assert ev["text"].startswith("the shadow stack ends below __mprotect")
+
+
+def test_a_lost_frame_after_the_unwinders_last_has_no_step(request):
+    """Built by hand over a real stop (align makes an ENDS of it, never this LOST): callchain fp
+    static (host) at getppid in c, where FP ends after __libc_start_call_main and CFI goes on, the
+    oracle's next frame as LOST at (5, 5).  No frame of the unwinder's took a step there, so
+    ``_step`` has none to name (not the frame past the walk's end: there is none), and the step
+    causes, which ask it, refuse."""
+    _cap, st, oracle, frames = fp_stop(request, "c-raw")
+    n = len(st.trace)
+    assert n == 5 and len(frames.ips) > n and st.trace.ips == list(frames.ips[:n])
+    d = div(st, oracle, frames, LOST, n, n)
+    assert _step(st, d) is None
+    for c in CAUSES.values():
+        if c.applies(d) and c.name.startswith(("fp-", "sframe-")):
+            assert c.predicate(st, d) is None, c.name

@@ -17,7 +17,7 @@ from harness.regs import UserRegs
 from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
 from harness.unwind.user import Frame, Trace, UnwinderType
-from harness.verdicts.causes import CAUSES
+from harness.verdicts.causes import CAUSES, _from
 from harness.verdicts.types import LOST, Divergence
 
 BASE = 0x401000
@@ -70,3 +70,14 @@ def test_the_epilogue_evidence_is_the_two_instructions_it_rests_on(last, text):
     assert found["code"] == [f"{BASE + 4:#x}: {text}", f"{BASE + 5:#x}: ret"]
     assert found["why_fp"].startswith("the IP is the ret after pop %rbp/leave: rbp is the caller's")
     assert found["text"].startswith(found["why_fp"])
+
+
+def test_a_divergence_at_the_unwinders_first_entry_started_from_no_frame_of_its():
+    """``_from``: the step that went wrong started from the unwinder's frame before the divergence;
+    at got_index 0 there is none, so no step cause examines the oracle's frame before it, even where
+    the unwinder's last frame (got[-1], what a negative index reads) is that frame.  align.judge
+    makes no such divergence after first entries that agree; the rule is _from's own."""
+    d = Divergence("fp", "cfi", LOST, 0, 1, (BASE,), (BASE, CALLER), frozenset({0}))
+    assert _from(d) is None
+    assert _from(Divergence("fp", "cfi", LOST, 1, 1, (BASE, OUTER), (BASE, CALLER, OUTER), frozenset({0}))) \
+        == (BASE, True)
