@@ -205,8 +205,13 @@ def test_programs_in_one_guest(tmp_path):
     # frame onto the main stack, which the stop's snapshot must hold too
     assert alt.crash is None and alt.stacks >= 10 and alt.disagreements == [], report
     stacks = _own_stacks(logs / "fuzzlive-alt.jsonl")
-    assert all(_names(r["frames"]["cfi"])[0] == "h" for r in stacks), [_names(r["frames"]["cfi"]) for r in stacks]
-    assert sum(_has_chain(r["frames"]["cfi"]) for r in stacks) >= 0.9 * len(stacks)
+    # The handler's loop ends at its guest-time deadline (LIVE_SECONDS), as every program's does,
+    # and a slow run samples on past it: h has returned into raise, on the main stack (campaign
+    # run h1 of 2026-12-05, QEMU 7.2 at load 5).  As for the other programs, most stacks are the
+    # loop's, and the CFI oracle walks from h through its signal frame onto the main stack.
+    inside = [r for r in stacks if _names(r["frames"]["cfi"])[0] == "h"]
+    assert len(inside) >= 0.9 * len(stacks), [_names(r["frames"]["cfi"]) for r in stacks]
+    assert sum(_has_chain(r["frames"]["cfi"]) for r in inside) >= 0.9 * len(inside)
 
 
 def test_a_guest_that_dies_is_raised_not_reported(tmp_path):
