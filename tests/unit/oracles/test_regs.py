@@ -62,7 +62,7 @@ class SignalFrame:
 def frame() -> SignalFrame:
     d = Delivery("signal-1")
     guest = d.guest()
-    walk = unwind_cfi(guest, d.snap.regs, CFIOracle(d.space, guest).tables)
+    walk = unwind_cfi(guest, d.snap.regs, CFIOracle(d.space).tables)
     tramp = walk.frames[-1]  # the CFI walk ends at the trampoline, a signal frame
     assert guest.read(tramp.ip, len(RT_SIGRETURN_CODE)) == RT_SIGRETURN_CODE
     interrupted = kernel_sigframe_regs(guest, tramp.ip, tramp.sp)

@@ -149,7 +149,7 @@ def test_a_sample_at_the_trampolines_first_instruction_is_walked_through_it():
     space = AddressSpace.from_maps(maps, resolve, snap.memory)
     vdso = snap.memory.backing
     snap.memory.backing = None
-    oracle = CFIOracle(space, snap.memory)
+    oracle = CFIOracle(space)
     inside = unwind_cfi(snap.memory, snap.regs, oracle.tables)
     at = next(i for i, n in enumerate(names) if n.startswith("on_alarm+")) + 1  # the trampoline's frame
     tramp = inside.frames[at]
@@ -218,7 +218,7 @@ def test_a_child_exiting_in_a_noreturn_syscall_is_walked_from_the_syscall_not_th
     path = program(prog)
     space = AddressSpace.from_maps(maps, {prog["guest_path"]: path}.get, snap.memory)
     snap.memory.backing = Overlay(snap.memory.backing, FileBackedMemory(space))  # the code, as replay() reads it
-    oracle = CFIOracle(space, snap.memory)
+    oracle = CFIOracle(space)
     ip = snap.regs.ip
     assert snap.memory.read(ip - 2, 2) == b"\x0f\x05"  # syscall, the function's last instruction
     assert oracle.tables(ip).rule_for(ip - 1) != oracle.tables(ip).rule_for(ip)  # two FDEs meet at ip

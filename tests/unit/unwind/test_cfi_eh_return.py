@@ -78,7 +78,7 @@ def builds(tmp_path_factory):
 def test_in_the_window_cfi_is_not_checked(builds, build):
     _binary, snaps = builds[build]
     st = stack_of(snaps["window"], "fp")
-    oracle = CFIOracle(st.space, st.memory)
+    oracle = CFIOracle(st.space)
     walked = oracle._walk(st.memory, st.regs)
     # The CFI walk and the FP walk both read the landing frame's call site from the unwinder's
     # frame: main's call of outer, where the truth is __cxa_throw, deep, middle, outer, main.
@@ -100,7 +100,7 @@ def test_before_the_window_cfi_is_checked(builds, build):
     libstdc++'s PLT entry, whose GOT slot's relocation names the function."""
     _binary, snaps = builds[build]
     st = stack_of(snaps["entry"], "fp")
-    frames = CFIOracle(st.space, st.memory).frames(st)
+    frames = CFIOracle(st.space).frames(st)
     assert isinstance(frames, OracleFrames), frames
     names = [st.code.function_at(a, k > 0).name for k, a in enumerate(frames.ips[:6])]
     assert names == ["_Unwind_RaiseException", "__cxa_throw", "_Z4deepl.cold", "_Z6middlel", "_Z5outerl", "main"], names
@@ -113,5 +113,5 @@ def test_a_function_without_eh_return_is_never_in_the_window(builds):
     """main's frame at the same stop: no EH data registers in its FDE."""
     _binary, snaps = builds["static-libgcc"]
     st = stack_of(snaps["entry"], "fp")
-    frames = CFIOracle(st.space, st.memory).frames(st)
+    frames = CFIOracle(st.space).frames(st)
     assert eh_return_window(st.space, st.code, frames.ips[5:]) is None
