@@ -115,3 +115,22 @@ def test_a_function_without_eh_return_is_never_in_the_window(builds):
     st = stack_of(snaps["entry"], "fp")
     frames = CFIOracle(st.space).frames(st)
     assert eh_return_window(st.space, st.code, frames.ips[5:]) is None
+
+
+@pytest.mark.parametrize("build", ["dynamic", "static-libgcc"])
+def test_a_return_address_after_no_direct_call_says_nothing(builds, build):
+    """In the window's function, a return address that follows no call (here: main's first byte)
+    or an indirect one (here: _Unwind_RaiseException's own call of the personality routine, through
+    a register) names no callee: nothing tells the landing frame's call site from the function's
+    own frame, and the walk stands.  The pairs are made from the stop's real code."""
+    _binary, snaps = builds[build]
+    st = stack_of(snaps["window"], "fp")
+    ip = st.regs.ip
+    f = st.code.function_at(ip)
+    assert f.name == "_Unwind_RaiseException"
+    main = st.code.function_at(CFIOracle(st.space)._walk(st.memory, st.regs).ips[1], True)
+    assert st.code.call_before(main.start) is None
+    assert eh_return_window(st.space, st.code, (ip, main.start)) is None
+    indirect = next(a for a in range(f.start + 2, f.start + f.size)
+                    if (c := st.code.call_before(a)) is not None and st.code.callee(c) is None)
+    assert eh_return_window(st.space, st.code, (ip, indirect)) is None
