@@ -247,3 +247,15 @@ def test_a_rule_that_is_not_over_the_frames_sp_gives_no_registers(frame, monkeyp
         return row
 
     assert _with_row(frame, monkeypatch, change) is None
+
+
+@pytest.mark.parametrize("limit", [3, 4, 6])
+def test_the_walk_through_a_signal_frame_is_cfi_max_entries_in_all(frame, monkeypatch, limit):
+    """CFI_MAX_ENTRIES bounds the whole walk, the frames past each signal frame counted with those
+    before it (signal-1: 4 frames to the trampoline, 7 after; the limit lowered here)."""
+    import harness.oracles.cfi as cfi
+
+    full = CFIOracle(frame.d.space)._walk(frame.memory, frame.d.snap.regs)
+    monkeypatch.setattr(cfi, "CFI_MAX_ENTRIES", limit)
+    got = CFIOracle(frame.d.space)._walk(frame.memory, frame.d.snap.regs)
+    assert got.ips == full.ips[:limit] and got.outermost is False
