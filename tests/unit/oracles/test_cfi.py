@@ -259,3 +259,29 @@ def test_the_walk_through_a_signal_frame_is_cfi_max_entries_in_all(frame, monkey
     monkeypatch.setattr(cfi, "CFI_MAX_ENTRIES", limit)
     got = CFIOracle(frame.d.space)._walk(frame.memory, frame.d.snap.regs)
     assert got.ips == full.ips[:limit] and got.outermost is False
+
+
+def test_a_walk_starting_in_the_trampoline_looks_its_ip_up_at_itself(frame):
+    """The handler has returned into the trampoline: the walk's first IP is the trampoline's,
+    an interrupted IP, looked up at itself, also at the FDE's first byte (glibc's nop before
+    __restore_rt, where a lookup at ip - 1 would miss it; registers made from signal-1's frame
+    as the handler's ret leaves them)."""
+    import dataclasses
+
+    regs = dataclasses.replace(frame.d.snap.regs, ip=frame.fde_start, sp=frame.sp)
+    full = CFIOracle(frame.d.space)._walk(frame.memory, frame.d.snap.regs)
+    got = CFIOracle(frame.d.space)._walk(frame.memory, regs)
+    assert got.ips == (frame.fde_start, *full.ips[4:]) and got.marks == {0, 1}
+
+
+def test_a_signal_frame_whose_registers_cannot_be_read_ends_the_walk_there(frame, monkeypatch):
+    """signal_frame_regs gives nothing (the restorer's row without rip, changed from the real
+    one): the oracle's frames end at the trampoline, not at the outermost frame, and say why."""
+    def change(row):
+        del row[16]
+        return row
+
+    assert _with_row(frame, monkeypatch, change) is None  # (the same patch as above)
+    got = CFIOracle(frame.d.space)._walk(frame.memory, frame.d.snap.regs)
+    assert isinstance(got, OracleFrames) and len(got.ips) == 4 and got.marks == {0}
+    assert got.outermost is False and "signal frame" in got.stop
