@@ -47,14 +47,13 @@ class CFIOracle(Oracle):
     name = "cfi"
     description = "DWARF CFI (.eh_frame), through signal frames"
 
-    def __init__(self, space: AddressSpace, memory: Memory):
+    def __init__(self, space: AddressSpace):
         self.space = space
-        self.memory = memory
         self.tables = cfi_tables_for(space)
 
     @classmethod
     def create(cls, setup: Setup) -> CFIOracle:
-        return cls(setup.space, setup.memory)
+        return cls(setup.space)
 
     def frames(self, stack: Stack) -> OracleFrames | NotChecked:
         """The CFI trace continued through signal frames; ``marks`` are the entries that are
@@ -130,7 +129,7 @@ def eh_return_window(space: AddressSpace, code: CodeFacts, ips) -> str | None:
             f"registers into its frame, and no walk past it is the truth")
 
 
-def _trampoline(space: AddressSpace, ra: int, at_ip: bool = False):
+def _trampoline(space: AddressSpace, ra: int, at_ip: bool):
     """(table, link address) of the signal trampoline ``ra`` returns into (or, ``at_ip``, that
     the interrupted IP ``ra`` is in), or None."""
     pc = ra if at_ip else ra - 1
@@ -140,7 +139,10 @@ def _trampoline(space: AddressSpace, ra: int, at_ip: bool = False):
     table = cfi_table(e.image)
     link = e.link_address(pc)
     fde = table.fde_for(link)
-    if fde is None or b"S" not in bytes(fde.cie["augmentation"] or b""):
+    if fde is None:
+        return None
+    augmentation = fde.cie["augmentation"] or b""  # pragma: no mutate (equivalent: any fallback without an S)
+    if b"S" not in bytes(augmentation):
         return None
     return table, link
 
@@ -176,8 +178,8 @@ def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
         raw = memory.read(sp + _SIGCONTEXT, 8 * len(_SIGCONTEXT_REGS))
     except MemoryFault:
         return None
-    return UserRegs(**dict(zip(_SIGCONTEXT_REGS, struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw), strict=True)),
-                    orig_ax=NO_SYSCALL)
+    values = struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw)  # one word per name
+    return UserRegs(**{name: values[i] for i, name in enumerate(_SIGCONTEXT_REGS)}, orig_ax=NO_SYSCALL)
 
 
 def signal_frame_regs(space: AddressSpace, memory: Memory, ra: int, sp: int,

@@ -28,7 +28,9 @@ class RegsOracle(Oracle):
         req = stack.request
         if req is None or req.want is None:
             return NotChecked("the request hit a task without user registers (kernel thread)")
-        return OracleFrames((req.want.ip,), frozenset({0}), "the requested registers", True, req.want)
+        # (``outermost`` left at its default: only a frame list's alignment reads it, and the
+        # verdict of a registers oracle compares registers)
+        return OracleFrames((req.want.ip,), frozenset({0}), "the requested registers", regs=req.want)
 
     def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request: Request | None = None) -> None:
         """Another task's signal restorer, read while the guest is stopped: for a task whose binaries

@@ -82,6 +82,11 @@ def shadow_symbol(path: str | Path) -> ShadowSymbol | None:
         return ShadowSymbol(sym["st_value"], -(-tls["p_memsz"] // align) * align)
 
 
+def _header(memory: Memory, addr: int) -> tuple[int, int, int]:
+    """(magic, depth, overflow) of the shadow stack at ``addr``: u64, u32, u32."""
+    return struct.unpack("<QII", memory.read(addr, 16))
+
+
 @register
 class ShadowOracle(Oracle):
     name = "shadow"
@@ -102,11 +107,12 @@ class ShadowOracle(Oracle):
         return [(self.symbol.address(fs_base), 16 + 16 * SHADOW_PREFETCH)]
 
     def complete(self, memory: Memory, regs: UserRegs, fs_base: int, request=None) -> None:
-        """A deeper stack's remaining entries: one more read."""
+        """A deeper stack's remaining entries: one more read (a stack within the prefetch is read
+        from the capture, no further)."""
         addr = self.symbol.address(fs_base)
         try:
-            magic, depth, overflow = struct.unpack("<QII", memory.read(addr, 16))
-            if magic == SHADOW_MAGIC and not overflow and SHADOW_PREFETCH < depth <= SHADOW_MAX_DEPTH:
+            magic, depth, overflow = _header(memory, addr)
+            if magic == SHADOW_MAGIC and not overflow and depth <= SHADOW_MAX_DEPTH:
                 memory.read(addr + 16, 16 * depth)
         except MemoryFault:
             pass  # frames() meets the same fault and says so
@@ -120,7 +126,7 @@ class ShadowOracle(Oracle):
             fs_base = stack.thread_pointer()
         addr = self.symbol.address(fs_base)
         try:
-            magic, depth, overflow = struct.unpack("<QII", stack.memory.read(addr, 16))
+            magic, depth, overflow = _header(stack.memory, addr)
             if magic != SHADOW_MAGIC:
                 return NotChecked(f"shadow stack magic {magic:#x} at {addr:#x} (fs_base {fs_base:#x}), "
                                   f"not {SHADOW_MAGIC:#x}: the harness computed a wrong address", failure=True)
@@ -142,7 +148,8 @@ def hooks(code: CodeFacts) -> tuple[int | None, int | None]:
     def compute():
         sym = Symbolizer(code.space)
         return sym.address_of(HOOK_ENTER), sym.address_of(HOOK_EXIT)
-    return code.memo(("shadow-hooks",), compute) or (None, None)
+    found = code.memo((hooks,), compute)  # pragma: no mutate (equivalent: any key no other memo uses)
+    return found or (None, None)
 
 
 def instrumented(code: CodeFacts, f: Function) -> bool:
@@ -150,7 +157,7 @@ def instrumented(code: CodeFacts, f: Function) -> bool:
     enter, _ = hooks(code)
     if enter is None:
         return False
-    return bool(code.memo(("instrumented", f.start),
+    return bool(code.memo((instrumented, f.start),
                            lambda: enter in code.calls(f.start, f.start + min(f.size or 256, 1 << 16))))
 
 

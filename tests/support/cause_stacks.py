@@ -38,7 +38,7 @@ def cfi_of(stack: Stack, snap: Snapshot | None = None) -> tuple[CFIOracle, Oracl
     """The CFI oracle and its frames; with ``snap``, over that snapshot's own (uncorrupted)
     memory: where a test corrupts a frame record the FP walk reads, CFI would restore rbp and the
     return address from the same slots, so the truth is the stack before the corruption."""
-    oracle = CFIOracle(stack.space, stack.memory if snap is None else snap.memory())
+    oracle = CFIOracle(stack.space)
     if snap is None:
         return oracle, oracle.frames(stack)
     return oracle, oracle.frames(dataclasses.replace(stack, memory=snap.memory()))

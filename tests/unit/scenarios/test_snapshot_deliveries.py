@@ -13,14 +13,11 @@ import json
 
 import pytest
 
-from harness.images.errors import ImageError
 from harness.images.programs import Variant
 from harness.memory import BufferMemory, CapturedMemory, MemoryFault, SnapshotMiss
 from harness.scenarios.snapshot import DeliveryFileError, load, loaded_digest, replay
-from tests.support.gating import require
-from tests.support.paths import TEST_DATA
+from tests.support.deliveries import DATA, program
 
-DATA = TEST_DATA / "deliveries"
 DELIVERIES = sorted(p.name for p in DATA.iterdir() if (p / "delivery.json").exists())
 
 
@@ -65,25 +62,9 @@ def test_open_memory_reads_live_and_keeps_the_answer():
 
 # -- recorded deliveries ---------------------------------------------------------------------------
 
-def _program(prog: dict) -> str:
-    from harness.images.programs import build_program
-    from harness.images.toolchain import get_toolchain
-
-    try:
-        built = build_program(prog["source"], get_toolchain(prog["toolchain"]), Variant(**prog["variant"]))
-    except ImageError as exc:
-        require(False, f"{prog['source']} with {prog['toolchain']}: {exc}")
-        raise
-    sha = loaded_digest(built.path)
-    assert sha == prog["loaded_sha256"], (
-        f"{built.path} does not map what the snapshot's binary did ({sha} != {prog['loaded_sha256']}): "
-        f"re-record tests/data/deliveries with python -m harness.tools.record_deliveries")
-    return str(built.path)
-
-
 def _replay(name: str, mutate=None):
     snap, record, maps, prog = load(DATA / name / "delivery.json")
-    path = _program(prog)
+    path = program(prog)
     if mutate is not None:
         mutate(snap)
     resolve = {prog["guest_path"]: path}.get
@@ -163,12 +144,12 @@ def test_a_sample_at_the_trampolines_first_instruction_is_walked_through_it():
             break  # a sample in the handler
     else:
         raise AssertionError("no recorded sample in the signal handler: re-record signal")
-    path = _program(prog)
+    path = program(prog)
     resolve = {prog["guest_path"]: path}.get
     space = AddressSpace.from_maps(maps, resolve, snap.memory)
     vdso = snap.memory.backing
     snap.memory.backing = None
-    oracle = CFIOracle(space, snap.memory)
+    oracle = CFIOracle(space)
     inside = unwind_cfi(snap.memory, snap.regs, oracle.tables)
     at = next(i for i, n in enumerate(names) if n.startswith("on_alarm+")) + 1  # the trampoline's frame
     tramp = inside.frames[at]
@@ -234,10 +215,10 @@ def test_a_child_exiting_in_a_noreturn_syscall_is_walked_from_the_syscall_not_th
     name = "forkexec-syscall-exit-0"
     snap, record, maps, prog = load(DATA / name / "delivery.json")
     assert snap.point.name == "exit" and snap.own == "child" and snap.regs.orig_ax == 231  # exit_group
-    path = _program(prog)
+    path = program(prog)
     space = AddressSpace.from_maps(maps, {prog["guest_path"]: path}.get, snap.memory)
     snap.memory.backing = Overlay(snap.memory.backing, FileBackedMemory(space))  # the code, as replay() reads it
-    oracle = CFIOracle(space, snap.memory)
+    oracle = CFIOracle(space)
     ip = snap.regs.ip
     assert snap.memory.read(ip - 2, 2) == b"\x0f\x05"  # syscall, the function's last instruction
     assert oracle.tables(ip).rule_for(ip - 1) != oracle.tables(ip).rule_for(ip)  # two FDEs meet at ip

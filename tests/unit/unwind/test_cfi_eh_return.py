@@ -78,7 +78,7 @@ def builds(tmp_path_factory):
 def test_in_the_window_cfi_is_not_checked(builds, build):
     _binary, snaps = builds[build]
     st = stack_of(snaps["window"], "fp")
-    oracle = CFIOracle(st.space, st.memory)
+    oracle = CFIOracle(st.space)
     walked = oracle._walk(st.memory, st.regs)
     # The CFI walk and the FP walk both read the landing frame's call site from the unwinder's
     # frame: main's call of outer, where the truth is __cxa_throw, deep, middle, outer, main.
@@ -100,7 +100,7 @@ def test_before_the_window_cfi_is_checked(builds, build):
     libstdc++'s PLT entry, whose GOT slot's relocation names the function."""
     _binary, snaps = builds[build]
     st = stack_of(snaps["entry"], "fp")
-    frames = CFIOracle(st.space, st.memory).frames(st)
+    frames = CFIOracle(st.space).frames(st)
     assert isinstance(frames, OracleFrames), frames
     names = [st.code.function_at(a, k > 0).name for k, a in enumerate(frames.ips[:6])]
     assert names == ["_Unwind_RaiseException", "__cxa_throw", "_Z4deepl.cold", "_Z6middlel", "_Z5outerl", "main"], names
@@ -113,5 +113,24 @@ def test_a_function_without_eh_return_is_never_in_the_window(builds):
     """main's frame at the same stop: no EH data registers in its FDE."""
     _binary, snaps = builds["static-libgcc"]
     st = stack_of(snaps["entry"], "fp")
-    frames = CFIOracle(st.space, st.memory).frames(st)
+    frames = CFIOracle(st.space).frames(st)
     assert eh_return_window(st.space, st.code, frames.ips[5:]) is None
+
+
+@pytest.mark.parametrize("build", ["dynamic", "static-libgcc"])
+def test_a_return_address_after_no_direct_call_says_nothing(builds, build):
+    """In the window's function, a return address that follows no call (here: main's first byte)
+    or an indirect one (here: _Unwind_RaiseException's own call of the personality routine, through
+    a register) names no callee: nothing tells the landing frame's call site from the function's
+    own frame, and the walk stands.  The pairs are made from the stop's real code."""
+    _binary, snaps = builds[build]
+    st = stack_of(snaps["window"], "fp")
+    ip = st.regs.ip
+    f = st.code.function_at(ip)
+    assert f.name == "_Unwind_RaiseException"
+    main = st.code.function_at(CFIOracle(st.space)._walk(st.memory, st.regs).ips[1], True)
+    assert st.code.call_before(main.start) is None
+    assert eh_return_window(st.space, st.code, (ip, main.start)) is None
+    indirect = next(a for a in range(f.start + 2, f.start + f.size)
+                    if (c := st.code.call_before(a)) is not None and st.code.callee(c) is None)
+    assert eh_return_window(st.space, st.code, (ip, indirect)) is None

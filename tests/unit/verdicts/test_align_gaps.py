@@ -58,7 +58,7 @@ def test_the_oracles_outermost_reaches_the_causes():
     that ended for want of an FDE that is cfi-no-fde; past one that ended at the outermost frame
     (.cfi_undefined rip) it is a failure.  judge() must hand the oracle's ``outermost`` on."""
     s = stack_of([IP, RA, OUTER], UserRegs(ip=IP, sp=SP, bp=BP))
-    cfi = CFIOracle(s.space, s.memory)
+    cfi = CFIOracle(s.space)
     v = judge(s, cfi, OracleFrames((IP, RA), outermost=False))
     assert v.verdict == EXPLAINED and [d.cause for d in v.divergences] == ["cfi-no-fde"]
     v = judge(s, cfi, OracleFrames((IP, RA), outermost=True))
@@ -69,7 +69,7 @@ def test_the_oracles_outermost_reaches_the_causes():
 def test_first_entries_that_differ_are_a_failure_whatever_the_causes_say():
     # the walk and the oracle start from the same registers: a first entry that differs is no story
     s = stack_of([IP, RA], UserRegs(ip=IP, sp=SP, bp=BP))
-    v = judge(s, CFIOracle(s.space, s.memory), OracleFrames((IP + 1, RA)))
+    v = judge(s, CFIOracle(s.space), OracleFrames((IP + 1, RA)))
     assert v.verdict == FAILURE
     (d,) = v.divergences
     assert (d.kind, d.got_index, d.want_index, d.cause) == (DIFFERS, 0, 0, None)
@@ -90,11 +90,11 @@ def epilogue_stack(lost: int):
 
 def test_up_to_max_divergences_explained_is_explained_one_more_is_a_failure():
     s, frames = epilogue_stack(MAX_DIVERGENCES)
-    v = judge(s, CFIOracle(s.space, s.memory), frames)
+    v = judge(s, CFIOracle(s.space), frames)
     assert v.verdict == EXPLAINED and len(v.divergences) == MAX_DIVERGENCES
     assert {(d.kind, d.cause) for d in v.divergences} == {(LOST, "fp-epilogue-ip")}
     s, frames = epilogue_stack(MAX_DIVERGENCES + 1)
-    v = judge(s, CFIOracle(s.space, s.memory), frames)
+    v = judge(s, CFIOracle(s.space), frames)
     assert v.verdict == FAILURE and len(v.divergences) == MAX_DIVERGENCES + 1
     assert [d.cause for d in v.divergences] == ["fp-epilogue-ip"] * MAX_DIVERGENCES + [None]
     last = v.divergences[-1]
@@ -103,7 +103,7 @@ def test_up_to_max_divergences_explained_is_explained_one_more_is_a_failure():
 
 def test_an_oracle_that_could_not_check_is_not_checked_or_a_failure_as_it_says():
     s = stack_of([IP, RA], UserRegs(ip=IP, sp=SP, bp=BP))
-    cfi = CFIOracle(s.space, s.memory)
+    cfi = CFIOracle(s.space)
     v = judge(s, cfi, NotChecked("no .eh_frame for the IP"))
     assert (v.unwinder, v.oracle, v.verdict, v.divergences, v.reason) == (
         "fp", "cfi", NOT_CHECKED, [], "no .eh_frame for the IP")

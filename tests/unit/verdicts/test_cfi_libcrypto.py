@@ -24,7 +24,6 @@ from dataclasses import replace
 import pytest
 
 from harness.images.errors import ImageError
-from harness.memory import BufferMemory
 from harness.oracles.cfi import CFIOracle, signal_frame_regs
 from harness.regs import UserRegs
 from harness.rule import ValueRule
@@ -192,6 +191,6 @@ def test_the_old_answer_was_a_failure_no_cause_proves(sha_tick):
 def test_the_oracle_captures_the_red_zone_below_sps_page(sp, want):
     """The stop's capture starts at sp's page; the oracle asks for the page below where the red
     zone reaches into it (sha_spin's timer has interrupted the AVX2 code at a page-aligned sp)."""
-    oracle = CFIOracle(AddressSpace([]), BufferMemory({}))
+    oracle = CFIOracle(AddressSpace([]))
     assert oracle.captures(UserRegs(sp=sp), 0) == want
     assert oracle.captures(UserRegs(sp=sp & 0xFFFFFFFF, cs=0x23), 0) == []  # i386: no red zone
