@@ -20,16 +20,7 @@ from harness.oracles.cfi import PAGE, CFIOracle
 from harness.unwind.maps import AddressSpace
 from harness.unwind.user import Trace
 from tests.support.deliveries import Delivery
-
-
-class Guest:
-    def __init__(self, memory):
-        self.memory = memory
-        self.reads: list[tuple[int, int]] = []
-
-    def read(self, addr: int, size: int) -> bytes:
-        self.reads.append((addr, size))
-        return self.memory.read(addr, size)
+from tests.support.deliveries import RecordingMemory as Guest
 
 
 @pytest.fixture(scope="module")

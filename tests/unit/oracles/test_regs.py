@@ -32,20 +32,10 @@ from harness.unwind.user import Trace
 from harness.verdicts.align import judge
 from harness.verdicts.types import AGREE, NOT_CHECKED
 from tests.support.deliveries import Delivery
+from tests.support.deliveries import RecordingMemory as Guest
 
 RT_SIGRETURN = 15
 
-
-class Guest:
-    """The stopped guest's memory, counting the reads that reach it."""
-
-    def __init__(self, memory):
-        self.memory = memory
-        self.reads: list[tuple[int, int]] = []
-
-    def read(self, addr: int, size: int) -> bytes:
-        self.reads.append((addr, size))
-        return self.memory.read(addr, size)
 
 
 @dataclasses.dataclass

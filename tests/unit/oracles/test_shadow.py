@@ -32,21 +32,11 @@ from harness.oracles.shadow import (
 )
 from harness.unwind.user import Trace
 from tests.support.deliveries import Delivery
+from tests.support.deliveries import RecordingMemory as Guest
 
 HEADER = 16
 ENTRY = 16
 
-
-class Guest:
-    """The stopped guest's memory, listing the reads that reach it."""
-
-    def __init__(self, memory):
-        self.memory = memory
-        self.reads: list[tuple[int, int]] = []
-
-    def read(self, addr: int, size: int) -> bytes:
-        self.reads.append((addr, size))
-        return self.memory.read(addr, size)
 
 
 @pytest.fixture(scope="module")
