@@ -12,22 +12,9 @@ from harness.unwind.maps import AddressSpace, FileBackedMemory
 from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
-__all__ = ["DATA", "Delivery", "RecordingMemory", "program"]
+__all__ = ["DATA", "Delivery", "program"]
 
 DATA = TEST_DATA / "deliveries"
-
-
-class RecordingMemory:
-    """The stopped guest's memory as an oracle's ``complete()`` reads it: each read served from
-    ``memory`` and listed in :attr:`reads` (what reached the guest)."""
-
-    def __init__(self, memory):
-        self.memory = memory
-        self.reads: list[tuple[int, int]] = []
-
-    def read(self, addr: int, size: int) -> bytes:
-        self.reads.append((addr, size))
-        return self.memory.read(addr, size)
 
 
 def program(prog: dict) -> str:

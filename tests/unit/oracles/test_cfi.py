@@ -20,7 +20,7 @@ from harness.oracles.cfi import PAGE, CFIOracle
 from harness.unwind.maps import AddressSpace
 from harness.unwind.user import Trace
 from tests.support.deliveries import Delivery
-from tests.support.deliveries import RecordingMemory as Guest
+from tests.support.recording import RecordingMemory as Guest
 
 
 @pytest.fixture(scope="module")

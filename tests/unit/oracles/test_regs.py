@@ -32,7 +32,7 @@ from harness.unwind.user import Trace
 from harness.verdicts.align import judge
 from harness.verdicts.types import AGREE, NOT_CHECKED
 from tests.support.deliveries import Delivery
-from tests.support.deliveries import RecordingMemory as Guest
+from tests.support.recording import RecordingMemory as Guest
 
 RT_SIGRETURN = 15
 

@@ -32,7 +32,7 @@ from harness.oracles.shadow import (
 )
 from harness.unwind.user import Trace
 from tests.support.deliveries import Delivery
-from tests.support.deliveries import RecordingMemory as Guest
+from tests.support.recording import RecordingMemory as Guest
 
 HEADER = 16
 ENTRY = 16

@@ -24,6 +24,7 @@ from harness.unwind.user import (
     UserUnwinder,
     unwind_user,
 )
+from tests.support.recording import RecordingMemory
 
 STACK = 0x7FFF_F000_0000  # a page-aligned stack region for hand-built frames
 IP0 = 0x401234
@@ -31,18 +32,6 @@ IP0 = 0x401234
 
 def q(*words: int) -> bytes:
     return struct.pack(f"<{len(words)}Q", *words)
-
-
-class RecordingMemory:
-    """BufferMemory that remembers every read, to prove the model never reads kernel addresses."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.reads: list[tuple[int, int]] = []
-
-    def read(self, addr: int, size: int) -> bytes:
-        self.reads.append((addr, size))
-        return self.inner.read(addr, size)
 
 
 # --- the complete chain and its end --------------------------------------------------------
