@@ -4,12 +4,18 @@ the :class:`~harness.session.GuestSpec` they describe."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..images.programs import Variant
 from ..images.qemu import DEFAULT_CHOICE
-from ..scenarios.catalog import DEFAULT_SET, programs_for, select_scenarios
-from ..session import GuestSpec
 from . import arg, positive_int
+
+if TYPE_CHECKING:
+    from ..session import GuestSpec
+
+# The session and the scenario catalog (the transports, the engine) are imported by the functions
+# that build a guest's spec, not here: every command's parser is built from this module, and
+# `harness --help` or `harness check` need none of them (harness/commands/__init__.py).
 
 __all__ = ["DEFAULT_PROGRAMS", "GUEST_ARGS", "LIB_ARG", "guest_spec", "shell_spec"]
 
@@ -49,6 +55,8 @@ LIB_ARG = arg("--lib", action="append", metavar="PATH",
 
 def guest_spec(args: argparse.Namespace, programs=None) -> GuestSpec:
     """The guest the options in ``args`` describe, with these programs (default: callchain, 64 and 32 bits)."""
+    from ..session import GuestSpec
+
     return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
                      pti=args.pti, transport=getattr(args, "transport", "rsp"),
                      programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
@@ -59,6 +67,8 @@ def guest_spec(args: argparse.Namespace, programs=None) -> GuestSpec:
 def shell_spec(args: argparse.Namespace) -> GuestSpec:
     """The guest of ``harness shell`` / ``harness boot``: the default programs, those of the
     default scenarios and of ``--scenario``, and the user's ``--program`` binaries."""
+    from ..scenarios.catalog import DEFAULT_SET, programs_for, select_scenarios
+
     scenarios = select_scenarios(list(DEFAULT_SET) + list(args.scenario or []))
     progs = list(DEFAULT_PROGRAMS)
     progs += [p for p in programs_for(scenarios) if p not in progs]

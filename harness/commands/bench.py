@@ -8,23 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..bench.sframe import bench_lookups
-from ..bench.transport import bench_transport
-from ..bench.unwind import bench_fp, bench_mixed
 from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from ..images.programs import Variant, build_program
-from ..images.toolchain import get_toolchain
-from ..perf.capture import PERFCC, CaptureError, PerfSpec, capture
-from ..perf.rate import deferred_rate
-from ..perfparse.records import PerfFormatError, parse_capture
-from ..progress import sampling_reporter
-from ..report.bench import deferred_lines, sframe_line, transport_table, unwind_line
-from ..report.soak import soak_lines
-from ..report.text import qemu_line
-from ..scenarios.catalog import CATALOG, programs_for
-from ..scenarios.engine import Engine, raw_stop_rate
-from ..session import Session
-from ..soak.engine import PROGRAM, run_soak
 from ..soak.spec import SoakSpec
 from . import arg, command, positive_float, positive_int
 from ._guest import GUEST_ARGS, guest_spec
@@ -62,6 +46,10 @@ def cmd_bench(args) -> int:
 
 
 def _bench_transport(args) -> int:
+    from ..bench.transport import bench_transport
+    from ..report.bench import transport_table
+    from ..report.text import qemu_line
+    from ..session import Session
     with Session(guest_spec(args)) as sess:
         sess.target.close()
         sess.target = None
@@ -71,6 +59,11 @@ def _bench_transport(args) -> int:
 
 
 def _bench_unwind(args) -> int:
+    from ..bench.sframe import bench_lookups
+    from ..bench.unwind import bench_fp, bench_mixed
+    from ..images.programs import Variant, build_program
+    from ..images.toolchain import get_toolchain
+    from ..report.bench import sframe_line, unwind_line
     print(unwind_line(bench_fp()))
     print(unwind_line(bench_mixed()))
     big = build_program("sframe_many", get_toolchain("sid"), Variant(frame_pointers=False))
@@ -79,6 +72,15 @@ def _bench_unwind(args) -> int:
 
 
 def _bench_deferred(args) -> int:
+    from ..perf.capture import PERFCC, CaptureError, PerfSpec, capture
+    from ..perf.rate import deferred_rate
+    from ..perfparse.records import PerfFormatError, parse_capture
+    from ..progress import sampling_reporter
+    from ..report.bench import deferred_lines
+    from ..report.text import qemu_line
+    from ..scenarios.catalog import CATALOG, programs_for
+    from ..scenarios.engine import Engine, raw_stop_rate
+    from ..session import Session
     sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or BENCH_SAMPLES, jitter=0.0)
     with Session(guest_spec(args, [*programs_for([sc]), PERFCC])) as sess:
         print(qemu_line(sess.qemu))
@@ -113,6 +115,11 @@ def _bench_deferred(args) -> int:
 def _bench_soak(args) -> int:
     """``harness bench soak``: the soak's figures (harness/soak/engine.py); exit 1 when a
     request was lost, a callback duplicated, a cookie reused or a stack failed, 3 on errors."""
+    from ..progress import sampling_reporter
+    from ..report.soak import soak_lines
+    from ..report.text import qemu_line
+    from ..session import Session
+    from ..soak.engine import PROGRAM, run_soak
     spec = SoakSpec(requests=args.requests, tasks=args.tasks, cancel_every=args.cancel_every,
                     nmi_share=args.nmi_share, seed=args.seed)
     if not 0.0 <= spec.nmi_share <= 1.0:

@@ -9,13 +9,14 @@ import site
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EXIT_OK
-from ..images.symfile import kernel_symbol_file
-from ..interactive import Guest
-from ..session import Session, kallsyms_path
 from . import UsageError, arg, command
 from ._guest import GUEST_ARGS, LIB_ARG, shell_spec
+
+if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
+    from ..interactive import Guest
 
 __all__ = ["write_gdb_session"]
 
@@ -23,6 +24,8 @@ __all__ = ["write_gdb_session"]
 def write_gdb_session(sess, started: dict | None = None, maps: dict | None = None):
     """``session.json`` and the gdb loader ``harness-gdb.py`` in the guest's work directory
     (:mod:`harness.gdbext`); returns the loader's path."""
+    from ..images.symfile import kernel_symbol_file
+    from ..session import kallsyms_path
     m = sess.machine
     symfile = kernel_symbol_file(sess.symbols, sess.kernel.sha256)
     cfg = {
@@ -84,6 +87,8 @@ def _stop_in_user_mode(g: Guest, pid: int) -> bool:
     LIB_ARG,
 ])
 def cmd_boot(args) -> int:
+    from ..interactive import Guest
+    from ..session import Session
     if (args.batch or args.ex) and not args.gdb:
         raise UsageError("--batch and -ex go with --gdb")
     sess = Session(shell_spec(args)).start()

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..deferred.check import check_lines
-from ..deferred.log import LogFormatError
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
-from ..report.check import verdict_lines
 from . import arg, command
 
 
@@ -21,6 +18,9 @@ from . import arg, command
 def cmd_check(args) -> int:
     """Check the log and print :func:`~harness.report.check.verdict_lines`: 0 when the verdict is ok,
     1 otherwise, 2 (one line on stderr) when the file cannot be read as a log."""
+    from ..deferred.check import check_lines
+    from ..deferred.log import LogFormatError
+    from ..report.check import verdict_lines
     path = args.log
     try:
         with open(path, encoding="utf-8") as fp:

@@ -7,14 +7,14 @@ import os
 import shutil
 
 from ..errors import EXIT_FAILURES, EXIT_OK
-from ..images.apt import debian_archive_uri
-from ..images.cache import cache_root
-from ..images.qemu import HOST_PREFIX, cached_backports, choice_from_env, version_banner
 from . import command
 
 
 @command("doctor", help="what is installed and cached")
 def cmd_doctor(args) -> int:
+    from ..images.apt import debian_archive_uri
+    from ..images.cache import cache_root
+    from ..images.qemu import HOST_PREFIX, cached_backports, choice_from_env, version_banner
     ok = True
     for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc", "bpftool"):
         path = shutil.which(tool)

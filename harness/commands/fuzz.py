@@ -20,14 +20,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
-from ..fuzz.build import LINKERS, TOOLCHAINS, linker_available
-from ..fuzz.campaign import Checker, merge, replay, run
-from ..fuzz.live import LIVE_SAMPLES, LiveChecker
-from ..fuzz.static import StaticChecker
-from ..report.fuzz import format_campaign, format_replay
+from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
+from ..images.toolchain import TOOLCHAINS
 from . import arg, command, positive_float, positive_int
+
+if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
+    from ..fuzz.campaign import Checker
 
 
 def _seeds(text: str) -> tuple[int, int]:
@@ -52,6 +53,7 @@ def _names(known: tuple[str, ...]):
 
 def live_checker(args) -> Checker:
     """The live mode's checker: each program sampled in a guest (harness.fuzz.live)."""
+    from ..fuzz.live import LiveChecker
     return LiveChecker(samples=args.samples, kernel=args.kernel, qemu=args.qemu)
 
 
@@ -77,6 +79,10 @@ def live_checker(args) -> Checker:
              arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),
          ])
 def cmd_fuzz(args) -> int:
+    from ..fuzz.build import linker_available
+    from ..fuzz.campaign import merge, run
+    from ..fuzz.static import StaticChecker
+    from ..report.fuzz import format_campaign
     if args.action not in (None, "replay", "merge"):
         print(f"harness fuzz: {args.action!r} is neither replay nor merge (see harness fuzz --help)", file=sys.stderr)
         return EXIT_USAGE
@@ -109,7 +115,9 @@ def cmd_fuzz(args) -> int:
 
 
 def _replay(args, d: Path) -> int:
-    from ..fuzz.campaign import load_reproducer
+    from ..fuzz.campaign import load_reproducer, replay
+    from ..fuzz.static import StaticChecker
+    from ..report.fuzz import format_replay
 
     mode = load_reproducer(d).get("signature", {})
     checker = live_checker(args) if not args.static and mode.get("kind", "").startswith("live") else StaticChecker()

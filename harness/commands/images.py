@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 from ..errors import EXIT_OK
-from ..images.initramfs import build_initramfs
-from ..images.kernel import get_kernel
-from ..images.programs import Variant, build_program
-from ..images.qemu import DEFAULT_CHOICE, resolve_qemu
-from ..images.toolchain import get_toolchain
-from ..report.text import qemu_line
-from ..session import GuestSpec, Session, kallsyms_path
+from ..images.qemu import DEFAULT_CHOICE
 from . import arg, command, group
 
 group("images", help="fetch and build kernels, toolchain roots, programs, initramfs")
@@ -24,6 +18,13 @@ group("images", help="fetch and build kernels, toolchain roots, programs, initra
         help="boot KERNEL once to cache its /proc/kallsyms, if not cached (repeatable)"),
 ])
 def cmd_images_build(args) -> int:
+    from ..images.initramfs import build_initramfs
+    from ..images.kernel import get_kernel
+    from ..images.programs import Variant, build_program
+    from ..images.qemu import resolve_qemu
+    from ..images.toolchain import get_toolchain
+    from ..report.text import qemu_line
+    from ..session import GuestSpec, Session, kallsyms_path
     for choice in args.qemus or [None]:  # None: $HARNESS_QEMU, else the default
         print(qemu_line(resolve_qemu(choice)))
     for name in args.kernels or ["default"]:

@@ -10,32 +10,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..deferred.profile import get_profile
 from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK
-from ..images.kernel import get_kernel
-from ..kernel.btf import Btf
-from ..lockstep.compare import Summary, deferred_support, replay
-from ..lockstep.driver import (
-    DEFAULT_FREQ,
-    DEFAULT_PROFILE,
-    DEFAULT_SAMPLES,
-    DEFAULT_SCENARIOS,
-    DEFAULT_SHOW,
-    KernelDiff,
-    KernelDiffResult,
-    check_support,
-    events_path,
-    read_recording,
-)
-from ..lockstep.points import resolve_points
-from ..perf.capture import PERFCC
-from ..report.lockstep import lockstep_lines
-from ..report.rundir import new_run_dir
-from ..scenarios.catalog import programs_for, select_scenarios
-from ..session import Session
+from ..lockstep.defaults import DEFAULT_FREQ, DEFAULT_SAMPLES, DEFAULT_SCENARIOS, DEFAULT_SHOW
 from . import arg, command, positive_int
 from ._guest import GUEST_ARGS, guest_spec
+
+if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
+    from ..lockstep.compare import Summary
 
 EXPECTED_COOKIE_NAME = "seed-v10 cookies are timestamps"
 
@@ -75,6 +58,7 @@ def _exit_code(total: Summary, profile: str, errors: list[str]) -> tuple[int, st
     *GUEST_ARGS,
 ])
 def cmd_kernel_diff_or_replay(args) -> int:
+    from ..lockstep.driver import DEFAULT_PROFILE
     if args.replay:
         return cmd_kernel_diff_replay(args)
     args.profile = args.profile or DEFAULT_PROFILE
@@ -83,6 +67,16 @@ def cmd_kernel_diff_or_replay(args) -> int:
 
 def cmd_kernel_diff(args) -> int:
     """The lockstep on a guest: each scenario's program under perf with defer_callchain."""
+    from ..images.kernel import get_kernel
+    from ..kernel.btf import Btf
+    from ..lockstep.compare import Summary, deferred_support
+    from ..lockstep.driver import KernelDiff, KernelDiffResult, check_support, events_path
+    from ..lockstep.points import resolve_points
+    from ..perf.capture import PERFCC
+    from ..report.lockstep import lockstep_lines
+    from ..report.rundir import new_run_dir
+    from ..scenarios.catalog import programs_for, select_scenarios
+    from ..session import Session
     scenarios = select_scenarios(args.scenarios, DEFAULT_SCENARIOS)
     ci = os.environ.get("CI", "").lower() == "true"
     default_kernel = args.kernel == "default" and not args.kernel_path
@@ -139,6 +133,10 @@ def cmd_kernel_diff(args) -> int:
 
 def cmd_kernel_diff_replay(args) -> int:
     """Offline: run a recorded event file through a fresh lockstep."""
+    from ..deferred.profile import get_profile
+    from ..lockstep.compare import replay
+    from ..lockstep.driver import DEFAULT_PROFILE, read_recording
+    from ..report.lockstep import lockstep_lines
     events, header = read_recording(Path(args.replay))
     profile = args.profile or header.get("profile", DEFAULT_PROFILE)
     tracers = {int(k): v for k, v in (header.get("tracers") or {}).items()}

@@ -22,18 +22,8 @@ import sys
 from pathlib import Path
 
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, HarnessError
-from ..images.debperf import get_debian_perf
-from ..images.kernel import get_kernel
-from ..images.programs import Variant, program_facts
-from ..perf.capture import PERFCC, CaptureError, PerfSpec, capture, resolver
-from ..perf.debian import total
-from ..perf.debian_run import DebianFiles, check_files, check_run, deferred_unsupported, run_debian_perf
-from ..perf.oracle import check_capture
-from ..perfparse.records import PerfFormatError, parse_capture
-from ..perfparse.resolve import load_resolve
-from ..report.perf import debian_lines, nothing_compared, perf_lines
-from ..scenarios.catalog import CATALOG, select_scenarios
-from ..session import Session
+from ..images.programs import Variant
+from ..perf.spec import PerfSpec
 from . import arg, command
 from ._guest import GUEST_ARGS, guest_spec
 
@@ -48,6 +38,7 @@ DEBIAN_DEFAULT = ("fp-syscall", "fp-dynamic", "threads", "forkexec", "signal", "
 
 
 def _default_args(name: str) -> list[str]:
+    from ..scenarios.catalog import CATALOG
     if name in DEFAULT_ARGS:
         return DEFAULT_ARGS[name]
     return next((list(sc.args) for sc in CATALOG.values() if sc.program == name), [])
@@ -59,11 +50,15 @@ def _print(lines) -> None:
 
 
 def _print_report(report, examples: int, header: str) -> int:
+    from ..report.perf import nothing_compared, perf_lines
     _print(perf_lines(report, examples, header))
     return EXIT_OK if report.ok and not nothing_compared(report) else EXIT_FAILURES
 
 
 def _check_file(args) -> int:
+    from ..perf.oracle import check_capture
+    from ..perfparse.records import PerfFormatError, parse_capture
+    from ..perfparse.resolve import load_resolve
     path = Path(args.check)
     try:
         cap = parse_capture(path.read_bytes())
@@ -109,6 +104,11 @@ def _check_file(args) -> int:
     *GUEST_ARGS,
 ])
 def cmd_perf(args) -> int:
+    from ..images.programs import program_facts
+    from ..perf.capture import PERFCC, CaptureError, capture, resolver
+    from ..perf.oracle import check_capture
+    from ..perfparse.records import PerfFormatError, parse_capture
+    from ..session import Session
     if args.debian_perf is not None:
         return cmd_debian_perf(args)
     if args.check:
@@ -156,6 +156,14 @@ def cmd_perf(args) -> int:
 
 def cmd_debian_perf(args) -> int:
     """``--debian-perf``: Debian's perf in the guest on catalog scenarios' programs."""
+    from ..images.debperf import get_debian_perf
+    from ..images.kernel import get_kernel
+    from ..perf.capture import PERFCC
+    from ..perf.debian import total
+    from ..perf.debian_run import DebianFiles, check_files, check_run, deferred_unsupported, run_debian_perf
+    from ..report.perf import debian_lines
+    from ..scenarios.catalog import select_scenarios
+    from ..session import Session
     if args.check:
         files = DebianFiles.load(Path(args.check))
         side = Path(args.check) / "resolve.json"

@@ -8,11 +8,6 @@ import time
 from pathlib import Path
 
 from ..errors import EXIT_OK, EXIT_USAGE
-from ..report.flame import flame_svg, write_folded
-from ..report.html import write_html
-from ..report.perfscript import write_perf_script
-from ..report.run import RunDirError, read_run
-from ..scenarios.catalog import CATALOG
 from . import arg, command
 
 
@@ -27,6 +22,11 @@ from . import arg, command
 def cmd_report(args) -> int:
     """Reports of a run directory: html (report.html, with SCENARIO.folded beside it), folded, or
     perf-script text (on stdout, or in --output)."""
+    from ..report.flame import flame_svg, write_folded
+    from ..report.html import write_html
+    from ..report.perfscript import write_perf_script
+    from ..report.run import RunDirError, read_run
+    from ..scenarios.catalog import CATALOG
     t0 = time.monotonic()
     try:
         progress = None if getattr(args, "quiet", False) else (lambda line: print(f"report: {line}", file=sys.stderr))

@@ -8,24 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..deferred.log import LogWriteError
 from ..errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from ..images.lock import write_atomic
-from ..lockstep import driver as kernel_diff
-from ..progress import sampling_reporter
-from ..report.junit import junit_xml
-from ..report.rundir import new_run_dir, release_if_unused
-from ..report.summary import run_exit_code, summary
-from ..report.text import run_lines
-from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
-from ..scenarios.engine import run_scenarios
-from ..session import Session
-from ..signals import signal_name
-from ..transport.errors import GuestError, TargetError
 from . import UsageError, arg, command, positive_float, positive_int
 from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
-from .kernel_diff import cmd_kernel_diff
-from .report import cmd_report
 
 
 @command("run", help="run scenarios on a guest and check every delivered stack", args=[
@@ -46,6 +31,9 @@ from .report import cmd_report
 ])
 def cmd_run(args) -> int:
     """The main job: run scenarios on one guest and print the summary table."""
+    from ..lockstep import driver as kernel_diff
+    from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
+    from .kernel_diff import cmd_kernel_diff
     if args.kernel_diff:
         if args.program:
             print("harness run: --kernel-diff samples catalog scenarios, not --program", file=sys.stderr)
@@ -93,6 +81,18 @@ def check_outputs(spec, junit: str | None) -> None:
 
 
 def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False) -> int:
+    from ..deferred.log import LogWriteError
+    from ..images.lock import write_atomic
+    from ..progress import sampling_reporter
+    from ..report.junit import junit_xml
+    from ..report.rundir import new_run_dir, release_if_unused
+    from ..report.summary import run_exit_code, summary
+    from ..report.text import run_lines
+    from ..scenarios.engine import run_scenarios
+    from ..session import Session
+    from ..signals import signal_name
+    from ..transport.errors import GuestError, TargetError
+    from .report import cmd_report
     check_outputs(spec, junit)
     out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
     results: list = []

@@ -22,10 +22,6 @@ import argparse
 import sys
 
 from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from ..report.sframe import format_file_check, format_tree, objdump_sframe, objdump_sframe_archive
-from ..sframe.errors import SFrameError
-from ..unwind.sframe_check import check_file, is_archive_file, load, load_members
-from ..unwind.sframe_tree import check_tree
 from . import arg, command, group
 
 
@@ -38,6 +34,7 @@ def _binutils(text: str) -> tuple[int, int]:
 
 
 def _one_line(path: str, exc: BaseException) -> str:
+    from ..sframe.errors import SFrameError
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, SFrameError) and exc.offset is None and msg.startswith(f"{exc.field}: "):
         msg = msg[len(exc.field) + 2:]  # the field adds nothing where the message names the file
@@ -46,6 +43,7 @@ def _one_line(path: str, exc: BaseException) -> str:
 
 def _guarded(path: str, debug: bool, work) -> int:
     """Run ``work()``; map what it raises to an exit status and one line on stderr."""
+    from ..sframe.errors import SFrameError
     try:
         return work()
     except SFrameError as exc:
@@ -85,6 +83,8 @@ group("sframe", help="check or dump a binary's SFrame section (no guest)", descr
              _DEBUG,
          ])
 def cmd_check(args) -> int:
+    from ..report.sframe import format_file_check
+    from ..unwind.sframe_check import check_file
     status = EXIT_OK
     if args.tree is not None:
         if args.binaries:
@@ -110,6 +110,8 @@ def cmd_check(args) -> int:
 
 
 def _check_tree(args) -> int:
+    from ..report.sframe import format_tree
+    from ..unwind.sframe_tree import check_tree
     def work() -> int:
         rep = check_tree(args.tree, jobs=args.jobs, timeout=args.timeout, expect_binutils=args.binutils)
         print(format_tree(rep, limit=args.limit))
@@ -127,6 +129,8 @@ def _check_tree(args) -> int:
                      "does (2.40 for V1, 2.44 for V2, 2.46+ for V3).",
          args=[arg("binary", metavar="BINARY"), _DEBUG])
 def cmd_dump(args) -> int:
+    from ..report.sframe import objdump_sframe, objdump_sframe_archive
+    from ..unwind.sframe_check import is_archive_file, load, load_members
     def work() -> int:
         if is_archive_file(args.binary):
             members = load_members(args.binary)

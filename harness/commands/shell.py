@@ -9,8 +9,6 @@ import sys
 import traceback
 
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
-from ..interactive import BANNER, Guest
-from ..session import Session
 from . import UsageError, arg, command
 from ._guest import GUEST_ARGS, LIB_ARG, shell_spec
 
@@ -68,6 +66,8 @@ def compile_batch(path: str):
 
 
 def _shell(args) -> int:
+    from ..interactive import BANNER, Guest
+    from ..session import Session
     if args.batch and not os.path.isfile(args.batch):
         print(f"harness shell: --batch {args.batch}: no such file", file=sys.stderr)
         return EXIT_USAGE

@@ -28,11 +28,11 @@ from ..errors import EXIT_USAGE, HarnessError
 from ..images.errors import ImageError
 from ..images.programs import Variant, cflags
 from ..images.toolchain import TOOLCHAINS, Toolchain, get_toolchain
+from .defaults import LINKERS
 from .render import render, source_name
 from .shape import Shape
 
 OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
-LINKERS = ("bfd", "gold", "mold", "lld")
 LINKER_BINARY = {"bfd": "ld.bfd", "gold": "ld.gold", "mold": "mold", "lld": "ld.lld"}
 BUILD_TIMEOUT = 120.0
 

@@ -84,13 +84,12 @@ from ..session import GuestSpec, Session
 from ..transport.errors import GuestError, TargetError
 from ..verdicts.types import FAILURE
 from .build import Built
+from .defaults import LIVE_SAMPLES
 from .finding import Finding, build_failed, dedupe
 
 __all__ = ["COMM_LEN", "LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveChecker", "LiveDisagreement",
            "LiveOutcome", "LiveProgram", "check_live", "findings_of", "guest_names", "live_outcome"]
 
-#: requests that must land on each program (each gives at most one checked stack)
-LIVE_SAMPLES = 20
 #: seconds of wall time one program's sampling may take at most
 LIVE_TIMEOUT = 120.0
 #: seconds of guest time :data:`LIVE_LOOP_C`'s loop runs before the program ends on its own

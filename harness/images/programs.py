@@ -20,7 +20,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from ..errors import EXIT_USAGE
-from ..verdicts.causes import FACTS
+from ..verdicts.facts import FACTS
 from .cache import cached_dir, content_key, repo_root
 from .errors import ImageError
 from .toolchain import Toolchain, get_toolchain

@@ -47,19 +47,13 @@ from ..transport.errors import TargetError, TargetTimeout
 from ..transport.target import TargetMemory
 from ..unwind.user import UnwindConfig, unwind_user
 from .compare import CallMatcher, Event, Lockstep, LockstepError, Summary, deferred_support
+from .defaults import DEFAULT_FREQ, DEFAULT_PROFILE, DEFAULT_SAMPLES, DEFAULT_SCENARIOS, DEFAULT_SHOW
 from .points import Points, resolve_points
 
 __all__ = ["DEFAULT_FREQ", "DEFAULT_PROFILE", "DEFAULT_SAMPLES", "DEFAULT_SCENARIOS", "DEFAULT_SHOW", "KernelDiff",
            "KernelDiffResult", "check_support", "events_path", "read_recording"]
 
 WALK_MAX = 1022  # our walk goes past any profile's UNWIND_MAX_ENTRIES; the model cuts it
-# The command's defaults (harness kernel-diff, and harness run --kernel-diff): requests of the
-# kernel's tracer per scenario, perf's sampling frequency, the model's profile, differences shown.
-DEFAULT_SAMPLES = 300
-DEFAULT_FREQ = 200
-DEFAULT_PROFILE = "mainline"
-DEFAULT_SHOW = 20
-DEFAULT_SCENARIOS = ("fp-spin", "fp-syscall", "threads", "forkexec", "compat-fp")
 GUEST_OUT = "/tmp/kernel-diff.perfcc"
 
 

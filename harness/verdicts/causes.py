@@ -52,6 +52,7 @@ from ..oracles.shadow import HOOK_ENTER, HOOK_EXIT, instrumented, shadow_pushed
 from ..unwind.cfi import RSP, X86_64, CorruptCFI, cfi_table
 from ..unwind.code import Function
 from ..unwind.user import StopReason, Trace, UnwindConfig, UnwinderType, unwind_user
+from .facts import FACTS
 from .types import DIFFERS, ENDS, EXTRA, KINDS, LOST, PAST_END, REGS, Divergence
 
 __all__ = ["CAUSES", "FACTS", "NAMED", "Cause", "allowed_causes", "cause", "evidence", "explain", "named", "undeclared"]
@@ -63,25 +64,6 @@ PT_GNU_SFRAME = 0x6474E554
 SFRAME_P_TYPES = ("PT_GNU_SFRAME", PT_GNU_SFRAME)  # pragma: no mutate
 FP_STEPS = (UnwinderType.FP, UnwinderType.COMPAT_FP, UnwinderType.FP_ENTRY)
 EXECVE, EXECVEAT, RT_SIGRETURN = 59, 322, 15  # x86-64 syscall numbers
-
-# The facts about a run that a cause may need (each cause's ``needs``): what its tasks do and how
-# they are sampled.  A cause that needs none arises wherever its oracle and unwinder judge (a
-# sample in a prologue, in glibc without frame pointers, in the shadow stack's hooks: any program).
-FACTS = {
-    "execs": "a sampled task calls execve (forkexec, soak; perfcc and perf record start their target by "
-             "fork + exec, and a sample in that window is on the replaced registers)",
-    "exits": "a sampled task exits while it is sampled (perf: the target's last entry at the capture's end)",
-    "signals": "the program runs signal handlers (a signal frame on its stack, rt_sigreturn)",
-    "deep": "recursion deeper than the kernel's limits (perf_event_max_stack 127, UNWIND_MAX_ENTRIES 510)",
-    "noreturn-calls": "our own code (with SFrame) ends a function with a call of a noreturn function",
-    "stale-cfi": "the program's code has CFI rows that miss a move of rsp (Go's runtime: nanotime1 realigns rsp "
-                 "for its vDSO call, or switches to g0's stack); a compiler's CFI follows every move",
-    "interrupts": "requests by interrupt (NMI, timer): they may land in the kernel's entry assembly",
-    "stack-buffers": "a syscall writes into a buffer on the user stack (wait4's status, clock_gettime's "
-                     "timespec, an exec'd image's start-up) between a sample and the deferred walk",
-    "defer": "perf sampled with defer_callchain: the kernel's deferred records are compared",
-}
-
 
 @dataclass(frozen=True)
 class Cause:

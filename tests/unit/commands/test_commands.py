@@ -88,3 +88,28 @@ def test_a_bad_option_value_exits_2_with_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["harness kernel-diff: argument --requests: 0 is not a positive integer "
                    "(see harness kernel-diff --help)"]
+
+
+# What a command's work needs, and its parser does not: the session and transports, the engine,
+# the oracles and causes (Capstone, the CFI tables), the fuzzer (hypothesis), the reports (jinja2).
+HEAVY = ("harness.session", "harness.transport.rsp", "harness.transport.mi", "harness.scenarios.engine",
+         "harness.verdicts.causes", "harness.oracles.base", "harness.fuzz.build", "harness.lockstep.driver",
+         "harness.perf.capture", "hypothesis", "capstone", "jinja2", "pygdbmi")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["fuzz", "--help"], ["kernel-diff", "--help"],
+                                  ["perf", "--help"], ["bench", "--help"]])
+def test_the_parser_loads_none_of_the_commands_work(argv):
+    """Every command module imports at its top only what its parser needs (its options' defaults:
+    harness.perf.spec, harness.lockstep.defaults, harness.fuzz.defaults, ...), the rest where it is
+    used: `harness --help` and the light commands do not pay for the guest's and the fuzzer's
+    modules (about 0.5 s of CPU a start when they were all loaded)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom harness.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                       timeout=60)
+    assert "usage: harness" in r.stdout, r.stderr
+    assert r.stderr.strip() == "", f"{' '.join(argv)} loaded {r.stderr.strip()}"

@@ -42,7 +42,7 @@ def test_a_syntax_error_in_a_batch_script_is_exit_2_before_any_boot(tmp_path, ca
     def no_boot(*a, **k):
         raise AssertionError("a guest was booted for a script that does not compile")
 
-    monkeypatch.setattr("harness.commands.shell.Session", no_boot)
+    monkeypatch.setattr("harness.session.Session", no_boot)  # imported by the command when it runs
     assert main(["shell", "--batch", str(script)]) == 2
     err = capsys.readouterr().err
     assert "SyntaxError" in err and "bad.py" in err and "Traceback" not in err
@@ -63,7 +63,7 @@ def test_a_syntax_error_in_a_batch_script_is_exit_2_before_any_boot(tmp_path, ca
 ])
 def test_an_input_error_leaves_no_run_directory(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # runs/TIMESTAMP would go here
-    monkeypatch.setattr("harness.commands.run.Session", lambda *a, **k: pytest.fail("booted for bad input"))
+    monkeypatch.setattr("harness.session.Session", lambda *a, **k: pytest.fail("booted for bad input"))
     assert main(argv) == 2
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
