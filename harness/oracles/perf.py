@@ -29,6 +29,7 @@ from typing import ClassVar
 from ..memory import BufferMemory, Memory
 from ..perfparse.records import Sample
 from ..regs import UserRegs
+from ..unwind.maps import AddressSpace
 from ..unwind.user import StopReason, Trace
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
 
@@ -80,10 +81,11 @@ class PerfSample:
 
 
 def stack_memory(sample: Sample) -> Memory:
-    """The sampled user stack: ``dyn_size`` bytes at the user sp; every other read faults."""
+    """The sampled user stack: ``dyn_size`` bytes at the user sp (a 32-bit task's: its low half, where
+    :func:`~harness.unwind.user.unwind_user` reads it); every other read faults."""
     if sample.regs is None or not sample.stack:
         return BufferMemory()
-    sp = sample.regs.sp & (0xFFFFFFFF if sample.regs.compat else (1 << 64) - 1)
+    sp = sample.regs.sp & 0xFFFFFFFF if sample.regs.compat else sample.regs.sp
     return BufferMemory({sp: sample.stack})
 
 
@@ -110,14 +112,17 @@ SIGCONTEXT_64 = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "di", "si
 
 def sigreturn_regs(sample: Sample) -> UserRegs | None:
     """The registers rt_sigreturn would restore if the sampled task is in it: the signal frame's
-    sigcontext at the sampled sp, read from the dump (None where the dump does not hold it)."""
+    sigcontext at the sampled sp, read from the dump (None where the dump does not hold it, or for
+    a 32-bit task, whose frame is no sigcontext_64).  The segments are a 64-bit task's (UserRegs'
+    defaults), as :func:`harness.oracles.cfi.kernel_sigframe_regs` has them; the frame's own cs and
+    ss words, which restore_sigcontext() takes, are not read."""
     if sample.regs is None or sample.regs.compat:
         return None
     need = UC_MCONTEXT + 8 * len(SIGCONTEXT_64)
     if len(sample.stack) < need:
         return None
-    values = struct.unpack_from(f"<{len(SIGCONTEXT_64)}Q", sample.stack, UC_MCONTEXT)
-    return UserRegs(**dict(zip(SIGCONTEXT_64, values, strict=True)), cs=sample.regs.cs, ss=sample.regs.ss)
+    values = struct.unpack_from(f"<{len(SIGCONTEXT_64)}Q", sample.stack, UC_MCONTEXT)  # one word per name
+    return UserRegs(**{name: values[i] for i, name in enumerate(SIGCONTEXT_64)})
 
 
 def chain_agrees(sample: Sample, trace: Trace, chain) -> str | None:
@@ -129,8 +134,9 @@ def chain_agrees(sample: Sample, trace: Trace, chain) -> str | None:
     if ours == chain:
         return "equal"
     stop = trace.stop
-    if (len(ours) < len(chain) and chain[:len(ours)] == ours and stop.reason is StopReason.FAULT
-            and stop.addr is not None and not in_dump(sample, stop.addr)):
+    # ours a proper prefix of the chain (an equal one returned above)
+    if (chain[:len(ours)] == ours and stop.reason is StopReason.FAULT and stop.addr is not None
+            and not in_dump(sample, stop.addr)):
         return "ran off the dump"
     return None
 
@@ -144,12 +150,11 @@ class PerfCallchainOracle(Oracle):
     # unwinder misses the truth, cannot prove a difference from it.  Only causes naming it can.
     generic_causes: ClassVar[bool] = False
 
-    def __init__(self, source: PerfSource):
-        self.source = source
-
     @classmethod
     def create(cls, setup: Setup) -> PerfCallchainOracle | None:
-        return cls(setup.perf) if setup.perf is not None else None
+        # The source's limits reach frames() with each sample (PerfSample.source): only its
+        # presence is read here.
+        return cls() if setup.perf is not None else None
 
     def frames(self, stack: Stack) -> OracleFrames | NotChecked:
         ps = stack.sample
@@ -187,10 +192,10 @@ def at_function_start(ps: PerfSample, ip: int, name: str | None = None) -> str |
     return loc.symbol
 
 
-def at_elf_entry(space, ip: int) -> str | None:
+def at_elf_entry(space: AddressSpace, ip: int) -> str | None:
     """The path of the ELF whose entry point (e_entry) ``ip`` is: the program's, or for a dynamic
     one the interpreter's, where a successful execve starts; None otherwise."""
-    e = space.elf_at(ip) if space is not None else None
+    e = space.elf_at(ip)
     if e is None:
         return None
     return e.path if ip == e.image.elf.header["e_entry"] + e.bias else None
