@@ -31,7 +31,8 @@ from ..unwind.maps import AddressSpace
 from ..unwind.user import StopReason
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
 
-__all__ = ["CFI_MAX_ENTRIES", "CFIOracle", "eh_return_window", "is_signal_trampoline", "signal_frame_regs"]
+__all__ = ["CFI_MAX_ENTRIES", "CFIOracle", "EH_RETURN_WINDOW", "eh_return_window", "is_signal_trampoline",
+           "signal_frame_regs"]
 
 CFI_MAX_ENTRIES = 4096  # the oracle walks on where the kernel's cache truncates
 PAGE = 4096
@@ -104,6 +105,10 @@ class CFIOracle(Oracle):
         return OracleFrames(tuple(ips), frozenset(marks), str(t.stop), t.stop.reason is StopReason.END_OF_CHAIN)
 
 
+#: what the reason of a stack not checked in an eh_return window says (tests count such stacks by it)
+EH_RETURN_WINDOW = "returns through __builtin_eh_return"
+
+
 def eh_return_window(space: AddressSpace, code: CodeFacts, ips) -> str | None:
     """Why a walk whose first frames are ``ips`` (the IP, the return address read from its
     frame) cannot be the truth, or None: the IP is in a function that returns through
@@ -123,7 +128,7 @@ def eh_return_window(space: AddressSpace, code: CodeFacts, ips) -> str | None:
     callee = code.callee(call) if call is not None else None
     if f is None or callee is None or callee == f.name:
         return None
-    return (f"the IP {ip:#x} is in {f.name}, which returns through __builtin_eh_return (its FDE saves the EH "
+    return (f"the IP {ip:#x} is in {f.name}, which {EH_RETURN_WINDOW} (its FDE saves the EH "
             f"data registers), and the return address in its frame, {ra:#x}, follows '{call.text}' "
             f"({callee}), not a call of {f.name}: uw_install_context_1 has copied the landing frame's "
             f"registers into its frame, and no walk past it is the truth")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 
 import pytest
@@ -89,9 +90,17 @@ def test_nmi_stops_at_exc_nmi_with_user_regs(session):
     nmi = session.stops["nmi"]
     session.target.set_breakpoint(nmi.addr)
     user_stops = 0
+    # Where the NMIs landed when not in the program's user mode.  On QEMU 7.2 (every gdb stop
+    # flushes the translated code, so the guest runs slowly after each) with kernel 7.3, only 14
+    # of 100 NMIs 10 ms after the resume hit the spinning program in user mode: 27 hit it in the
+    # kernel, the rest kernel threads still busy after the boot (pr/ttyS0, ksoftirqd/0,
+    # rcu_preempt, kdamond.0, kcompactd0).  Campaign run h1 under load: 6 of 100.  So the NMIs go
+    # on until 10 user stops, within bounds no quiet run comes near.
+    missed = collections.Counter()
+    deadline = time.monotonic() + 120
     try:
-        for _ in range(100):
-            if user_stops == 10:
+        for _ in range(1000):
+            if user_stops == 10 or time.monotonic() > deadline:
                 break
             session.target.resume()
             # Let the guest run a moment: right after a stop it is still paging the program in.
@@ -107,10 +116,11 @@ def test_nmi_stops_at_exc_nmi_with_user_regs(session):
                 # the interrupted user code is readable through the same target
                 assert len(session.read(regs.ip, 16)) == 16
                 assert len(session.read(regs.sp, 64)) == 64
+            else:
+                missed[f"{task.comm} {'user' if regs.user_mode else 'kernel'}"] += 1
     finally:
         session.target.remove_breakpoint(nmi.addr)
         session.target.resume()
         session.machine.shell(f"kill {proc.pid}")
         session.target.interrupt()
-    # Once it has exec'd, the spinning program owns the only vCPU nearly all the time.
-    assert user_stops == 10
+    assert user_stops == 10, f"{user_stops} NMIs in the program's user mode; the others: {dict(missed)}"

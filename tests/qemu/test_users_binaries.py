@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.oracles.cfi import EH_RETURN_WINDOW
 from harness.scenarios.catalog import user_scenario
 from harness.scenarios.engine import Engine
 from harness.session import GuestSpec
@@ -106,11 +107,16 @@ def test_a_users_binary_gets_its_stacks_checked(name, built, guest_pool):
     sc = user_scenario(path, args, samples=SAMPLES)
     with guest_pool.take(GUEST) as sess:
         r = Engine(sess, sc).run()
-    what = (f"{name}: {r.own_stacks} own stacks, causes {dict(r.causes)}, notes {r.notes}, "
+    what = (f"{name}: {r.own_stacks} own stacks, causes {dict(r.causes)}, not checked {dict(r.not_checked)}, "
+            f"notes {r.notes}, "
             f"output {r.output_tail}, errors {r.errors[:2]}, failures {r.failures[:1]}")
     assert not r.errors and not r.problems and not r.invariant_violations, what
     assert not r.failed_stacks, what
     assert r.own_stacks >= MIN_STACKS, what
-    assert r.judged("cfi") == r.own_stacks, what  # CFI judges every one of them
+    # CFI judges every one of them, but for a stack in an eh_return window, which it declares not
+    # checked (harness/oracles/cfi.py, eh_return_window): throw's _Unwind_RaiseException after
+    # uw_install_context_1, about 1 stack in 100 (3 of 300 at 48d7f25; 2 of 25 in campaign run h1).
+    eh_window = sum(n for (o, why), n in r.not_checked.items() if o == "cfi" and EH_RETURN_WINDOW in why)
+    assert r.judged("cfi") + eh_window == r.own_stacks, what
     print(f"USERBIN {name} own={r.own_stacks} causes={dict(sorted(r.causes.items()))} "
           f"program_exit={r.program_exit}")
