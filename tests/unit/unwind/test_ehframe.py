@@ -5,7 +5,7 @@
   data, LSDA pointer and decoded table (``get_decoded().table``, ``reg_order``) pyelftools gives.
   Where pyelftools decodes no table, the one cause it may have is named: ``DW_CFA_GNU_args_size``
   (no rule; the table then equals pyelftools' of the same instructions without it).
-* ``CFITable`` reads .debug_frame (a Go binary's) with pyelftools.
+* ``CFITable`` reads .eh_frame with it and .debug_frame (a Go binary's) with pyelftools.
 * Pointer encodings and instructions on hand-made sections; corrupt sections (truncated, a bad
   CIE pointer, an unknown opcode, random bytes) raise :class:`EhFrameError`, never another error.
 """
@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.images.programs import Variant
-from harness.unwind.cfi import CFITable
+from harness.unwind.cfi import CFITable, CorruptCFI
 from harness.unwind.ehframe import CIE, FDE, EhFrameError, parse_eh_frame
 from harness.unwind.maps import ElfImage
 from tests.support.gating import require
@@ -115,13 +115,28 @@ def test_catalog_programs_read_as_pyelftools_reads_them(name, tc, variant):
 @pytest.mark.parametrize("lib", SYSTEM)
 def test_debian_libraries_read_as_pyelftools_reads_them(lib):
     """libstdc++'s C++ code has DW_CFA_GNU_args_size, where pyelftools decodes no table (its
-    decoder knows no such case)."""
+    decoder knows no such case): the CFI table reads those FDEs."""
     path = f"{LIBS}/{lib}"
     require(os.path.exists(path), f"{path} is not installed (./dev installs it)")
     n, args_size = assert_same_as_pyelftools(path)
     assert n > 100
     if lib.startswith("libstdc++"):
         assert args_size
+        table = CFITable(ElfImage.from_path(path))
+        assert table.error is None
+        assert all(table.row_for(start) is not None for start in args_size)
+
+
+def test_cfi_table_indexes_every_fde_with_a_range():
+    prog = program("callchain", "host", Variant())
+    table = CFITable(ElfImage.from_path(prog.path))
+    elf, _sec = _sections(Path(prog.path).read_bytes())
+    theirs = [e for e in elf.get_dwarf_info(follow_links=False).EH_CFI_entries()
+              if isinstance(e, PyFDE) and e["address_range"]]
+    assert table.error is None
+    assert [(f["initial_location"], f["address_range"]) for f in table.fdes()] == sorted(
+        (f["initial_location"], f["address_range"]) for f in theirs)
+    assert all(isinstance(f, FDE) for f in table.fdes())
 
 
 def test_go_binary_debug_frame_stays_on_pyelftools(tmp_path):
@@ -298,6 +313,22 @@ def test_an_unknown_opcode_is_typed_when_the_fde_is_decoded():
         g = _one(c + fde(len(c), 0, struct.pack("<ii", 0, 8), insns, pad=False))
         with pytest.raises(EhFrameError):
             g.get_decoded()
+
+
+def test_an_undecodable_fde_is_corrupt_cfi_in_the_table(tmp_path):
+    """A bad opcode in one FDE of a real binary: that FDE's lookups raise CorruptCFI (typed), the
+    others still answer."""
+    path = program("callchain", "host", Variant(static=False)).path
+    raw = bytearray(Path(path).read_bytes())
+    elf, sec = _sections(bytes(raw))
+    fdes = [e for e in parse_eh_frame(sec.data(), sec["sh_addr"]) if isinstance(e, FDE) and e._end > e._insns]
+    victim, other = fdes[-1], fdes[0]
+    raw[sec["sh_offset"] + victim._insns] = 0x3F
+    table = CFITable(ElfImage("patched", bytes(raw)))
+    assert table.error is None
+    with pytest.raises(CorruptCFI, match="unknown CFA opcode"):
+        table.rule_for_link(victim["initial_location"])
+    assert table.row_for(other["initial_location"]) is not None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
