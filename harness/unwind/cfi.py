@@ -291,7 +291,7 @@ class CFITable:
                 eh_frame = elf.get_section_by_name(".eh_frame")
                 if eh_frame is not None:
                     self._add(".eh_frame", lambda: _eh_frame_fdes(elf, eh_frame))
-                if elf.get_section_by_name(".debug_frame") or elf.get_section_by_name(".zdebug_frame"):
+                if any(elf.get_section_by_name(n) is not None for n in (".debug_frame", ".zdebug_frame")):
                     dwarf = elf.get_dwarf_info(follow_links=False)
                     if dwarf.has_CFI():
                         self._add(".debug_frame", lambda: [e for e in dwarf.CFI_entries() if isinstance(e, FDE)])
