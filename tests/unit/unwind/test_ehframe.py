@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from elftools.dwarf.callframe import CIE as PyCIE
 from elftools.dwarf.callframe import FDE as PyFDE
-from elftools.dwarf.callframe import RegisterRule
+from elftools.dwarf.callframe import CFARule, DecodedCallFrameTable, RegisterRule
 from elftools.dwarf.constants import DW_CFA
 from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, given, settings
@@ -49,14 +49,20 @@ CATALOG = (
 )
 
 
-def _rule(r):
-    if isinstance(r, RegisterRule):
-        return ("rule", r.type, list(r.arg) if isinstance(r.arg, list) else r.arg)
-    return ("cfa", r.reg, r.offset, None if r.expr is None else list(r.expr))
-
-
 def _rows(decoded) -> list[dict]:
-    return [{k: v if k == "pc" else _rule(v) for k, v in row.items()} for row in decoded.table]
+    """A table's rows with each rule as its attributes (``type``, ``arg``; ``reg``, ``offset``,
+    ``expr``): pyelftools' rule classes compare by identity.  An expression is a list of bytes in
+    both (pyelftools' a ListContainer, a list)."""
+    return [{k: v if k == "pc" else vars(v) for k, v in row.items()} for row in decoded.table]
+
+
+def _rule(rule: dict) -> tuple:
+    """A rule of :func:`_rows` as a tuple, for the hand-made sections' expected rows."""
+    return ("rule", rule["type"], rule["arg"]) if "type" in rule else ("cfa", rule["reg"], rule["offset"], rule["expr"])
+
+
+def _tuples(decoded) -> list[dict]:
+    return [{k: v if k == "pc" else _rule(v) for k, v in row.items()} for row in _rows(decoded)]
 
 
 def _pyelftools_without_args_size(fde: PyFDE) -> list[dict]:
@@ -202,7 +208,10 @@ def test_pcrel_sdata4_and_the_rows_of_a_prologue():
     at = len(c)
     f = _one(c + fde(at, 0, struct.pack("<ii", 0x1000 - (BASE + at + 8), 0x20), PROLOGUE))
     assert (f["initial_location"], f["address_range"]) == (0x1000, 0x20)
-    rows = _rows(f.get_decoded())
+    decoded = f.get_decoded()
+    assert isinstance(decoded, DecodedCallFrameTable)  # pyelftools' own shape and classes
+    assert all(isinstance(row["cfa"], CFARule) and isinstance(row[16], RegisterRule) for row in decoded.table)
+    rows = _tuples(decoded)
     assert [r["pc"] for r in rows] == [0x1000, 0x1001, 0x1004]
     assert rows[-1] == {"pc": 0x1004, "cfa": ("cfa", 6, 16, None), 16: ("rule", "OFFSET", -8),
                         6: ("rule", "OFFSET", -16)}
@@ -265,14 +274,14 @@ def test_gnu_args_size_and_def_cfa_sf():
     c = cie()
     insns = b"\x2e\x10" + b"\x12\x07\x7e" + b"\x41"  # args_size 16; def_cfa_sf rsp, -2 * -8; advance 1
     f = _one(c + fde(len(c), 0, struct.pack("<ii", 0, 8), insns))
-    assert _rows(f.get_decoded())[-1]["cfa"] == ("cfa", 7, 16, None)
+    assert _tuples(f.get_decoded())[-1]["cfa"] == ("cfa", 7, 16, None)
 
 
 def test_remember_restore_state_and_restore():
     c = cie()
     insns = b"\x0a" + b"\x41\x0e\x10\x86\x02" + b"\x41\x0b" + b"\x41\xc6\xd0"  # ...; restore rbp, r16
     f = _one(c + fde(len(c), 0, struct.pack("<ii", 0, 8), insns))
-    rows = _rows(f.get_decoded())
+    rows = _tuples(f.get_decoded())
     assert rows[2] == {"pc": rows[0]["pc"] + 2, "cfa": ("cfa", 7, 8, None), 16: ("rule", "OFFSET", -8)}
     assert 6 not in rows[3] and rows[3][16] == ("rule", "OFFSET", -8)
 
