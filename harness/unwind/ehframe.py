@@ -33,7 +33,7 @@ alignment factor, not the code one), ``DW_CFA_set_loc`` (its address is in the F
 augmentation (absptr FDE pointers, no augmentation data) and a 64-bit entry's CIE pointer (from
 its own field, 12 bytes into the entry).
 
-Bytes that do not decode raise :class:`EhFrameError`, a pyelftools ``DWARFError`` (one of the
+Bytes that do not decode raise :class:`EhFrameError`, also a pyelftools ``DWARFError`` (one of the
 errors :class:`harness.unwind.cfi.CFITable` already turns into ``CorruptCFI``): while the section
 is read (a length past its end, a CIE pointer to no CIE, an unknown augmentation, a pointer
 encoding with no base to apply) or when an FDE's rows are asked for (an unknown opcode, an
@@ -49,11 +49,14 @@ from typing import Any
 from elftools.common.exceptions import DWARFError
 from elftools.dwarf.callframe import CFARule, DecodedCallFrameTable, RegisterRule
 
+from ..errors import HarnessError
+
 __all__ = ["CIE", "FDE", "EhFrameError", "parse_eh_frame"]
 
 
-class EhFrameError(DWARFError):
-    """The ``.eh_frame`` bytes do not decode; says where (section offset) and why."""
+class EhFrameError(HarnessError, DWARFError):
+    """The ``.eh_frame`` bytes do not decode; says where (section offset) and why.  A
+    ``DWARFError`` too: what pyelftools raised there, and what callers catch."""
 
 
 # DW_EH_PE_*: the pointer formats (low nibble) and applications (high nibble)
