@@ -1,8 +1,9 @@
 """The DWARF call-frame-information oracle: an unwinder independent of frame pointers and SFrame.
 
-Rules come from ``.eh_frame`` (and ``.debug_frame`` where present) as pyelftools decodes them
-(``DWARFInfo.EH_CFI_entries()``/``CFI_entries()``, ``FDE.get_decoded()``: one row per location
-with the CFA rule and the register rules; DWARF 5 section 6.4).  Each row becomes a
+Rules come from ``.eh_frame`` as :mod:`harness.unwind.ehframe` decodes it, and from
+``.debug_frame`` where present as pyelftools does (``DWARFInfo.CFI_entries()``): both give
+``FDE.get_decoded()``'s table, one row per location with the CFA rule and the register rules
+(DWARF 5 section 6.4) as pyelftools' ``CFARule``/``RegisterRule``.  Each row becomes a
 :class:`FrameRule`, evaluated by the same :func:`apply_rule` as every other unwinder.
 
 Two register numberings (:class:`CFIArch`), chosen per image from its ELF header: x86-64
@@ -36,17 +37,19 @@ augmentation "S": glibc's ``__restore_rt``, the i386 vDSO's ``__kernel_sigreturn
 with UNSUPPORTED_RULE: the frame after it is an interrupted context, not a caller, and whoever
 wants to go on evaluates it (the engine does, for 64-bit signal frames).
 
-Bad input stays typed: a section pyelftools cannot decode raises :class:`CorruptCFI`, a
+Bad input stays typed: a section that does not decode raises :class:`CorruptCFI`, a
 construct this oracle does not evaluate :class:`UnsupportedCFI` (its base); :func:`unwind_cfi`
 turns both into a ``Stop`` with UNSUPPORTED_RULE and the reason, never an exception.
 
-Why pyelftools rather than our own parser: it is maintained, and it already turns CIE/FDE
-instruction streams into rows, which is the part where a home-made decoder would be wrong.
+Why a reader of our own for ``.eh_frame``: pyelftools' construct-based parser costs about
+0.13 ms an entry, every entry decoded up front (0.5 s for a static binary); pyelftools stays the
+reference it is tested against, FDE by FDE on real binaries, and the reader of ``.debug_frame``.
 """
 
 from __future__ import annotations
 
 import bisect
+import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +58,10 @@ from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct.core import ConstructError
 from elftools.dwarf.callframe import FDE, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
+from elftools.dwarf.structs import DWARFStructs
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationHandler
+from elftools.elf.sections import Section
 
 from ..errors import HarnessError
 from ..memory import Memory
@@ -71,6 +78,8 @@ from ..rule import (
     dwarf_regs,
 )
 from .access import TASK_SIZE_MAX_4LEVEL, AccessError, NotUserAddress, UserAccess
+from .ehframe import FDE as EhFDE
+from .ehframe import parse_eh_frame
 from .maps import AddressSpace, ElfImage, MappedElf
 from .user import UNWIND_MAX_ENTRIES, Frame, Stop, StopReason, Trace, UnwinderType
 
@@ -120,6 +129,10 @@ def arch_of(image: ElfImage) -> CFIArch:
 def arch_of_task(regs: UserRegs) -> CFIArch:
     """The numbering and word size a task is walked with: i386 for a compat task."""
     return I386 if regs.compat else X86_64
+
+
+#: an FDE of either reader: .eh_frame's (:mod:`.ehframe`) or .debug_frame's (pyelftools)
+AnyFDE = EhFDE | FDE
 
 
 class UnsupportedCFI(HarnessError):
@@ -264,7 +277,7 @@ class CFITable:
     def __init__(self, image: ElfImage):
         self.image = image
         self.error: str | None = None
-        self._indices: list[tuple[list[int], list[tuple[int, int, FDE]]]] = []
+        self._indices: list[tuple[list[int], list[tuple[int, int, AnyFDE]]]] = []
         self._parser: DWARFExprParser | None = None
         #: rule_for_link's answers (a rule, None, or the UnsupportedCFI it raised) by its
         #: arguments: a run walks the same few call sites thousands of times
@@ -273,38 +286,39 @@ class CFITable:
             self.arch = arch_of(image)
             elf = image.elf
             if elf.has_dwarf_info():
-                dwarf = elf.get_dwarf_info(follow_links=False)
-                self._parser = DWARFExprParser(dwarf.structs)
-                sources = []
-                if dwarf.has_EH_CFI():
-                    sources.append((".eh_frame", dwarf.EH_CFI_entries))
-                if dwarf.has_CFI():
-                    sources.append((".debug_frame", dwarf.CFI_entries))
-                for section, entries in sources:
-                    try:
-                        fdes = sorted(
-                            ((e["initial_location"], e["initial_location"] + e["address_range"], e)
-                             for e in entries() if isinstance(e, FDE) and e["address_range"]),
-                            key=lambda t: t[0],
-                        )
-                    except _DECODE_ERRORS as exc:
-                        self.error = f"{image.name}: {section} does not decode ({type(exc).__name__}: {exc})"
-                        continue
-                    self._indices.append(([f[0] for f in fdes], fdes))
+                self._parser = DWARFExprParser(DWARFStructs(little_endian=elf.little_endian, dwarf_format=32,
+                                                            address_size=elf.elfclass // 8))
+                eh_frame = elf.get_section_by_name(".eh_frame")
+                if eh_frame is not None:
+                    self._add(".eh_frame", lambda: _eh_frame_fdes(elf, eh_frame))
+                if any(elf.get_section_by_name(n) is not None for n in (".debug_frame", ".zdebug_frame")):
+                    dwarf = elf.get_dwarf_info(follow_links=False)
+                    if dwarf.has_CFI():
+                        self._add(".debug_frame", lambda: [e for e in dwarf.CFI_entries() if isinstance(e, FDE)])
         except _DECODE_ERRORS as exc:
             self.arch = getattr(self, "arch", X86_64)
             self.error = f"{image.name}: DWARF sections do not decode ({type(exc).__name__}: {exc})"
         self._decoded: dict[int, tuple[list[int], list[dict], int]] = {}
         self._eh_data: dict[int, bool] = {}
 
+    def _add(self, section: str, entries: Callable[[], list[AnyFDE]]) -> None:
+        """Index the FDEs with a non-empty range of one section, or record why it does not decode."""
+        try:
+            fdes = sorted(((e["initial_location"], e["initial_location"] + e["address_range"], e)
+                           for e in entries() if e["address_range"]), key=lambda t: t[0])
+        except _DECODE_ERRORS as exc:
+            self.error = f"{self.image.name}: {section} does not decode ({type(exc).__name__}: {exc})"
+            return
+        self._indices.append(([f[0] for f in fdes], fdes))
+
     def __len__(self) -> int:
         return sum(len(i[1]) for i in self._indices)
 
-    def fdes(self) -> list[FDE]:
+    def fdes(self) -> list[AnyFDE]:
         """Every FDE with a non-empty range, ``.eh_frame``'s first, each sorted by address."""
         return [f[2] for _, fdes in self._indices for f in fdes]
 
-    def fde_for(self, link_pc: int) -> FDE | None:
+    def fde_for(self, link_pc: int) -> AnyFDE | None:
         for starts, fdes in self._indices:  # .eh_frame first, then .debug_frame
             i = bisect.bisect_right(starts, link_pc) - 1
             if i >= 0 and link_pc < fdes[i][1]:
@@ -324,7 +338,7 @@ class CFITable:
             return None
         return table[i], ra_col
 
-    def _rows(self, fde: FDE) -> tuple[list[int], list[dict], int]:
+    def _rows(self, fde: AnyFDE) -> tuple[list[int], list[dict], int]:
         key = id(fde)
         dec = self._decoded.get(key)
         if dec is None:
@@ -401,7 +415,7 @@ class CFITable:
                                          for r in self.arch.eh_data) for row in table)
         return self._eh_data[key]
 
-    def is_signal_frame(self, fde: FDE) -> bool:
+    def is_signal_frame(self, fde: AnyFDE) -> bool:
         """The FDE's CIE has augmentation 'S': a signal trampoline, whose caller is the
         interrupted context (an IP to look up at itself, not a return address)."""
         try:
@@ -456,6 +470,24 @@ class CFITable:
         return FrameRule(cfa_rule, self._register_rule(ra, "RA", ValueRule(UNDEFINED), pc),
                          self._register_rule(row.get(arch.fp), arch.reg_name(arch.fp), ValueRule(SAME), pc),
                          signal)
+
+
+def _eh_frame_fdes(elf: ELFFile, section: Section) -> list[EhFDE]:
+    """The FDEs of ``.eh_frame`` as :mod:`.ehframe` reads them, at the section's address, its
+    relocations applied as pyelftools applies them (an object's ``.rela.eh_frame``: none in a
+    linked file, nor in an object :func:`harness.sframe.reloc.place_object` placed)."""
+    data = section.data()
+    handler = RelocationHandler(elf)
+    rel = handler.find_relocations_for_section(section)
+    if rel is not None:
+        stream = io.BytesIO(data)
+        handler.apply_section_relocations(stream, rel)
+        data = stream.getvalue()
+    got = elf.get_section_by_name(".got")
+    return [e for e in parse_eh_frame(data, section["sh_addr"], address_size=elf.elfclass // 8,
+                                      little_endian=elf.little_endian,
+                                      datarel_base=got["sh_addr"] if got is not None else None)
+            if isinstance(e, EhFDE)]
 
 
 def cfi_table(image: ElfImage) -> CFITable:

@@ -28,6 +28,8 @@ from harness.images.programs import SOURCES, Variant
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
+from harness.unwind.ehframe import FDE as EhFDE
+from harness.unwind.ehframe import parse_eh_frame
 from harness.unwind.sframe_check import check_binary
 from tests.support.toolchains import need, program
 
@@ -337,8 +339,8 @@ def test_function_without_eh_frame(copy, capsys):
     with open(copy.path.parent / "src", "rb") as f:
         elf = ELFFile(f)
         eh = elf.get_section_by_name(".eh_frame")
-        entry = next(e for e in elf.get_dwarf_info().EH_CFI_entries()
-                     if "initial_location" in e.header and e["initial_location"] == fde.func_start)
+        entry = next(e for e in parse_eh_frame(eh.data(), eh["sh_addr"])
+                     if isinstance(e, EhFDE) and e["initial_location"] == fde.func_start)
         assert eh.data()[entry.offset + 12:entry.offset + 16] == struct.pack("<I", fde.func_size)
         struct.pack_into("<I", copy.data, eh["sh_offset"] + entry.offset + 12, 0)  # pc_range (sdata4)
     r = _check(capsys, copy.write(), "no-cfi",
