@@ -23,11 +23,11 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from harness.cli import main
-from harness.commands import sframe as sframe_command
 from harness.images.programs import SOURCES, Variant
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError, SFrameTable
 from harness.sframe import format as F
+from harness.unwind import sframe_check
 from harness.unwind.ehframe import FDE as EhFDE
 from harness.unwind.ehframe import parse_eh_frame
 from harness.unwind.sframe_check import check_binary
@@ -428,6 +428,6 @@ def test_an_io_error_is_infrastructure(monkeypatch, capsys):
     def fail(path, **kw):
         raise OSError(errno.EIO, "Input/output error", str(path))
 
-    monkeypatch.setattr(sframe_command, "check_file", fail)
+    monkeypatch.setattr(sframe_check, "check_file", fail)  # the command imports it when it runs
     rc, out, err = run_cli(capsys, "check", "/some/binary")
     assert rc == 3 and out == "" and err.startswith("harness sframe: ") and "Input/output error" in err
