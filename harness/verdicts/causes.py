@@ -28,6 +28,7 @@ position), the cause names what the kernel does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,6 +64,9 @@ PT_GNU_SFRAME = 0x6474E554
 SFRAME_P_TYPES = ("PT_GNU_SFRAME", PT_GNU_SFRAME)  # pragma: no mutate
 FP_STEPS = (UnwinderType.FP, UnwinderType.COMPAT_FP, UnwinderType.FP_ENTRY)
 EXECVE, EXECVEAT, RT_SIGRETURN = 59, 322, 15  # x86-64 syscall numbers
+# An instruction's text (Capstone's, Intel syntax) that is a call: "call ...", or after one prefix
+# ("addr32 call ...", "notrack call ...").
+_A_CALL = re.compile(r"(?:\S+ )?call\b")
 
 # The facts about a run that a cause may need (each cause's ``needs``): what its tasks do and how
 # they are sampled.  A cause that needs none arises wherever its oracle and unwinder judge (a
@@ -620,9 +624,12 @@ def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
     addr, is_ip = d.want[k], k in d.want_marks
     probe = addr if is_ip else addr - 1  # where the oracle looked its row up
     code = stack.code
-    e, f = stack.space.elf_at(probe), code.function_at(addr, not is_ip)
-    call = None if is_ip or f is None else code.insn_ending_at(f, addr)
-    if e is None or f is None or not (is_ip or call is not None and "call" in call.text.split(" ")[:2]):
+    # The function is looked up at the probe too, in the ELF mapped there: no ELF, no function.
+    e, f = stack.space.elf_at(probe), code.function_at(probe)
+    if f is None:
+        return None
+    call = None if is_ip else code.insn_ending_at(f, addr)
+    if not (is_ip or call is not None and _A_CALL.match(call.text)):
         return None
     end = addr if is_ip else call.addr  # the state the row must describe: before the call
     try:

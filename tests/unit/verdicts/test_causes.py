@@ -919,6 +919,12 @@ def accept_cfi_no_fde(request):
     }, (PAST_END,))
 
 
+def refuse_cfi_no_fde_case(request):
+    """nofde.c at getppid in spin: CFI ended for want of an FDE (cfi-no-fde's case)."""
+    _cap, st, oracle, frames = nofde_stop(request)
+    return Refused(st, div(st, oracle, frames, PAST_END, 1, 1))
+
+
 def refuse_cfi_outermost(request):
     """Built by hand: the same PAST_END, as if CFI had ended at the outermost frame."""
     _cap, st, oracle, frames = nofde_stop(request)
@@ -965,6 +971,8 @@ def accept_untracked_sp_vdso(request):
     return Accepted(st, oracle, frames, (2, 2), {
         "function": "runtime.nanotime1.abi0", "address": frames.ips[1], "row_start": start + 4,
         "row": "CFA = rsp+32, return address at CFA-8", "paths": _nanotime1_paths, "unchecked": len(st.trace) - 2,
+        "text": lambda t: t.startswith(f"the CFI row at the return address {frames.ips[1]:#x} in runtime.nanotime1.abi0 ")
+        and "read as the return address (0: it ended there as at the outermost frame) is another one" in t,
     }, (PAST_END,))
 
 
@@ -977,6 +985,7 @@ def accept_untracked_sp_call(request):
     return Accepted(st, oracle, frames, (1, 1), {
         "function": "runtime.nanotime1.abi0", "address": st.regs.ip, "row_start": start + 4,
         "paths": _nanotime1_paths, "unchecked": len(st.trace) - 1,
+        "text": lambda t: t.startswith(f"the CFI row at the IP {st.regs.ip:#x} in runtime.nanotime1.abi0 "),
     }, (PAST_END,))
 
 
@@ -1001,6 +1010,55 @@ def refuse_untracked_sp_at_start(request):
     n = len(frames.ips)
     return Refused(st, Divergence("fp", "cfi", PAST_END, n, n, (*frames.ips, 0x401000), frames.ips, frames.marks,
                                   frames.outermost))
+
+
+def refuse_untracked_sp_not_the_oracles_end(request, at: tuple[int, int]):
+    """Built by hand: gospin in __vdso_clock_gettime (nt-vdso, cfi-untracked-sp-change's real case),
+    the PAST_END put where the oracle's last frame is not the frame the unwinder stepped from: a
+    frame later in the unwinder's walk (3, 2), or before the oracle's last frame (2, 1)."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-vdso")
+    assert len(st.trace) > 3 and len(frames.ips) == 2
+    return Refused(st, div(st, oracle, frames, PAST_END, *at))
+
+
+def refuse_untracked_sp_no_oracle_frame(request):
+    """Built by hand: gospin at nanotime1's call of the vDSO (nt-call), an oracle that gave no
+    frame at all: there is no step of the oracle's to look at."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-call")
+    return Refused(st, Divergence("fp", "cfi", PAST_END, 1, 0, tuple(st.trace.ips), (), frozenset(), False))
+
+
+def refuse_untracked_sp_after_no_call(request):
+    """Built by hand: gospin at nanotime1's call of the vDSO (nt-call), its IP taken as a return
+    address (no mark): the instruction before it is `and rsp, -16`, no call, so it is no return
+    address a row could be stale at, though rsp moved on every path to it."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-call")
+    assert frames.ips == (st.regs.ip,)
+    return Refused(st, div(st, oracle, frames, PAST_END, 1, 1, marks=frozenset()))
+
+
+def refuse_untracked_sp_after_push(request):
+    """Built by hand: callchain fp static (host) right after c's push %rbp (c-after-push), CFI's
+    frames cut after the IP: the row at the IP is the one that follows the push (CFA = rsp+16),
+    starting at the IP, so no instruction between the row and the IP moves rsp.  (The row before
+    it, at the push, would see the push as a move no row follows.)"""
+    _cap, st, oracle, frames = fp_stop(request, "c-after-push")
+    cut = dataclasses.replace(frames, ips=frames.ips[:1], outermost=False)
+    return Refused(st, div(st, oracle, cut, PAST_END, 1, 1))
+
+
+def accept_untracked_sp_not_outermost(request):
+    """Built by hand: nt-vdso's divergence (cfi-untracked-sp-change's real case) as if the CFI
+    oracle had ended there for another reason than a return address of 0 (not outermost): the
+    same row and paths, and the evidence does not say it ended as at the outermost frame."""
+    cap, st, oracle, frames = go_nanotime_stop(request, "nt-vdso")
+    start, _end = cap.symbols["runtime.nanotime1.abi0"]
+    d = div(st, oracle, frames, PAST_END, 2, 2, outermost=False)
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "runtime.nanotime1.abi0", "address": frames.ips[1], "row_start": start + 4,
+        "text": lambda t: t.startswith(f"the CFI row at the return address {frames.ips[1]:#x} ")
+        and "the word the oracle read as the return address is another one" in t,
+    }, (PAST_END,), d)
 
 
 # the registers causes --------------------------------------------------------------------------------
@@ -1107,6 +1165,19 @@ def restorer_not_rt_sigreturn(build, at):
         addr = at(st)
         mem = corrupt(st.memory, addr, bytes([st.memory.read(addr, 1)[0] ^ 0xFF]))
         return Refused(dataclasses.replace(st, memory=mem), div(st, oracle, frames, REGS, 0, 0))
+    return refuse
+
+
+def without_request(build, keep: bool):
+    """``build``'s stack with no request (the engine knows none of this stop), or (``keep``) with
+    its request but without the registers it wanted (a request the engine could not read them
+    for): the registers causes compare with what the request wanted, and refuse."""
+    def refuse(request):
+        st, oracle, frames, *_ = build(request)
+        d = div(st, oracle, frames, REGS, 0, 0)
+        req = dataclasses.replace(st.request, want=None) if keep else None
+        return Refused(dataclasses.replace(st, request=req), d)
+    refuse.__doc__ = build.__doc__
     return refuse
 
 
@@ -1282,6 +1353,7 @@ ACCEPT = [
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso", accept_untracked_sp_vdso),
     Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_call),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:not-outermost", accept_untracked_sp_not_outermost),
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
@@ -1362,6 +1434,16 @@ REFUSE = [
     Case("cfi-untracked-sp-change", "gospin-go:nt-cmp:cut-at-the-ip", refuse_untracked_sp_before_writes),
     Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:past-start", refuse_untracked_sp_at_start),
     Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
+    # the divergence not at the oracle's end, or after a frame of the unwinder's that is not its last
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:a-frame-later", refuse_untracked_sp_not_the_oracles_end,
+         ((3, 2),)),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:before-the-oracles-last", refuse_untracked_sp_not_the_oracles_end,
+         ((2, 1),)),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-call:no-oracle-frame", refuse_untracked_sp_no_oracle_frame),
+    # a "return address" after no call; the row that starts at the IP; no FDE at all (cfi-no-fde's)
+    Case("cfi-untracked-sp-change", "gospin-go:nt-call:as-a-return-address", refuse_untracked_sp_after_no_call),
+    Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-after-push:cut-at-the-ip", refuse_untracked_sp_after_push),
+    Case("cfi-untracked-sp-change", "nofde-host:spin-raw:no-fde's", refuse_cfi_no_fde_case),
     # the registers: each cause on the others' cases
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
@@ -1380,6 +1462,14 @@ REFUSE = [
     Case("sigreturn-restored", "signal-fp-static-host:on-alarm:signal-delivery's",
          refuse_regs(regs_signal_delivery)),
     Case("sigreturn-restored", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    # no request known; one without the registers it wanted (what the two signal causes compare)
+    *[Case(cause, f"{what}:{'request-without-registers' if keep else 'no-request'}", without_request(build, keep))
+      for cause, what, build, keeps in (
+          ("signal-delivery", "signal-fp-static-host:on-alarm", regs_signal_delivery, (False, True)),
+          ("sigreturn-restored", "signal-fp-static-host:sigreturn", regs_sigreturn, (False, True)),
+          ("execve-replaced", "nofde-host:in-execve->new-image", regs_execve, (False,)),
+          ("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", regs_in_entry_asm, (False,)))
+      for keep in keeps],
     # the kernel's perf callchain
     Case("perf-unchecked-fp", "perf-callchain-defer-7.3.4:sample-0:deferred", refuse_perf_deferred_ends),
     Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0:dump-0x48:ran-off-dump's", refuse_perf_fp,
