@@ -421,17 +421,20 @@ def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
     if table is None or table.find_fde(ra) is not None:
         return None
     f = stack.code.function_at(ra, True)
-    fde = table.find_fde(ra - 1)
     call = stack.code.call_before(ra)
-    if f is None or f.end != ra or fde is None or fde.func_end != ra or call is None:
+    if f is None or f.end != ra or call is None:
         return None
+    fde = table.find_fde(call.addr)  # the FDE of the call itself (ra - 1's)
+    if fde is None or fde.func_end != ra:
+        return None
+    # From a return address FP's reason is always _frameless's, which has the decoded prologue.
     return evidence(
         f"the return address {ra:#x} is the end of {f.name} (its last instruction is `{call.text}`, a call "
         f"that never returns); the kernel's SFrame lookup takes the address itself, not ra - 1, and no FDE "
         f"covers it ({f.name}'s FDE is [{fde.func_start:#x}, {fde.func_end:#x})), so the walk falls back to "
         f"frame pointers: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
         **_fn(f), return_address=ra, fde=[fde.func_start, fde.func_end], call=str(call),
-        fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
+        fp_fallback=fp["why_fp"], prologue=fp["prologue"])
 cause("sframe-tail-call", (LOST, ENDS, DIFFERS),
       "a call in tail position: the return address is its function's end; the kernel looks it up "
       "at itself, no FDE covers it, and the FP fallback cannot step", unwinders={"sframe"},

@@ -44,6 +44,7 @@ import contextlib
 import dataclasses
 import gzip
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -457,7 +458,8 @@ def accept_tail_call(request, tc):
     return Accepted(st, oracle, frames, (2, 2), {
         "function": "middle", "start": m0, "end": m1, "return_address": m1, "fde": [m0, m1],
         "call": lambda s: s.endswith(f"call {cap.start('die'):#x}"),
-        "fp_fallback": lambda s: s.startswith("middle sets up no frame pointer"),
+        "fp_fallback": lambda s: s.startswith("middle sets up no frame pointer"), "module": cap.binary,
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
     }, (ENDS, DIFFERS))
 
 
@@ -972,7 +974,8 @@ def accept_untracked_sp_vdso(request):
         "function": "runtime.nanotime1.abi0", "address": frames.ips[1], "row_start": start + 4,
         "row": "CFA = rsp+32, return address at CFA-8", "paths": _nanotime1_paths, "unchecked": len(st.trace) - 2,
         "text": lambda t: t.startswith(f"the CFI row at the return address {frames.ips[1]:#x} in runtime.nanotime1.abi0 ")
-        and "read as the return address (0: it ended there as at the outermost frame) is another one" in t,
+        and "read as the return address (0: it ended there as at the outermost frame) is another one" in t
+        and f"and the {len(st.trace) - 2} frame(s) the unwinder reports past it are unchecked" in t,
     }, (PAST_END,))
 
 
@@ -985,7 +988,8 @@ def accept_untracked_sp_call(request):
     return Accepted(st, oracle, frames, (1, 1), {
         "function": "runtime.nanotime1.abi0", "address": st.regs.ip, "row_start": start + 4,
         "paths": _nanotime1_paths, "unchecked": len(st.trace) - 1,
-        "text": lambda t: t.startswith(f"the CFI row at the IP {st.regs.ip:#x} in runtime.nanotime1.abi0 "),
+        "text": lambda t: t.startswith(f"the CFI row at the IP {st.regs.ip:#x} in runtime.nanotime1.abi0 ")
+        and re.search(r"the code moves rsp and no row follows \((sub|mov) rsp[^|]* \| (sub|mov) rsp", t) is not None,
     }, (PAST_END,))
 
 
@@ -1092,7 +1096,8 @@ def regs_signal_delivery(request):
 
 def accept_signal_delivery(request):
     st, oracle, frames, pretcode = regs_signal_delivery(request)
-    return Accepted(st, oracle, frames, (0, 0), {"pretcode": pretcode}, (REGS,))
+    return Accepted(st, oracle, frames, (0, 0), {
+        "pretcode": pretcode, "text": lambda t: f"(pretcode {pretcode:#x}: its CIE has 'S')" in t}, (REGS,))
 
 
 def regs_execve(request):
