@@ -451,9 +451,12 @@ def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     if is_ip:
         return None
     table = stack.sframe_for(ra)
+    # not mutated (equivalent: SFrame took the step from ra, which it does only with ra's table)
+    if table is None:  # pragma: no mutate
+        return None
     f = stack.code.function_at(ra, True)
     call = stack.code.call_before(ra)
-    if table is None or f is None or f.end != ra or call is None:
+    if f is None or f.end != ra or call is None:
         return None
     found, own = table.find_fde(ra), table.find_fde(ra - 1)
     if found is None or found.func_start != ra or own is None or own.func_end != ra:
@@ -481,16 +484,16 @@ def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:
     table = stack.sframe_for(addr)
     if table is None or table.find_fde(addr) is not None:
         return None
-    e = stack.space.elf_at(addr)
+    e = stack.space.elf_at(addr)  # mapped: the table is the ELF's there
     f = stack.code.function_at(addr, not is_ip)
     if f is not None and not is_ip and f.end == addr:
         return None  # a return address at its function's end: sframe-tail-call's case, not this one
     name = f.name if f else f"{addr:#x}"
     return evidence(
-        f"{e.path if e else '?'} has .sframe ({len(table.fdes)} FDEs) but none covers {name} at "
+        f"{e.path} has .sframe ({len(table.fdes)} FDEs) but none covers {name} at "
         f"{_where(addr, is_ip)} (its object file carried no .sframe: static glibc archives do not); the "
         f"walk falls back to frame pointers: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
-        **{"module": e.path if e else "", **(_fn(f) if f else {})}, address=addr, fdes=len(table.fdes),
+        **{"module": e.path, **(_fn(f) if f else {})}, address=addr, fdes=len(table.fdes),
         fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
 cause("sframe-function-without-fde", (LOST, ENDS, DIFFERS),
       "no SFrame FDE covers the function (its object carried no .sframe); the FP fallback cannot step",

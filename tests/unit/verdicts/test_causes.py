@@ -531,6 +531,7 @@ def accept_function_without_fde_syscall(request):
     oracle, frames = cfi_of(st)
     return Accepted(st, oracle, frames, (1, 1), {
         "function": "syscall", "address": snap.regs.ip, "module": cap.binary,
+        "text": lambda t: t.startswith(f"{cap.binary} has .sframe (") and f"none covers syscall at the IP {snap.regs.ip:#x} (" in t,
     }, (LOST,))
 
 
@@ -1362,7 +1363,7 @@ ACCEPT = [
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
-         accept_foreign(regs_signal_delivery, {"text": lambda t: "its code is rt_sigreturn" in t})),
+         accept_foreign(regs_signal_delivery, {"text": lambda t: ": its code is rt_sigreturn) saved exactly" in t})),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task",
          accept_foreign(regs_sigreturn, {"frame_sp": lambda sp: isinstance(sp, int)})),
     Case("execve-replaced", "nofde-host:in-execve->new-image", accept_execve),
