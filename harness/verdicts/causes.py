@@ -458,8 +458,9 @@ def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     call = stack.code.call_before(ra)
     if f is None or f.end != ra or call is None:
         return None
-    found, own = table.find_fde(ra), table.find_fde(ra - 1)
-    if found is None or found.func_start != ra or own is None or own.func_end != ra:
+    # found is not None: SFrame took the step, looking ra itself up (the call's own FDE is ra - 1's)
+    found, own = table.find_fde(ra), table.find_fde(call.addr)
+    if found.func_start != ra or own is None or own.func_end != ra:
         return None
     nxt = stack.code.function_at(ra)
     name = nxt.name if nxt else f"{ra:#x}"

@@ -1134,6 +1134,24 @@ def accept_sigreturn(request):
     return Accepted(st, oracle, frames, (0, 0), {"frame_sp": st.request.want.sp}, (REGS,))
 
 
+def accept_sigreturn_own_restorer_changed(request):
+    """signal.c at the rt_sigreturn syscall entry (the program's own task), the restorer's first
+    byte changed in memory: the frame is read by its CFI ('S'), which does not rest on the code."""
+    st, oracle, frames = regs_sigreturn(request)
+    at = st.request.want.ip - 9
+    mem = corrupt(st.memory, at, bytes([st.memory.read(at, 1)[0] ^ 0xFF]))
+    st = dataclasses.replace(st, memory=mem)
+    return Accepted(st, oracle, frames, (0, 0), {"frame_sp": st.request.want.sp}, (REGS,))
+
+
+def regs_sigreturn_other_syscall(request):
+    """signal.c at the rt_sigreturn syscall entry, the request's syscall taken as another one
+    (getppid's): the registers are those the frame would restore, but the task was not restoring."""
+    st, oracle, frames = regs_sigreturn(request)
+    st = dataclasses.replace(st, request=dataclasses.replace(st.request, syscall=SYS_GETPPID))
+    return st, oracle, frames
+
+
 def foreign(build):
     """``build``'s stack as the engine builds it for another task than the program's (its subshell,
     say): an address space that maps none of its binaries, so no CFI says where a restorer is."""
@@ -1368,6 +1386,7 @@ ACCEPT = [
          accept_foreign(regs_sigreturn, {"frame_sp": lambda sp: isinstance(sp, int)})),
     Case("execve-replaced", "nofde-host:in-execve->new-image", accept_execve),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn", accept_sigreturn),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:restorer-changed", accept_sigreturn_own_restorer_changed),
     Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0", accept_perf_unchecked_fp),
     Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:max-stack-4", accept_perf_max_stack),
     Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:dump-0x48", accept_perf_ran_off_dump),
@@ -1468,6 +1487,7 @@ REFUSE = [
     Case("sigreturn-restored", "signal-fp-static-host:on-alarm:signal-delivery's",
          refuse_regs(regs_signal_delivery)),
     Case("sigreturn-restored", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:in-getppid", refuse_regs(regs_sigreturn_other_syscall)),
     # no request known; one without the registers it wanted (what the two signal causes compare)
     *[Case(cause, f"{what}:{'request-without-registers' if keep else 'no-request'}", without_request(build, keep))
       for cause, what, build, keeps in (
