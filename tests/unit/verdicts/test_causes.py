@@ -616,6 +616,9 @@ def accept_module_without_pt_gnu_sframe(request):
         "module": cap.binary, "address": st.trace.ips[0], "function": "c",
         "sframe_section": [sec["sh_addr"], sec["sh_size"]],
         "fp_fallback": lambda s: "sets up no frame pointer" in s,
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
+        "text": lambda t: f"has a .sframe section ({sec['sh_size']} bytes at {sec['sh_addr']:#x}) but no " in t
+        and f"falls back to frame pointers at the IP {st.trace.ips[0]:#x}: " in t,
     }, (ENDS,))
 
 
@@ -1112,6 +1115,23 @@ def regs_execve(request):
     return st, *regs_of(st)
 
 
+def regs_execve_not_replaced(request, which: str):
+    """nofde.c run with exec, a request at its execve: ``in-execve``, the walk on the old image's
+    registers (the execve had not replaced them); ``getppid``, the new image's fresh registers but
+    the request's syscall another (getppid): neither is the new image walked for an execve."""
+    cap = _fixture(request, "nofde_snaps")
+    if which == "in-execve":
+        old = cap.snaps["in-execve"]
+        want = with_syscall(old.regs, SYS_EXECVE)
+        st = stack_of(old, "fp", regs=want, request=Request(want, syscall=SYS_EXECVE, own="main"))
+    else:
+        new = cap.snaps["new-image"]
+        want = with_syscall(cap.snaps["in-execve"].regs, SYS_GETPPID)
+        st = stack_of(new, "fp", request=Request(want, syscall=SYS_GETPPID, own="main"))
+    assert st.regs.fresh_exec == (which == "getppid")
+    return st, *regs_of(st)
+
+
 def accept_execve(request):
     st, oracle, frames = regs_execve(request)
     return Accepted(st, oracle, frames, (0, 0), {"syscall": SYS_EXECVE}, (REGS,))
@@ -1131,7 +1151,10 @@ def regs_sigreturn(request):
 
 def accept_sigreturn(request):
     st, oracle, frames = regs_sigreturn(request)
-    return Accepted(st, oracle, frames, (0, 0), {"frame_sp": st.request.want.sp}, (REGS,))
+    return Accepted(st, oracle, frames, (0, 0), {
+        "frame_sp": st.request.want.sp,
+        "text": lambda t: t == ("the task was in rt_sigreturn and the walked registers are those it restored from the "
+                                f"signal frame at sp {st.request.want.sp:#x}")}, (REGS,))
 
 
 def accept_sigreturn_own_restorer_changed(request):
@@ -1206,8 +1229,8 @@ def without_request(build, keep: bool):
 
 
 def refuse_regs(build):
-    def refuse(request):
-        st, oracle, frames, *_ = build(request)
+    def refuse(request, *args):
+        st, oracle, frames, *_ = build(request, *args)
         return Refused(st, div(st, oracle, frames, REGS, 0, 0))
     refuse.__doc__ = build.__doc__
     return refuse
@@ -1246,6 +1269,7 @@ def accept_perf_unchecked_fp(request):
     assert st.trace.stop.reason is StopReason.FP_BELOW_SP and len(frames.ips) == 7 and len(st.trace) == 5
     return Accepted(st, oracle, frames, (5, 5), {
         "check": "fp < sp", "fp": st.trace.frames[-1].fp, "return_address": None,  # fp + 8 is not in the dump
+        "text": lambda t: t.endswith("(perf_callchain_user) lacks the check and reads on: fp + 8 is not in the dump"),
     }, (ENDS,))
 
 
@@ -1484,6 +1508,8 @@ REFUSE = [
     Case("signal-delivery", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("execve-replaced", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
     Case("execve-replaced", "callchain-fp-static-host:c-ret:entry-asm's", refuse_regs(regs_in_entry_asm)),
+    Case("execve-replaced", "nofde-host:in-execve:not-replaced", refuse_regs(regs_execve_not_replaced), ("in-execve",)),
+    Case("execve-replaced", "nofde-host:new-image:in-getppid", refuse_regs(regs_execve_not_replaced), ("getppid",)),
     Case("sigreturn-restored", "signal-fp-static-host:on-alarm:signal-delivery's",
          refuse_regs(regs_signal_delivery)),
     Case("sigreturn-restored", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
