@@ -727,7 +727,10 @@ cause("perf-unchecked-fp", (ENDS,), "unwind_user stops at a check perf's FP walk
 
 def _perf_after_callback(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
-    if ps is None or ps.record_seq is None or ps.seq is None or ps.record_seq >= ps.seq:
+    if ps is None or ps.record_seq is None or ps.seq is None:
+        return None
+    # not mutated (equivalent: > for >=: a record and a sample are never the same record, seq)
+    if ps.record_seq >= ps.seq:  # pragma: no mutate
         return None
     return evidence(f"the entry's CALLCHAIN_DEFERRED (record {ps.record_seq}) came before this sample (record "
                     f"{ps.seq}): the callback had run, and the registers changed after the walk",

@@ -1288,7 +1288,10 @@ def accept_perf_ran_off_dump(request):
     s, st, oracle, frames = perf_fp(request, dump=0x48)
     sp = s.regs.sp
     assert st.trace.stop.reason is StopReason.FAULT
-    return Accepted(st, oracle, frames, (2, 2), {"fault": st.trace.stop.addr, "dump": [sp, sp + 0x48]}, (ENDS,))
+    return Accepted(st, oracle, frames, (2, 2), {
+        "fault": st.trace.stop.addr, "dump": [sp, sp + 0x48],
+        "text": lambda t: f"outside the 72 bytes dumped at sp [{sp:#x}, {sp + 0x48:#x}); the kernel read on" in t,
+    }, (ENDS,))
 
 
 def perf_deferred(request, k: int):
@@ -1334,14 +1337,48 @@ def refuse_perf_deferred_ends(request):
     return Refused(st, div(st, o.perf, frames, ENDS, len(st.trace) - 1, len(st.trace) - 1))
 
 
-def refuse_perf_deferred_past_end(request):
+def refuse_perf_deferred_past_end(request, max_stack: int | None = None):
     """Built by hand: a PAST_END of the real deferred sample 18, answered by its record 19 (not
-    left unanswered at exit, not an FP chain cut at perf_event_max_stack)."""
+    left unanswered at exit, not an FP chain cut at perf_event_max_stack, even where that is as
+    short as the record: ``max_stack``)."""
     o, recs, s = perf_deferred(request, 18)
+    if max_stack is not None:
+        o.source.max_stack = max_stack
     st = o.stack(s, recs[19].ips, True, seq=18, record_seq=19)
     frames = o.perf.frames(st)
     return Refused(st, div(st, o.perf, dataclasses.replace(frames, ips=frames.ips[:3], outermost=False),
                            PAST_END, 3, 3))
+
+
+def refuse_perf_max_stack_marked(request, max_stack: int, outermost: bool):
+    """Built by hand: the plain capture's first sample, its chain cut after 4 entries and marked
+    ``outermost`` against the oracle's own marking: a chain shorter than perf_event_max_stack
+    (127) is no cut at it, and one the oracle says ended where the stack ends is none either."""
+    _s, st, oracle, frames = perf_fp(request, max_stack=max_stack, cut=4)
+    return Refused(st, div(st, oracle, frames, PAST_END, 4, 4, outermost=outermost))
+
+
+def refuse_perf_not_a_sample(request, kind: str):
+    """Built by hand: callchain fp static (host) at getppid in c under gdb, a stack that is no perf
+    sample, with a divergence from the perf oracle: the perf causes look only at a sample."""
+    _cap, st, oracle, frames = fp_stop(request, "c-raw")
+    n = len(st.trace)
+    if kind == REGS:
+        r = st.regs
+        return Refused(st, Divergence(PERF_UNWINDER, "perf", REGS, 0, 0, (r.ip + 1, r.sp, r.bp), (r.ip, r.sp, r.bp)))
+    i = n - 1 if kind == ENDS else 2
+    return Refused(st, Divergence(PERF_UNWINDER, "perf", kind, i, i, tuple(st.trace.ips), frames.ips[:i],
+                                  frozenset({0}), False))
+
+
+def refuse_perf_stop_at(request, reason: StopReason, where: Callable[[Sample], int]):
+    """Built by hand: the plain capture's first sample, our walk's end given another stop: a fault
+    inside the dumped bytes (which the walk could read), or a stop at an address outside them
+    that is no fault (fp < sp): neither is a read off the dump."""
+    s, st, oracle, frames = perf_fp(request)
+    stop = dataclasses.replace(st.trace.stop, reason=reason, addr=where(s))
+    st = dataclasses.replace(st, trace=dataclasses.replace(st.trace, stop=stop))
+    return Refused(st, div(st, oracle, frames, ENDS, len(st.trace), len(st.trace)))
 
 
 def refuse_perf_fp(request, spec: dict):
@@ -1533,6 +1570,19 @@ REFUSE = [
     Case("perf-max-stack", "perf-callchain-defer-7.3.4:sample-18:deferred", refuse_perf_deferred_past_end),
     Case("perf-exit-unanswered", "perf-callchain-defer-7.3.4:sample-18:answered", refuse_perf_deferred_past_end),
     Case("perf-after-callback", "perf-callchain-defer-7.3.4:sample-0:before-its-record", refuse_perf_before_callback),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:cut-at-4-not-outermost", refuse_perf_max_stack_marked,
+         (127, False)),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:max-stack-4-outermost", refuse_perf_max_stack_marked,
+         (4, True)),
+    Case("perf-max-stack", "perf-callchain-defer-7.3.4:sample-18:deferred-max-stack-3", refuse_perf_deferred_past_end,
+         (3,)),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:fault-in-the-dump", refuse_perf_stop_at,
+         (StopReason.FAULT, lambda s: s.regs.sp + 8)),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:fp-below-sp-off-the-dump", refuse_perf_stop_at,
+         (StopReason.FP_BELOW_SP, lambda s: s.regs.sp + len(s.stack) + 0x100)),
+    *[Case(cause, f"callchain-fp-static-host:c-raw:no-perf-sample:{kind}", refuse_perf_not_a_sample, (kind,))
+      for cause, kind in (("perf-max-stack", PAST_END), ("perf-ran-off-dump", ENDS), ("perf-unchecked-fp", ENDS),
+                          ("perf-after-callback", REGS), ("perf-exit-unanswered", PAST_END))],
 ]
 
 
