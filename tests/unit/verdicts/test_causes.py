@@ -49,10 +49,12 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.dwarf.callframe import FDE
 from elftools.elf.elffile import ELFFile
 
 from harness.images.errors import ImageError
@@ -592,6 +594,7 @@ def accept_module_without_sframe_fallback_at(request, name: str):
     return Accepted(st, oracle, frames, (1, 1), {
         "module": cap.binary, "address": st.regs.ip, "function": "c", "prologue": [],
         "fp_fallback": lambda s: s.startswith(why),
+        "text": lambda t: f"falls back to frame pointers at the IP {st.regs.ip:#x}: {why}" in t,
     }, (LOST,))
 
 
@@ -929,6 +932,44 @@ def refuse_cfi_no_fde_case(request):
     """nofde.c at getppid in spin: CFI ended for want of an FDE (cfi-no-fde's case)."""
     _cap, st, oracle, frames = nofde_stop(request)
     return Refused(st, div(st, oracle, frames, PAST_END, 1, 1))
+
+
+def fde_gap(path: str) -> tuple[int, int]:
+    """(end, start): the first bytes of ``path``'s text that no .eh_frame FDE covers, at least 2,
+    between the FDE that ends at ``end`` and the one that starts at ``start``."""
+    with open(path, "rb") as f:
+        fdes = sorted((e["initial_location"], e["initial_location"] + e["address_range"])
+                      for e in ELFFile(f).get_dwarf_info().EH_CFI_entries() if isinstance(e, FDE))
+    return next((end, start) for (_s, end), (start, _e) in pairwise(fdes) if start - end >= 2)
+
+
+def cfi_ended_at(request, which: str) -> tuple[Stack, Oracle, OracleFrames, Divergence, int]:
+    """Built by hand: callchain fp static (host) at getppid in c, CFI's frames cut after b's return
+    address and one frame more, an address of the binary by its FDEs (:func:`fde_gap`): ``end``
+    (the first byte past an FDE, as a return address: its call, the byte before, is covered),
+    ``end+1`` (a return address whose call byte is not covered either), ``start`` (an FDE's first
+    byte as an interrupted IP: covered; the byte before it is not)."""
+    cap = _fixture(request, "fp_stops")
+    st = stack_of(cap.snaps["c-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    end, start = fde_gap(cap.binary)
+    x = {"end": end, "end+1": end + 1, "start": start}[which]
+    marks = frozenset({0, 2}) if which == "start" else frozenset({0})
+    cut = dataclasses.replace(frames, ips=(*frames.ips[:2], x), marks=marks, outermost=False)
+    return st, oracle, cut, div(st, oracle, cut, PAST_END, 3, 3), x
+
+
+def accept_cfi_no_fde_at_a_return_address(request):
+    st, oracle, frames, d, x = cfi_ended_at(request, "end+1")
+    return Accepted(st, oracle, frames, (3, 3), {
+        "address": x, "module": st.space.elf_at(x).path, "unchecked": len(st.trace) - 3,
+        "text": lambda t: t.startswith(f"no .eh_frame FDE covers {x:#x} ({st.space.elf_at(x).path}): "),
+    }, (PAST_END,), d)
+
+
+def refuse_cfi_fde_covers_the_probe(request, which: str):
+    st, _oracle, _frames, d, _x = cfi_ended_at(request, which)
+    return Refused(st, d)
 
 
 def refuse_cfi_outermost(request):
@@ -1314,6 +1355,23 @@ def accept_perf_exit_unanswered(request):
     return Accepted(st, o.perf, frames, (0, 0), {"exit": 20}, (PAST_END,), d)
 
 
+def refuse_perf_exit(request, which: str):
+    """Built by hand over the real captures, one fact of the unanswered entry changed: ``frames``,
+    the kernel's record compared after all (the oracle has frames); ``answered``, record 19 there
+    and the exit after it, with no frame compared; ``fp``, the plain capture's first sample (an FP
+    chain, no deferred record) with an exit after it and no chain."""
+    if which == "fp":
+        o, recs = perf_oracle(request, "plain")
+        s = recs[0]
+        st = o.stack(s, None, False, seq=0, exit_seq=1)
+    else:
+        o, recs, s = perf_deferred(request, 18)
+        st = o.stack(s, recs[19].ips if which == "answered" else None, True, seq=18, exit_seq=20)
+    want = tuple(recs[19].ips) if which == "frames" else ()
+    return Refused(st, Divergence(PERF_UNWINDER, "perf", PAST_END, len(want), len(want), tuple(st.trace.ips), want,
+                                  frozenset({0}), False))
+
+
 def accept_perf_after_callback(request):
     """Built by hand over the real deferred capture: sample 2 as a later sample of sample 0's
     entry, after that entry's CALLCHAIN_DEFERRED (record 1), on other registers (its ip moved by
@@ -1436,6 +1494,8 @@ ACCEPT = [
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:fp", accept_hook_window, ("fp",)),
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:sframe", accept_hook_window, ("sframe",)),
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a-return-address-past-an-fde",
+         accept_cfi_no_fde_at_a_return_address),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso", accept_untracked_sp_vdso),
     Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_call),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:not-outermost", accept_untracked_sp_not_outermost),
@@ -1516,6 +1576,11 @@ REFUSE = [
     # CFI ended at the outermost frame; an FDE covers CFI's last frame
     Case("cfi-no-fde", "nofde-host:spin-raw:outermost", refuse_cfi_outermost),
     Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
+    # the oracle's last frame looked up where the oracle looked: a return address at ra - 1, an IP at itself
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-fdes-end-as-a-return-address",
+         refuse_cfi_fde_covers_the_probe, ("end",)),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-fdes-start-as-an-ip",
+         refuse_cfi_fde_covers_the_probe, ("start",)),
     # rsp not moved on the way to the IP; the return address undefined; a row from rbp
     Case("cfi-untracked-sp-change", "gospin-go:nt-cmp:cut-at-the-ip", refuse_untracked_sp_before_writes),
     Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:past-start", refuse_untracked_sp_at_start),
@@ -1580,6 +1645,9 @@ REFUSE = [
          (StopReason.FAULT, lambda s: s.regs.sp + 8)),
     Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:fp-below-sp-off-the-dump", refuse_perf_stop_at,
          (StopReason.FP_BELOW_SP, lambda s: s.regs.sp + len(s.stack) + 0x100)),
+    *[Case("perf-exit-unanswered", f"perf-callchain-defer-7.3.4:sample-18:exit:{which}", refuse_perf_exit, (which,))
+      for which in ("frames", "answered")],
+    Case("perf-exit-unanswered", "perf-callchain-7.3.4:sample-0:exit-after-an-fp-sample", refuse_perf_exit, ("fp",)),
     *[Case(cause, f"callchain-fp-static-host:c-raw:no-perf-sample:{kind}", refuse_perf_not_a_sample, (kind,))
       for cause, kind in (("perf-max-stack", PAST_END), ("perf-ran-off-dump", ENDS), ("perf-unchecked-fp", ENDS),
                           ("perf-after-callback", REGS), ("perf-exit-unanswered", PAST_END))],
