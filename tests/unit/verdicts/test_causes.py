@@ -570,6 +570,7 @@ def accept_module_without_sframe(request, tc):
     return Accepted(st, oracle, frames, (5, 5), {
         "module": libc.path, "address": ra, "function": st.code.function_at(ra, True).name,
         "fp_fallback": lambda s: "sets up no frame pointer" in s,
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
     }, (ENDS, DIFFERS))
 
 
@@ -786,6 +787,15 @@ def accept_signal_frame(request):
     }, (LOST,))
 
 
+def refuse_signal_frame_not_an_ip(request):
+    """Built by hand: the signal-frame case (h2-syscall), the oracle's frame below the trampoline
+    not marked as an interrupted IP (a return address): no signal interrupted it."""
+    cap = _fixture(request, "signal_snaps")
+    st = stack_of(cap.snaps["h2-syscall"], "fp")
+    oracle, frames = cfi_of(st)
+    return Refused(st, div(st, oracle, frames, LOST, 4, 4, marks=frames.marks - {4}))
+
+
 def refuse_signal_frame_syscall(request):
     """glibc's syscall() LOST of c (fp-frameless-function's case: frame #1, no trampoline)."""
     _cap, st, oracle, frames = fp_stop(request, "c-libc")
@@ -925,6 +935,8 @@ def accept_cfi_no_fde(request):
     assert len(st.trace) >= 2
     return Accepted(st, oracle, frames, (1, 1), {
         "address": st.regs.ip, "module": cap.binary, "unchecked": len(st.trace) - 1,
+        "text": lambda t: t == (f"no .eh_frame FDE covers {st.regs.ip:#x} ({cap.binary}): the CFI walk ends there "
+                                f"and the {len(st.trace) - 1} frame(s) the unwinder reports past it are unchecked"),
     }, (PAST_END,))
 
 
@@ -948,12 +960,13 @@ def cfi_ended_at(request, which: str) -> tuple[Stack, Oracle, OracleFrames, Dive
     address and one frame more, an address of the binary by its FDEs (:func:`fde_gap`): ``end``
     (the first byte past an FDE, as a return address: its call, the byte before, is covered),
     ``end+1`` (a return address whose call byte is not covered either), ``start`` (an FDE's first
-    byte as an interrupted IP: covered; the byte before it is not)."""
+    byte as an interrupted IP: covered; the byte before it is not), ``stack`` (an address in the
+    anonymous [stack] mapping, as generated code's would be: no ELF file)."""
     cap = _fixture(request, "fp_stops")
     st = stack_of(cap.snaps["c-raw"], "fp")
     oracle, frames = cfi_of(st)
     end, start = fde_gap(cap.binary)
-    x = {"end": end, "end+1": end + 1, "start": start}[which]
+    x = {"end": end, "end+1": end + 1, "start": start, "stack": st.regs.sp + 8}[which]
     marks = frozenset({0, 2}) if which == "start" else frozenset({0})
     cut = dataclasses.replace(frames, ips=(*frames.ips[:2], x), marks=marks, outermost=False)
     return st, oracle, cut, div(st, oracle, cut, PAST_END, 3, 3), x
@@ -964,6 +977,15 @@ def accept_cfi_no_fde_at_a_return_address(request):
     return Accepted(st, oracle, frames, (3, 3), {
         "address": x, "module": st.space.elf_at(x).path, "unchecked": len(st.trace) - 3,
         "text": lambda t: t.startswith(f"no .eh_frame FDE covers {x:#x} ({st.space.elf_at(x).path}): "),
+    }, (PAST_END,), d)
+
+
+def accept_cfi_no_fde_in_no_elf(request):
+    st, oracle, frames, d, x = cfi_ended_at(request, "stack")
+    assert st.space.elf_at(x - 1) is None
+    return Accepted(st, oracle, frames, (3, 3), {
+        "address": x, "module": "", "unchecked": len(st.trace) - 3,
+        "text": lambda t: t.startswith(f"no .eh_frame FDE covers {x:#x} (no ELF file (anonymous or generated code)): "),
     }, (PAST_END,), d)
 
 
@@ -1496,6 +1518,7 @@ ACCEPT = [
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
     Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a-return-address-past-an-fde",
          accept_cfi_no_fde_at_a_return_address),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-address-on-the-stack", accept_cfi_no_fde_in_no_elf),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso", accept_untracked_sp_vdso),
     Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_call),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:not-outermost", accept_untracked_sp_not_outermost),
@@ -1556,6 +1579,7 @@ REFUSE = [
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
     # lost frames not below a trampoline
     Case("signal-frame", "callchain-fp-static-host:c-libc:frameless'", refuse_signal_frame_syscall),
+    Case("signal-frame", "signal-fp-static-host:h2-syscall:not-an-ip", refuse_signal_frame_not_an_ip),
     Case("signal-frame", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
     Case("signal-frame", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
     # a limit that is not the stack's max_entries; an end that is not at a limit
