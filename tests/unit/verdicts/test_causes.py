@@ -737,6 +737,17 @@ def lose_a(request):
     return st, oracle, frames
 
 
+def refuse_prologue_step_not_fp(request, name: str):
+    """Built by hand: callchain fp static (host) at c's push %rbp (or c's ret) walked with SFrame,
+    which steps right from there, and a LOST of b as if the FP unwinder had made it: the step
+    from the IP was SFrame's, not FP's, so no FP rule explains it."""
+    cap = _fixture(request, "fp_stops")
+    st = stack_of(cap.snaps[name], "sframe")
+    oracle, frames = cfi_of(st)
+    assert st.trace.frames[1].how is UnwinderType.SFRAME
+    return Refused(st, dataclasses.replace(div(st, oracle, frames, LOST, 1, 1), unwinder="fp"))
+
+
 def refuse_lose_a(request):
     st, oracle, frames = lose_a(request)
     return Refused(st, div(st, oracle, frames, LOST, 2, 2))
@@ -1575,6 +1586,9 @@ REFUSE = [
     Case("fp-prologue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-b", refuse_lose_b_in_body),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-ret:epilogue's", refuse_fp_stop_lost, ("c-ret",)),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp:sframe-step", refuse_prologue_step_not_fp,
+         ("c-push-rbp",)),
+    Case("fp-epilogue-ip", "callchain-fp-static-host:c-ret:sframe-step", refuse_prologue_step_not_fp, ("c-ret",)),
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-b", refuse_lose_b_in_body),
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
     # lost frames not below a trampoline
@@ -1752,6 +1766,17 @@ def test_shadow_uninstrumented_past_the_shadows_end(request):
     ev = CAUSES["shadow-uninstrumented"].predicate(st, d)
     assert ev is not None and ev["function"] == "__mprotect" and ev["unchecked"] == len(st.trace) - 1
     assert ev["text"].startswith("the shadow stack ends below __mprotect")
+    assert f"the {len(st.trace) - 1} frame(s) past it are beyond what the shadow stack can know" in ev["text"]
+
+
+def test_shadow_uninstrumented_at_a_hooks_first_byte(request):
+    """The in-enter stop (shadow-in-hooks' case, which explain() tries first): the IP is the enter
+    hook's first byte, looked up at itself (not at the byte before, another function's), and the
+    hook is built without the instrumentation, so shadow-uninstrumented's own rule holds there."""
+    _cap, st, oracle, frames = shadow_stop(request, "in-enter")
+    assert st.code.function_at(st.regs.ip).start == st.regs.ip
+    ev = CAUSES["shadow-uninstrumented"].predicate(st, div(st, oracle, frames, EXTRA, 1, 1))
+    assert ev is not None and ev["function"] == HOOK_ENTER and ev["start"] == st.regs.ip
 
 
 def test_a_lost_frame_after_the_unwinders_last_has_no_step(request):
