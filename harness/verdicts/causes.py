@@ -28,6 +28,7 @@ position), the cause names what the kernel does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,6 +65,9 @@ PT_GNU_SFRAME = 0x6474E554
 SFRAME_P_TYPES = ("PT_GNU_SFRAME", PT_GNU_SFRAME)  # pragma: no mutate
 FP_STEPS = (UnwinderType.FP, UnwinderType.COMPAT_FP, UnwinderType.FP_ENTRY)
 EXECVE, EXECVEAT, RT_SIGRETURN = 59, 322, 15  # x86-64 syscall numbers
+# An instruction's text (Capstone's, Intel syntax) that is a call: "call ...", or after one prefix
+# ("addr32 call ...", "notrack call ...").
+_A_CALL = re.compile(r"(?:\S+ )?call\b")
 
 @dataclass(frozen=True)
 class Cause:
@@ -114,8 +118,16 @@ def _needs(needs) -> tuple[frozenset[str], ...]:
 
 
 def cause(name: str, kinds, summary: str, *, oracles=None, unwinders=None, needs=()):
-    """Decorator: register ``predicate`` as the cause ``name`` for divergences of ``kinds``, which
-    can arise only in a run with the facts ``needs`` (each a fact, or a set of which one)."""
+    """Register a predicate as the cause ``name`` for divergences of ``kinds``, which can arise only
+    in a run with the facts ``needs`` (each a fact, or a set of which one):
+    ``cause(name, ...)(predicate)`` returns ``predicate``.
+
+    Each predicate below is a plain function followed by its ``cause(...)(fn)`` line, not decorated
+    with ``@cause(...)``: mutmut 3 mutates no decorated function, and the predicates are the rules
+    mutation testing must reach (tests/MUTATION.md).  The line right after the function keeps what
+    the decorator gave: the cause's declaration beside the code that proves it, and the registry's
+    order (which :func:`explain` tries first) the order of the file, as a table at the end would
+    not without repeating it."""
     needs = _needs(needs)
 
     def deco(fn):
@@ -276,8 +288,6 @@ def _fp_cannot_step(stack: Stack, addr: int, is_ip: bool) -> dict | None:
     return found
 
 
-@cause("signal-frame", (LOST,), "the interrupted IP below a signal frame: no frame links it to the handler",
-       needs=("signals",))
 def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
     j = d.want_index
     # The trampoline is the frame above (a return address into it), or the topmost frame itself
@@ -292,21 +302,20 @@ def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"{d.want[j]:#x} is the IP a signal interrupted; the frame above it is the trampoline "
                     f"{name} (CIE augmentation 'S'), whose step follows the interrupted rbp to the interrupted "
                     f"function's caller", trampoline=name, interrupted_ip=d.want[j])
+cause("signal-frame", (LOST,), "the interrupted IP below a signal frame: no frame links it to the handler",
+      needs=("signals",))(_signal_frame)
 
 
-@cause("truncated", (ENDS,), "the walk stopped at UNWIND_MAX_ENTRIES (the deferred cache is one page)",
-       needs=("deep",))
 def _truncated(stack: Stack, d: Divergence) -> dict | None:
     t = stack.trace
     if t.stop.reason is not StopReason.LIMIT or len(t) != stack.max_entries:
         return None
     return evidence(f"truncated at {stack.max_entries} entries (UNWIND_MAX_ENTRIES); {d.oracle} goes on to "
                     f"{len(d.want)}", nr=len(t), max_entries=stack.max_entries, oracle_frames=len(d.want))
+cause("truncated", (ENDS,), "the walk stopped at UNWIND_MAX_ENTRIES (the deferred cache is one page)",
+      needs=("deep",))(_truncated)
 
 
-@cause("fp-prologue-ip", (LOST, ENDS, DIFFERS),
-       "an IP in a prologue: the FP step takes the caller's rbp (entry rule off) and skips the caller, or "
-       "ends or goes astray where the caller keeps no frame pointer in rbp", unwinders={"fp"})
 def _fp_prologue(stack: Stack, d: Divergence) -> dict | None:
     found_from = _from(d)
     if found_from is None:
@@ -319,9 +328,11 @@ def _fp_prologue(stack: Stack, d: Divergence) -> dict | None:
         return None
     return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)} (the kernel's function-entry "
                     f"frame applies only at a uprobe)", **found)
+cause("fp-prologue-ip", (LOST, ENDS, DIFFERS),
+      "an IP in a prologue: the FP step takes the caller's rbp (entry rule off) and skips the caller, or "
+      "ends or goes astray where the caller keeps no frame pointer in rbp", unwinders={"fp"})(_fp_prologue)
 
 
-@cause("fp-epilogue-ip", (LOST,), "an IP at an epilogue ret: the FP step skips the caller", unwinders={"fp"})
 def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
     found_from = _from(d)
     if found_from is None:
@@ -333,10 +344,10 @@ def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
     if found is None:
         return None
     return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)}", **found)
+cause("fp-epilogue-ip", (LOST,), "an IP at an epilogue ret: the FP step skips the caller",
+      unwinders={"fp"})(_fp_epilogue)
 
 
-@cause("fp-frameless-function", (LOST, ENDS, DIFFERS),
-       "the FP step from a function that sets up no frame pointer (rbp is not its frame)", unwinders={"fp"})
 def _fp_frameless(stack: Stack, d: Divergence) -> dict | None:
     if _step(stack, d) not in FP_STEPS:
         return None
@@ -348,6 +359,9 @@ def _fp_frameless(stack: Stack, d: Divergence) -> dict | None:
     if found is None:
         return None
     return evidence(f"{found['why_fp']}: the FP step from {_where(addr, is_ip)} {_outcome(stack, d)}", **found)
+cause("fp-frameless-function", (LOST, ENDS, DIFFERS),
+      "the FP step from a function that sets up no frame pointer (rbp is not its frame)",
+      unwinders={"fp"})(_fp_frameless)
 
 
 # -- SFrame ------------------------------------------------------------------------------------
@@ -380,10 +394,6 @@ def _has_sframe(stack: Stack, addr: int) -> bool | None:
         return None
 
 
-@cause("sframe-tail-call", (LOST, ENDS, DIFFERS),
-       "a call in tail position: the return address is its function's end; the kernel looks it up "
-       "at itself, no FDE covers it, and the FP fallback cannot step", unwinders={"sframe"},
-       needs=("noreturn-calls",))
 def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
     found = _sframe_fallback(stack, d)
     if found is None or found[1]:
@@ -393,23 +403,26 @@ def _sframe_tail_call(stack: Stack, d: Divergence) -> dict | None:
     if table is None or table.find_fde(ra) is not None:
         return None
     f = stack.code.function_at(ra, True)
-    fde = table.find_fde(ra - 1)
     call = stack.code.call_before(ra)
-    if f is None or f.end != ra or fde is None or fde.func_end != ra or call is None:
+    if f is None or f.end != ra or call is None:
         return None
+    fde = table.find_fde(call.addr)  # the FDE of the call itself (ra - 1's)
+    if fde is None or fde.func_end != ra:
+        return None
+    # From a return address FP's reason is always _frameless's, which has the decoded prologue.
     return evidence(
         f"the return address {ra:#x} is the end of {f.name} (its last instruction is `{call.text}`, a call "
         f"that never returns); the kernel's SFrame lookup takes the address itself, not ra - 1, and no FDE "
         f"covers it ({f.name}'s FDE is [{fde.func_start:#x}, {fde.func_end:#x})), so the walk falls back to "
         f"frame pointers: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
         **_fn(f), return_address=ra, fde=[fde.func_start, fde.func_end], call=str(call),
-        fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
+        fp_fallback=fp["why_fp"], prologue=fp["prologue"])
+cause("sframe-tail-call", (LOST, ENDS, DIFFERS),
+      "a call in tail position: the return address is its function's end; the kernel looks it up "
+      "at itself, no FDE covers it, and the FP fallback cannot step", unwinders={"sframe"},
+      needs=("noreturn-calls",))(_sframe_tail_call)
 
 
-@cause("sframe-tail-call-next-fde", (LOST, ENDS, DIFFERS),
-       "a call in tail position whose return address is the next function's start: the kernel's lookup "
-       "finds that function's FDE and applies its entry row", unwinders={"sframe"},
-       needs=("noreturn-calls",))
 def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     if _step(stack, d) is not UnwinderType.SFRAME:
         return None
@@ -420,12 +433,16 @@ def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     if is_ip:
         return None
     table = stack.sframe_for(ra)
+    # not mutated (equivalent: SFrame took the step from ra, which it does only with ra's table)
+    if table is None:  # pragma: no mutate
+        return None
     f = stack.code.function_at(ra, True)
     call = stack.code.call_before(ra)
-    if table is None or f is None or f.end != ra or call is None:
+    if f is None or f.end != ra or call is None:
         return None
-    found, own = table.find_fde(ra), table.find_fde(ra - 1)
-    if found is None or found.func_start != ra or own is None or own.func_end != ra:
+    # found is not None: SFrame took the step, looking ra itself up (the call's own FDE is ra - 1's)
+    found, own = table.find_fde(ra), table.find_fde(call.addr)
+    if found.func_start != ra or own is None or own.func_end != ra:
         return None
     nxt = stack.code.function_at(ra)
     name = nxt.name if nxt else f"{ra:#x}"
@@ -436,11 +453,12 @@ def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
         f"function-entry row to {f.name}'s frame: the step {_outcome(stack, d)}",
         **_fn(f), return_address=ra, fde=[found.func_start, found.func_end], own_fde=[own.func_start, own.func_end],
         next_function=name, call=str(call))
+cause("sframe-tail-call-next-fde", (LOST, ENDS, DIFFERS),
+      "a call in tail position whose return address is the next function's start: the kernel's lookup "
+      "finds that function's FDE and applies its entry row", unwinders={"sframe"},
+      needs=("noreturn-calls",))(_sframe_tail_call_next)
 
 
-@cause("sframe-function-without-fde", (LOST, ENDS, DIFFERS),
-       "no SFrame FDE covers the function (its object carried no .sframe); the FP fallback cannot step",
-       unwinders={"sframe"})
 def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:
     found = _sframe_fallback(stack, d)
     if found is None:
@@ -449,17 +467,20 @@ def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:
     table = stack.sframe_for(addr)
     if table is None or table.find_fde(addr) is not None:
         return None
-    e = stack.space.elf_at(addr)
+    e = stack.space.elf_at(addr)  # mapped: the table is the ELF's there
     f = stack.code.function_at(addr, not is_ip)
     if f is not None and not is_ip and f.end == addr:
         return None  # a return address at its function's end: sframe-tail-call's case, not this one
     name = f.name if f else f"{addr:#x}"
     return evidence(
-        f"{e.path if e else '?'} has .sframe ({len(table.fdes)} FDEs) but none covers {name} at "
+        f"{e.path} has .sframe ({len(table.fdes)} FDEs) but none covers {name} at "
         f"{_where(addr, is_ip)} (its object file carried no .sframe: static glibc archives do not); the "
         f"walk falls back to frame pointers: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
-        **{"module": e.path if e else "", **(_fn(f) if f else {})}, address=addr, fdes=len(table.fdes),
+        **{"module": e.path, **(_fn(f) if f else {})}, address=addr, fdes=len(table.fdes),
         fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []))
+cause("sframe-function-without-fde", (LOST, ENDS, DIFFERS),
+      "no SFrame FDE covers the function (its object carried no .sframe); the FP fallback cannot step",
+      unwinders={"sframe"})(_sframe_no_fde)
 
 
 def _sframe_section_only(stack: Stack, addr: int) -> tuple[int, int] | None:
@@ -479,9 +500,6 @@ def _sframe_section_only(stack: Stack, addr: int) -> tuple[int, int] | None:
         return None
 
 
-@cause("sframe-module-without-pt-gnu-sframe", (LOST, ENDS, DIFFERS),
-       "the module has a .sframe section but no PT_GNU_SFRAME: the kernel's lookup sees none; the FP "
-       "fallback cannot step", unwinders={"sframe"})
 def _sframe_no_segment(stack: Stack, d: Divergence) -> dict | None:
     found = _sframe_fallback(stack, d)
     if found is None:
@@ -498,10 +516,11 @@ def _sframe_no_segment(stack: Stack, d: Divergence) -> dict | None:
         f"{fp['why_fp']}, and the fallback {_outcome(stack, d)}",
         module=e.path, address=addr, sframe_section=list(sec), fp_fallback=fp["why_fp"],
         prologue=fp.get("prologue", []), function=fp.get("function", ""))
+cause("sframe-module-without-pt-gnu-sframe", (LOST, ENDS, DIFFERS),
+      "the module has a .sframe section but no PT_GNU_SFRAME: the kernel's lookup sees none; the FP "
+      "fallback cannot step", unwinders={"sframe"})(_sframe_no_segment)
 
 
-@cause("sframe-module-without-sframe", (LOST, ENDS, DIFFERS),
-       "the module has no .sframe at all; the FP fallback cannot step", unwinders={"sframe"})
 def _sframe_no_section(stack: Stack, d: Divergence) -> dict | None:
     found = _sframe_fallback(stack, d)
     if found is None:
@@ -515,21 +534,20 @@ def _sframe_no_section(stack: Stack, d: Divergence) -> dict | None:
         f"pointers at {_where(addr, is_ip)}: {fp['why_fp']}, and the fallback {_outcome(stack, d)}",
         module=e.path, address=addr, fp_fallback=fp["why_fp"], prologue=fp.get("prologue", []),
         function=fp.get("function", ""))
+cause("sframe-module-without-sframe", (LOST, ENDS, DIFFERS),
+      "the module has no .sframe at all; the FP fallback cannot step", unwinders={"sframe"})(_sframe_no_section)
 
 
 # -- the shadow stack --------------------------------------------------------------------------
-@cause("shadow-in-hooks", KINDS, "the IP is inside the instrumentation hooks, which edit the shadow stack",
-       oracles={"shadow"})
 def _shadow_in_hooks(stack: Stack, d: Divergence) -> dict | None:
     f = stack.code.function_at(d.got[0])
     if f is None or f.name not in (HOOK_ENTER, HOOK_EXIT):
         return None
     return evidence(f"the IP is inside {f.name}, half-way through editing the shadow stack", **_fn(f))
+cause("shadow-in-hooks", KINDS, "the IP is inside the instrumentation hooks, which edit the shadow stack",
+      oracles={"shadow"})(_shadow_in_hooks)
 
 
-@cause("shadow-uninstrumented", (EXTRA, PAST_END),
-       "the shadow stack has no frame for code built without the hooks (nor for anything past it)",
-       oracles={"shadow"})
 def _shadow_uninstrumented(stack: Stack, d: Divergence) -> dict | None:
     found_from = _from(d)
     if found_from is None:
@@ -546,10 +564,11 @@ def _shadow_uninstrumented(stack: Stack, d: Divergence) -> dict | None:
                         f"beyond what the shadow stack can know", **_fn(f), unchecked=len(d.got) - d.got_index)
     return evidence(f"{f.name} makes no call to {HOOK_ENTER} (built without -finstrument-functions), so the "
                     f"shadow stack has no frame for it", **_fn(f))
+cause("shadow-uninstrumented", (EXTRA, PAST_END),
+      "the shadow stack has no frame for code built without the hooks (nor for anything past it)",
+      oracles={"shadow"})(_shadow_uninstrumented)
 
 
-@cause("shadow-hook-window", (EXTRA,), "the IP is before the enter hook's call or after the exit hook's",
-       oracles={"shadow"})
 def _shadow_hook_window(stack: Stack, d: Divergence) -> dict | None:
     found_from = _from(d)
     if found_from is None:
@@ -563,11 +582,11 @@ def _shadow_hook_window(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the IP {addr:#x} in {f.name} is before its call to {HOOK_ENTER} completes or after its "
                     f"call to {HOOK_EXIT}: its shadow frame is not pushed", **_fn(f), ip=addr,
                     calls_before_ip=[hex(a) for a in sorted(stack.code.calls(f.start, addr))])
+cause("shadow-hook-window", (EXTRA,), "the IP is before the enter hook's call or after the exit hook's",
+      oracles={"shadow"})(_shadow_hook_window)
 
 
 # -- the CFI oracle's own end ------------------------------------------------------------------
-@cause("cfi-no-fde", (PAST_END,), "the CFI oracle ended for want of an FDE: frames past it cannot be checked",
-       oracles={"cfi"})
 def _cfi_no_fde(stack: Stack, d: Divergence) -> dict | None:
     if d.want_outermost:
         return None  # CFI ended at the outermost frame: anything past it is wrong
@@ -583,12 +602,10 @@ def _cfi_no_fde(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"no .eh_frame FDE covers {addr:#x} ({where}): the CFI walk ends there and the "
                     f"{len(d.got) - d.got_index} frame(s) the unwinder reports past it are unchecked",
                     address=addr, module=e.path if e else "", unchecked=len(d.got) - d.got_index)
+cause("cfi-no-fde", (PAST_END,), "the CFI oracle ended for want of an FDE: frames past it cannot be checked",
+      oracles={"cfi"})(_cfi_no_fde)
 
 
-@cause("cfi-untracked-sp-change", (PAST_END,),
-       "the CFI oracle ended at a step whose row takes the CFA from rsp where the function has moved rsp "
-       "and no row says so (Go's nanotime1 realigns it for the vDSO call): its return address was another "
-       "word, and frames past it cannot be checked", oracles={"cfi"}, needs=("stale-cfi",))
 def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
     k = len(d.want) - 1
     if k < 0 or d.want_index != len(d.want) or d.got_index < 1 or d.got[d.got_index - 1] != d.want[k]:
@@ -596,9 +613,12 @@ def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
     addr, is_ip = d.want[k], k in d.want_marks
     probe = addr if is_ip else addr - 1  # where the oracle looked its row up
     code = stack.code
-    e, f = stack.space.elf_at(probe), code.function_at(addr, not is_ip)
-    call = None if is_ip or f is None else code.insn_ending_at(f, addr)
-    if e is None or f is None or not (is_ip or call is not None and "call" in call.text.split(" ")[:2]):
+    # The function is looked up at the probe too, in the ELF mapped there: no ELF, no function.
+    e, f = stack.space.elf_at(probe), code.function_at(probe)
+    if f is None:
+        return None
+    call = None if is_ip else code.insn_ending_at(f, addr)
+    if not (is_ip or call is not None and _A_CALL.match(call.text)):
         return None
     end = addr if is_ip else call.addr  # the state the row must describe: before the call
     try:
@@ -627,6 +647,10 @@ def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
         f"{len(d.got) - d.got_index} frame(s) the unwinder reports past it are unchecked",
         **_fn(f), address=addr, row_start=start, row=rule, paths=[str(p) for p in paths],
         unchecked=len(d.got) - d.got_index)
+cause("cfi-untracked-sp-change", (PAST_END,),
+      "the CFI oracle ended at a step whose row takes the CFA from rsp where the function has moved rsp "
+      "and no row says so (Go's nanotime1 realigns it for the vDSO call): its return address was another "
+      "word, and frames past it cannot be checked", oracles={"cfi"}, needs=("stale-cfi",))(_cfi_untracked_sp)
 
 
 # -- the kernel's perf callchain ---------------------------------------------------------------
@@ -640,8 +664,6 @@ def _perf(stack: Stack) -> PerfSample | None:
     return stack.sample if isinstance(stack.sample, PerfSample) else None  # pragma: no mutate
 
 
-@cause("perf-max-stack", (PAST_END,), "the kernel's FP callchain is cut at perf_event_max_stack; the unwinder "
-       "goes on", oracles={"perf"}, needs=("deep",))
 def _perf_max_stack(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     if ps is None or ps.deferred or d.want_outermost or len(d.want) < ps.max_stack or d.want_index != len(d.want):
@@ -649,10 +671,10 @@ def _perf_max_stack(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the kernel's callchain is cut at perf_event_max_stack ({ps.max_stack} entries); "
                     f"{d.unwinder} goes on to {len(d.got)}", max_stack=ps.max_stack, kernel_entries=len(d.want),
                     unwinder_entries=len(d.got))
+cause("perf-max-stack", (PAST_END,), "the kernel's FP callchain is cut at perf_event_max_stack; the unwinder "
+      "goes on", oracles={"perf"}, needs=("deep",))(_perf_max_stack)
 
 
-@cause("perf-ran-off-dump", (ENDS,), "the unwinder ran off the dumped stack (a fault outside [sp, sp + dyn_size)); "
-       "the kernel read on in live memory", oracles={"perf"})
 def _perf_ran_off_dump(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     stop = stack.trace.stop
@@ -662,10 +684,10 @@ def _perf_ran_off_dump(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"{d.unwinder} read {stop.addr:#x}, outside the {len(ps.sample.stack)} bytes dumped at sp "
                     f"[{sp:#x}, {sp + len(ps.sample.stack):#x}); the kernel read on in live memory",
                     fault=stop.addr, dump=[sp, sp + len(ps.sample.stack)])
+cause("perf-ran-off-dump", (ENDS,), "the unwinder ran off the dumped stack (a fault outside [sp, sp + dyn_size)); "
+      "the kernel read on in live memory", oracles={"perf"})(_perf_ran_off_dump)
 
 
-@cause("perf-unchecked-fp", (ENDS,), "unwind_user stops at a check perf's FP walk (perf_callchain_user) lacks "
-       "(fp < sp, cfa <= sp, cfa misaligned): the kernel reads on", oracles={"perf"})
 def _perf_unchecked_fp(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     t = stack.trace
@@ -681,23 +703,25 @@ def _perf_unchecked_fp(stack: Stack, d: Divergence) -> dict | None:
     seen = f"the word at fp + 8 is its next entry {ra:#x}" if ra is not None else "fp + 8 is not in the dump"
     return evidence(f"unwind_user stops at '{check}' (fp {fp:#x}); perf's FP walk (perf_callchain_user) lacks "
                     f"the check and reads on: {seen}", check=check, fp=fp, return_address=ra)
+cause("perf-unchecked-fp", (ENDS,), "unwind_user stops at a check perf's FP walk (perf_callchain_user) lacks "
+      "(fp < sp, cfa <= sp, cfa misaligned): the kernel reads on", oracles={"perf"})(_perf_unchecked_fp)
 
 
-@cause("perf-after-callback", (REGS,), "a sample after its entry's CALLCHAIN_DEFERRED (the request returned 1), "
-       "with the user registers changed since (a signal frame set up): not the walked stack", oracles={"perf"},
-       needs=("defer", {"execs", "signals"}))
 def _perf_after_callback(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
-    if ps is None or ps.record_seq is None or ps.seq is None or ps.record_seq >= ps.seq:
+    if ps is None or ps.record_seq is None or ps.seq is None:
+        return None
+    # not mutated (equivalent: > for >=: a record and a sample are never the same record, seq)
+    if ps.record_seq >= ps.seq:  # pragma: no mutate
         return None
     return evidence(f"the entry's CALLCHAIN_DEFERRED (record {ps.record_seq}) came before this sample (record "
                     f"{ps.seq}): the callback had run, and the registers changed after the walk",
                     record=ps.record_seq, sample=ps.seq)
+cause("perf-after-callback", (REGS,), "a sample after its entry's CALLCHAIN_DEFERRED (the request returned 1), "
+      "with the user registers changed since (a signal frame set up): not the walked stack", oracles={"perf"},
+      needs=("defer", {"execs", "signals"}))(_perf_after_callback)
 
 
-@cause("perf-exit-unanswered", (PAST_END,), "the task's last entry (exit): do_exit() runs perf_event_exit_task() "
-       "before unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf", oracles={"perf"},
-       needs=("defer", "exits"))
 def _perf_exit_unanswered(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     if ps is None or not ps.deferred or ps.chain is not None or ps.exit_seq is None or d.want:
@@ -705,11 +729,12 @@ def _perf_exit_unanswered(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"PERF_RECORD_EXIT (record {ps.exit_seq}) came after the task's last sampled entry and no "
                     f"CALLCHAIN_DEFERRED answered it: do_exit() detaches perf's events "
                     f"(perf_event_exit_task) before it runs the deferred work", exit=ps.exit_seq)
+cause("perf-exit-unanswered", (PAST_END,), "the task's last entry (exit): do_exit() runs perf_event_exit_task() "
+      "before unwind_deferred_task_exit(), so no CALLCHAIN_DEFERRED reaches perf", oracles={"perf"},
+      needs=("defer", "exits"))(_perf_exit_unanswered)
 
 
 # -- the request's registers ------------------------------------------------------------------
-@cause("request-in-entry-asm", (REGS,), "the request hit the entry/exit assembly: delivered at the next exit",
-       oracles={"regs"}, needs=("interrupts",))
 def _in_entry_asm(stack: Stack, d: Divergence) -> dict | None:
     req = stack.request
     if req is None or req.window is None:
@@ -717,6 +742,8 @@ def _in_entry_asm(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the request interrupted {req.window} (pt_regs incomplete, or past the last "
                     f"return-to-user point): the work is delivered at the task's next exit, with its registers",
                     window=req.window)
+cause("request-in-entry-asm", (REGS,), "the request hit the entry/exit assembly: delivered at the next exit",
+      oracles={"regs"}, needs=("interrupts",))(_in_entry_asm)
 
 
 def _kernel_layout_applies(stack: Stack, req, restorer: int) -> bool:
@@ -729,8 +756,6 @@ def _kernel_layout_applies(stack: Stack, req, restorer: int) -> bool:
     return req.own is None or stack.space.elf_at(restorer) is not None
 
 
-@cause("signal-delivery", (REGS,), "the request came during signal delivery, after get_signal() ran the work",
-       oracles={"regs", "perf"}, needs=("signals",))
 def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_signal_delivery(stack, d)
@@ -749,10 +774,10 @@ def _signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the walk started from a signal handler's registers whose frame (pretcode {pretcode:#x}: "
                     f"{how}) saved exactly the requested ones: the request came while the kernel delivered the "
                     f"signal, after get_signal() had run the task work", pretcode=pretcode)
+cause("signal-delivery", (REGS,), "the request came during signal delivery, after get_signal() ran the work",
+      oracles={"regs", "perf"}, needs=("signals",))(_signal_delivery)
 
 
-@cause("execve-replaced", (REGS,), "the request came during execve: the new image's registers were walked",
-       oracles={"regs", "perf"}, needs=("execs",))
 def _execve(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_execve(stack, d)
@@ -762,10 +787,10 @@ def _execve(stack: Stack, d: Divergence) -> dict | None:
     return evidence(f"the task was in execve (syscall {req.syscall}) and the walked registers are those a "
                     f"successful execve installs (only ip, sp, flags set): unwind_deferred has no exec hook",
                     syscall=req.syscall)
+cause("execve-replaced", (REGS,), "the request came during execve: the new image's registers were walked",
+      oracles={"regs", "perf"}, needs=("execs",))(_execve)
 
 
-@cause("sigreturn-restored", (REGS,), "the request came during rt_sigreturn: the restored registers were walked",
-       oracles={"regs", "perf"}, needs=("signals",))
 def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_sigreturn(stack, d)
@@ -780,6 +805,8 @@ def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
         return None
     return evidence("the task was in rt_sigreturn and the walked registers are those it restored from the "
                     f"signal frame at sp {req.want.sp:#x}", frame_sp=req.want.sp)
+cause("sigreturn-restored", (REGS,), "the request came during rt_sigreturn: the restored registers were walked",
+      oracles={"regs", "perf"}, needs=("signals",))(_sigreturn)
 
 
 # The same facts proven from a perf sample: the kernel's deferred record starts elsewhere than

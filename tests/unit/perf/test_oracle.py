@@ -71,6 +71,8 @@ def test_misaligned_cfa_checked_against_the_dump():
     ok = run(fp_sample([IP, 0x401100, 0x401777], bytes(b)))
     assert ok.failures == [] and ok.expected == {"perf-unchecked-fp": 1}
     assert [(d.evidence["check"], d.evidence["return_address"]) for d in ok.explained] == [("cfa misaligned", 0x401777)]
+    assert ok.explained[0].evidence["text"].endswith(
+        "lacks the check and reads on: the word at fp + 8 is its next entry 0x401777")
     bad = run(fp_sample([IP, 0x401100, 0x401778], bytes(b)))  # not the word at fp + 8: a real difference
     assert len(bad.failures) == 1 and "differ" in bad.failures[0]
 

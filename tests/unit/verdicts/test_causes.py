@@ -44,14 +44,17 @@ import contextlib
 import dataclasses
 import gzip
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.dwarf.callframe import FDE
 from elftools.elf.elffile import ELFFile
 
 from harness.images.errors import ImageError
@@ -457,7 +460,8 @@ def accept_tail_call(request, tc):
     return Accepted(st, oracle, frames, (2, 2), {
         "function": "middle", "start": m0, "end": m1, "return_address": m1, "fde": [m0, m1],
         "call": lambda s: s.endswith(f"call {cap.start('die'):#x}"),
-        "fp_fallback": lambda s: s.startswith("middle sets up no frame pointer"),
+        "fp_fallback": lambda s: s.startswith("middle sets up no frame pointer"), "module": cap.binary,
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
     }, (ENDS, DIFFERS))
 
 
@@ -513,6 +517,7 @@ def accept_function_without_fde(request, tc):
         "function": "__libc_start_call_main", "module": cap.binary, "address": frames.ips[4],
         "fdes": len(st.sframe_for(frames.ips[4]).fdes),
         "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
+        "fp_fallback": lambda s: s.startswith("__libc_start_call_main sets up no frame pointer"),
     }, (ENDS, DIFFERS))
 
 
@@ -529,6 +534,7 @@ def accept_function_without_fde_syscall(request):
     oracle, frames = cfi_of(st)
     return Accepted(st, oracle, frames, (1, 1), {
         "function": "syscall", "address": snap.regs.ip, "module": cap.binary,
+        "text": lambda t: t.startswith(f"{cap.binary} has .sframe (") and f"none covers syscall at the IP {snap.regs.ip:#x} (" in t,
     }, (LOST,))
 
 
@@ -565,6 +571,7 @@ def accept_module_without_sframe(request, tc):
     return Accepted(st, oracle, frames, (5, 5), {
         "module": libc.path, "address": ra, "function": st.code.function_at(ra, True).name,
         "fp_fallback": lambda s: "sets up no frame pointer" in s,
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
     }, (ENDS, DIFFERS))
 
 
@@ -589,6 +596,7 @@ def accept_module_without_sframe_fallback_at(request, name: str):
     return Accepted(st, oracle, frames, (1, 1), {
         "module": cap.binary, "address": st.regs.ip, "function": "c", "prologue": [],
         "fp_fallback": lambda s: s.startswith(why),
+        "text": lambda t: f"falls back to frame pointers at the IP {st.regs.ip:#x}: {why}" in t,
     }, (LOST,))
 
 
@@ -613,6 +621,9 @@ def accept_module_without_pt_gnu_sframe(request):
         "module": cap.binary, "address": st.trace.ips[0], "function": "c",
         "sframe_section": [sec["sh_addr"], sec["sh_size"]],
         "fp_fallback": lambda s: "sets up no frame pointer" in s,
+        "prologue": lambda p: p and not any("push rbp" in i for i in p[:2]),
+        "text": lambda t: f"has a .sframe section ({sec['sh_size']} bytes at {sec['sh_addr']:#x}) but no " in t
+        and f"falls back to frame pointers at the IP {st.trace.ips[0]:#x}: " in t,
     }, (ENDS,))
 
 
@@ -727,6 +738,17 @@ def lose_a(request):
     return st, oracle, frames
 
 
+def refuse_prologue_step_not_fp(request, name: str):
+    """Built by hand: callchain fp static (host) at c's push %rbp (or c's ret) walked with SFrame,
+    which steps right from there, and a LOST of b as if the FP unwinder had made it: the step
+    from the IP was SFrame's, not FP's, so no FP rule explains it."""
+    cap = _fixture(request, "fp_stops")
+    st = stack_of(cap.snaps[name], "sframe")
+    oracle, frames = cfi_of(st)
+    assert st.trace.frames[1].how is UnwinderType.SFRAME
+    return Refused(st, dataclasses.replace(div(st, oracle, frames, LOST, 1, 1), unwinder="fp"))
+
+
 def refuse_lose_a(request):
     st, oracle, frames = lose_a(request)
     return Refused(st, div(st, oracle, frames, LOST, 2, 2))
@@ -775,6 +797,15 @@ def accept_signal_frame(request):
     return Accepted(st, oracle, frames, (4, 4), {
         "interrupted_ip": frames.ips[4], "trampoline": lambda s: s in ("__restore_rt", tramp.name),
     }, (LOST,))
+
+
+def refuse_signal_frame_not_an_ip(request):
+    """Built by hand: the signal-frame case (h2-syscall), the oracle's frame below the trampoline
+    not marked as an interrupted IP (a return address): no signal interrupted it."""
+    cap = _fixture(request, "signal_snaps")
+    st = stack_of(cap.snaps["h2-syscall"], "fp")
+    oracle, frames = cfi_of(st)
+    return Refused(st, div(st, oracle, frames, LOST, 4, 4, marks=frames.marks - {4}))
 
 
 def refuse_signal_frame_syscall(request):
@@ -916,7 +947,63 @@ def accept_cfi_no_fde(request):
     assert len(st.trace) >= 2
     return Accepted(st, oracle, frames, (1, 1), {
         "address": st.regs.ip, "module": cap.binary, "unchecked": len(st.trace) - 1,
+        "text": lambda t: t == (f"no .eh_frame FDE covers {st.regs.ip:#x} ({cap.binary}): the CFI walk ends there "
+                                f"and the {len(st.trace) - 1} frame(s) the unwinder reports past it are unchecked"),
     }, (PAST_END,))
+
+
+def refuse_cfi_no_fde_case(request):
+    """nofde.c at getppid in spin: CFI ended for want of an FDE (cfi-no-fde's case)."""
+    _cap, st, oracle, frames = nofde_stop(request)
+    return Refused(st, div(st, oracle, frames, PAST_END, 1, 1))
+
+
+def fde_gap(path: str) -> tuple[int, int]:
+    """(end, start): the first bytes of ``path``'s text that no .eh_frame FDE covers, at least 2,
+    between the FDE that ends at ``end`` and the one that starts at ``start``."""
+    with open(path, "rb") as f:
+        fdes = sorted((e["initial_location"], e["initial_location"] + e["address_range"])
+                      for e in ELFFile(f).get_dwarf_info().EH_CFI_entries() if isinstance(e, FDE))
+    return next((end, start) for (_s, end), (start, _e) in pairwise(fdes) if start - end >= 2)
+
+
+def cfi_ended_at(request, which: str) -> tuple[Stack, Oracle, OracleFrames, Divergence, int]:
+    """Built by hand: callchain fp static (host) at getppid in c, CFI's frames cut after b's return
+    address and one frame more, an address of the binary by its FDEs (:func:`fde_gap`): ``end``
+    (the first byte past an FDE, as a return address: its call, the byte before, is covered),
+    ``end+1`` (a return address whose call byte is not covered either), ``start`` (an FDE's first
+    byte as an interrupted IP: covered; the byte before it is not), ``stack`` (an address in the
+    anonymous [stack] mapping, as generated code's would be: no ELF file)."""
+    cap = _fixture(request, "fp_stops")
+    st = stack_of(cap.snaps["c-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    end, start = fde_gap(cap.binary)
+    x = {"end": end, "end+1": end + 1, "start": start, "stack": st.regs.sp + 8}[which]
+    marks = frozenset({0, 2}) if which == "start" else frozenset({0})
+    cut = dataclasses.replace(frames, ips=(*frames.ips[:2], x), marks=marks, outermost=False)
+    return st, oracle, cut, div(st, oracle, cut, PAST_END, 3, 3), x
+
+
+def accept_cfi_no_fde_at_a_return_address(request):
+    st, oracle, frames, d, x = cfi_ended_at(request, "end+1")
+    return Accepted(st, oracle, frames, (3, 3), {
+        "address": x, "module": st.space.elf_at(x).path, "unchecked": len(st.trace) - 3,
+        "text": lambda t: t.startswith(f"no .eh_frame FDE covers {x:#x} ({st.space.elf_at(x).path}): "),
+    }, (PAST_END,), d)
+
+
+def accept_cfi_no_fde_in_no_elf(request):
+    st, oracle, frames, d, x = cfi_ended_at(request, "stack")
+    assert st.space.elf_at(x - 1) is None
+    return Accepted(st, oracle, frames, (3, 3), {
+        "address": x, "module": "", "unchecked": len(st.trace) - 3,
+        "text": lambda t: t.startswith(f"no .eh_frame FDE covers {x:#x} (no ELF file (anonymous or generated code)): "),
+    }, (PAST_END,), d)
+
+
+def refuse_cfi_fde_covers_the_probe(request, which: str):
+    st, _oracle, _frames, d, _x = cfi_ended_at(request, which)
+    return Refused(st, d)
 
 
 def refuse_cfi_outermost(request):
@@ -965,6 +1052,9 @@ def accept_untracked_sp_vdso(request):
     return Accepted(st, oracle, frames, (2, 2), {
         "function": "runtime.nanotime1.abi0", "address": frames.ips[1], "row_start": start + 4,
         "row": "CFA = rsp+32, return address at CFA-8", "paths": _nanotime1_paths, "unchecked": len(st.trace) - 2,
+        "text": lambda t: t.startswith(f"the CFI row at the return address {frames.ips[1]:#x} in runtime.nanotime1.abi0 ")
+        and "read as the return address (0: it ended there as at the outermost frame) is another one" in t
+        and f"and the {len(st.trace) - 2} frame(s) the unwinder reports past it are unchecked" in t,
     }, (PAST_END,))
 
 
@@ -977,6 +1067,8 @@ def accept_untracked_sp_call(request):
     return Accepted(st, oracle, frames, (1, 1), {
         "function": "runtime.nanotime1.abi0", "address": st.regs.ip, "row_start": start + 4,
         "paths": _nanotime1_paths, "unchecked": len(st.trace) - 1,
+        "text": lambda t: t.startswith(f"the CFI row at the IP {st.regs.ip:#x} in runtime.nanotime1.abi0 ")
+        and re.search(r"the code moves rsp and no row follows \((sub|mov) rsp[^|]* \| (sub|mov) rsp", t) is not None,
     }, (PAST_END,))
 
 
@@ -1001,6 +1093,55 @@ def refuse_untracked_sp_at_start(request):
     n = len(frames.ips)
     return Refused(st, Divergence("fp", "cfi", PAST_END, n, n, (*frames.ips, 0x401000), frames.ips, frames.marks,
                                   frames.outermost))
+
+
+def refuse_untracked_sp_not_the_oracles_end(request, at: tuple[int, int]):
+    """Built by hand: gospin in __vdso_clock_gettime (nt-vdso, cfi-untracked-sp-change's real case),
+    the PAST_END put where the oracle's last frame is not the frame the unwinder stepped from: a
+    frame later in the unwinder's walk (3, 2), or before the oracle's last frame (2, 1)."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-vdso")
+    assert len(st.trace) > 3 and len(frames.ips) == 2
+    return Refused(st, div(st, oracle, frames, PAST_END, *at))
+
+
+def refuse_untracked_sp_no_oracle_frame(request):
+    """Built by hand: gospin at nanotime1's call of the vDSO (nt-call), an oracle that gave no
+    frame at all: there is no step of the oracle's to look at."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-call")
+    return Refused(st, Divergence("fp", "cfi", PAST_END, 1, 0, tuple(st.trace.ips), (), frozenset(), False))
+
+
+def refuse_untracked_sp_after_no_call(request):
+    """Built by hand: gospin at nanotime1's call of the vDSO (nt-call), its IP taken as a return
+    address (no mark): the instruction before it is `and rsp, -16`, no call, so it is no return
+    address a row could be stale at, though rsp moved on every path to it."""
+    _cap, st, oracle, frames = go_nanotime_stop(request, "nt-call")
+    assert frames.ips == (st.regs.ip,)
+    return Refused(st, div(st, oracle, frames, PAST_END, 1, 1, marks=frozenset()))
+
+
+def refuse_untracked_sp_after_push(request):
+    """Built by hand: callchain fp static (host) right after c's push %rbp (c-after-push), CFI's
+    frames cut after the IP: the row at the IP is the one that follows the push (CFA = rsp+16),
+    starting at the IP, so no instruction between the row and the IP moves rsp.  (The row before
+    it, at the push, would see the push as a move no row follows.)"""
+    _cap, st, oracle, frames = fp_stop(request, "c-after-push")
+    cut = dataclasses.replace(frames, ips=frames.ips[:1], outermost=False)
+    return Refused(st, div(st, oracle, cut, PAST_END, 1, 1))
+
+
+def accept_untracked_sp_not_outermost(request):
+    """Built by hand: nt-vdso's divergence (cfi-untracked-sp-change's real case) as if the CFI
+    oracle had ended there for another reason than a return address of 0 (not outermost): the
+    same row and paths, and the evidence does not say it ended as at the outermost frame."""
+    cap, st, oracle, frames = go_nanotime_stop(request, "nt-vdso")
+    start, _end = cap.symbols["runtime.nanotime1.abi0"]
+    d = div(st, oracle, frames, PAST_END, 2, 2, outermost=False)
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "runtime.nanotime1.abi0", "address": frames.ips[1], "row_start": start + 4,
+        "text": lambda t: t.startswith(f"the CFI row at the return address {frames.ips[1]:#x} ")
+        and "the word the oracle read as the return address is another one" in t,
+    }, (PAST_END,), d)
 
 
 # the registers causes --------------------------------------------------------------------------------
@@ -1034,7 +1175,8 @@ def regs_signal_delivery(request):
 
 def accept_signal_delivery(request):
     st, oracle, frames, pretcode = regs_signal_delivery(request)
-    return Accepted(st, oracle, frames, (0, 0), {"pretcode": pretcode}, (REGS,))
+    return Accepted(st, oracle, frames, (0, 0), {
+        "pretcode": pretcode, "text": lambda t: f"(pretcode {pretcode:#x}: its CIE has 'S')" in t}, (REGS,))
 
 
 def regs_execve(request):
@@ -1045,6 +1187,23 @@ def regs_execve(request):
     want = with_syscall(cap.snaps["in-execve"].regs, SYS_EXECVE)
     assert new.regs.ip == cap.start("_start") and new.regs.fresh_exec and not want.fresh_exec
     st = stack_of(new, "fp", request=Request(want, syscall=SYS_EXECVE, own="main"))
+    return st, *regs_of(st)
+
+
+def regs_execve_not_replaced(request, which: str):
+    """nofde.c run with exec, a request at its execve: ``in-execve``, the walk on the old image's
+    registers (the execve had not replaced them); ``getppid``, the new image's fresh registers but
+    the request's syscall another (getppid): neither is the new image walked for an execve."""
+    cap = _fixture(request, "nofde_snaps")
+    if which == "in-execve":
+        old = cap.snaps["in-execve"]
+        want = with_syscall(old.regs, SYS_EXECVE)
+        st = stack_of(old, "fp", regs=want, request=Request(want, syscall=SYS_EXECVE, own="main"))
+    else:
+        new = cap.snaps["new-image"]
+        want = with_syscall(cap.snaps["in-execve"].regs, SYS_GETPPID)
+        st = stack_of(new, "fp", request=Request(want, syscall=SYS_GETPPID, own="main"))
+    assert st.regs.fresh_exec == (which == "getppid")
     return st, *regs_of(st)
 
 
@@ -1067,7 +1226,28 @@ def regs_sigreturn(request):
 
 def accept_sigreturn(request):
     st, oracle, frames = regs_sigreturn(request)
+    return Accepted(st, oracle, frames, (0, 0), {
+        "frame_sp": st.request.want.sp,
+        "text": lambda t: t == ("the task was in rt_sigreturn and the walked registers are those it restored from the "
+                                f"signal frame at sp {st.request.want.sp:#x}")}, (REGS,))
+
+
+def accept_sigreturn_own_restorer_changed(request):
+    """signal.c at the rt_sigreturn syscall entry (the program's own task), the restorer's first
+    byte changed in memory: the frame is read by its CFI ('S'), which does not rest on the code."""
+    st, oracle, frames = regs_sigreturn(request)
+    at = st.request.want.ip - 9
+    mem = corrupt(st.memory, at, bytes([st.memory.read(at, 1)[0] ^ 0xFF]))
+    st = dataclasses.replace(st, memory=mem)
     return Accepted(st, oracle, frames, (0, 0), {"frame_sp": st.request.want.sp}, (REGS,))
+
+
+def regs_sigreturn_other_syscall(request):
+    """signal.c at the rt_sigreturn syscall entry, the request's syscall taken as another one
+    (getppid's): the registers are those the frame would restore, but the task was not restoring."""
+    st, oracle, frames = regs_sigreturn(request)
+    st = dataclasses.replace(st, request=dataclasses.replace(st.request, syscall=SYS_GETPPID))
+    return st, oracle, frames
 
 
 def foreign(build):
@@ -1110,9 +1290,22 @@ def restorer_not_rt_sigreturn(build, at):
     return refuse
 
 
-def refuse_regs(build):
+def without_request(build, keep: bool):
+    """``build``'s stack with no request (the engine knows none of this stop), or (``keep``) with
+    its request but without the registers it wanted (a request the engine could not read them
+    for): the registers causes compare with what the request wanted, and refuse."""
     def refuse(request):
         st, oracle, frames, *_ = build(request)
+        d = div(st, oracle, frames, REGS, 0, 0)
+        req = dataclasses.replace(st.request, want=None) if keep else None
+        return Refused(dataclasses.replace(st, request=req), d)
+    refuse.__doc__ = build.__doc__
+    return refuse
+
+
+def refuse_regs(build):
+    def refuse(request, *args):
+        st, oracle, frames, *_ = build(request, *args)
         return Refused(st, div(st, oracle, frames, REGS, 0, 0))
     refuse.__doc__ = build.__doc__
     return refuse
@@ -1151,6 +1344,7 @@ def accept_perf_unchecked_fp(request):
     assert st.trace.stop.reason is StopReason.FP_BELOW_SP and len(frames.ips) == 7 and len(st.trace) == 5
     return Accepted(st, oracle, frames, (5, 5), {
         "check": "fp < sp", "fp": st.trace.frames[-1].fp, "return_address": None,  # fp + 8 is not in the dump
+        "text": lambda t: t.endswith("(perf_callchain_user) lacks the check and reads on: fp + 8 is not in the dump"),
     }, (ENDS,))
 
 
@@ -1169,7 +1363,10 @@ def accept_perf_ran_off_dump(request):
     s, st, oracle, frames = perf_fp(request, dump=0x48)
     sp = s.regs.sp
     assert st.trace.stop.reason is StopReason.FAULT
-    return Accepted(st, oracle, frames, (2, 2), {"fault": st.trace.stop.addr, "dump": [sp, sp + 0x48]}, (ENDS,))
+    return Accepted(st, oracle, frames, (2, 2), {
+        "fault": st.trace.stop.addr, "dump": [sp, sp + 0x48],
+        "text": lambda t: f"outside the 72 bytes dumped at sp [{sp:#x}, {sp + 0x48:#x}); the kernel read on" in t,
+    }, (ENDS,))
 
 
 def perf_deferred(request, k: int):
@@ -1190,6 +1387,23 @@ def accept_perf_exit_unanswered(request):
     d = Divergence(PERF_UNWINDER, "perf", PAST_END, 0, 0, tuple(st.trace.ips), frames.ips, frames.marks,
                    frames.outermost)
     return Accepted(st, o.perf, frames, (0, 0), {"exit": 20}, (PAST_END,), d)
+
+
+def refuse_perf_exit(request, which: str):
+    """Built by hand over the real captures, one fact of the unanswered entry changed: ``frames``,
+    the kernel's record compared after all (the oracle has frames); ``answered``, record 19 there
+    and the exit after it, with no frame compared; ``fp``, the plain capture's first sample (an FP
+    chain, no deferred record) with an exit after it and no chain."""
+    if which == "fp":
+        o, recs = perf_oracle(request, "plain")
+        s = recs[0]
+        st = o.stack(s, None, False, seq=0, exit_seq=1)
+    else:
+        o, recs, s = perf_deferred(request, 18)
+        st = o.stack(s, recs[19].ips if which == "answered" else None, True, seq=18, exit_seq=20)
+    want = tuple(recs[19].ips) if which == "frames" else ()
+    return Refused(st, Divergence(PERF_UNWINDER, "perf", PAST_END, len(want), len(want), tuple(st.trace.ips), want,
+                                  frozenset({0}), False))
 
 
 def accept_perf_after_callback(request):
@@ -1215,14 +1429,48 @@ def refuse_perf_deferred_ends(request):
     return Refused(st, div(st, o.perf, frames, ENDS, len(st.trace) - 1, len(st.trace) - 1))
 
 
-def refuse_perf_deferred_past_end(request):
+def refuse_perf_deferred_past_end(request, max_stack: int | None = None):
     """Built by hand: a PAST_END of the real deferred sample 18, answered by its record 19 (not
-    left unanswered at exit, not an FP chain cut at perf_event_max_stack)."""
+    left unanswered at exit, not an FP chain cut at perf_event_max_stack, even where that is as
+    short as the record: ``max_stack``)."""
     o, recs, s = perf_deferred(request, 18)
+    if max_stack is not None:
+        o.source.max_stack = max_stack
     st = o.stack(s, recs[19].ips, True, seq=18, record_seq=19)
     frames = o.perf.frames(st)
     return Refused(st, div(st, o.perf, dataclasses.replace(frames, ips=frames.ips[:3], outermost=False),
                            PAST_END, 3, 3))
+
+
+def refuse_perf_max_stack_marked(request, max_stack: int, outermost: bool):
+    """Built by hand: the plain capture's first sample, its chain cut after 4 entries and marked
+    ``outermost`` against the oracle's own marking: a chain shorter than perf_event_max_stack
+    (127) is no cut at it, and one the oracle says ended where the stack ends is none either."""
+    _s, st, oracle, frames = perf_fp(request, max_stack=max_stack, cut=4)
+    return Refused(st, div(st, oracle, frames, PAST_END, 4, 4, outermost=outermost))
+
+
+def refuse_perf_not_a_sample(request, kind: str):
+    """Built by hand: callchain fp static (host) at getppid in c under gdb, a stack that is no perf
+    sample, with a divergence from the perf oracle: the perf causes look only at a sample."""
+    _cap, st, oracle, frames = fp_stop(request, "c-raw")
+    n = len(st.trace)
+    if kind == REGS:
+        r = st.regs
+        return Refused(st, Divergence(PERF_UNWINDER, "perf", REGS, 0, 0, (r.ip + 1, r.sp, r.bp), (r.ip, r.sp, r.bp)))
+    i = n - 1 if kind == ENDS else 2
+    return Refused(st, Divergence(PERF_UNWINDER, "perf", kind, i, i, tuple(st.trace.ips), frames.ips[:i],
+                                  frozenset({0}), False))
+
+
+def refuse_perf_stop_at(request, reason: StopReason, where: Callable[[Sample], int]):
+    """Built by hand: the plain capture's first sample, our walk's end given another stop: a fault
+    inside the dumped bytes (which the walk could read), or a stop at an address outside them
+    that is no fault (fp < sp): neither is a read off the dump."""
+    s, st, oracle, frames = perf_fp(request)
+    stop = dataclasses.replace(st.trace.stop, reason=reason, addr=where(s))
+    st = dataclasses.replace(st, trace=dataclasses.replace(st.trace, stop=stop))
+    return Refused(st, div(st, oracle, frames, ENDS, len(st.trace), len(st.trace)))
 
 
 def refuse_perf_fp(request, spec: dict):
@@ -1280,16 +1528,21 @@ ACCEPT = [
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:fp", accept_hook_window, ("fp",)),
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:sframe", accept_hook_window, ("sframe",)),
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a-return-address-past-an-fde",
+         accept_cfi_no_fde_at_a_return_address),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-address-on-the-stack", accept_cfi_no_fde_in_no_elf),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso", accept_untracked_sp_vdso),
     Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_call),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:not-outermost", accept_untracked_sp_not_outermost),
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
-         accept_foreign(regs_signal_delivery, {"text": lambda t: "its code is rt_sigreturn" in t})),
+         accept_foreign(regs_signal_delivery, {"text": lambda t: ": its code is rt_sigreturn) saved exactly" in t})),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn:foreign-task",
          accept_foreign(regs_sigreturn, {"frame_sp": lambda sp: isinstance(sp, int)})),
     Case("execve-replaced", "nofde-host:in-execve->new-image", accept_execve),
     Case("sigreturn-restored", "signal-fp-static-host:sigreturn", accept_sigreturn),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:restorer-changed", accept_sigreturn_own_restorer_changed),
     Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0", accept_perf_unchecked_fp),
     Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:max-stack-4", accept_perf_max_stack),
     Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:dump-0x48", accept_perf_ran_off_dump),
@@ -1334,10 +1587,14 @@ REFUSE = [
     Case("fp-prologue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-b", refuse_lose_b_in_body),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-ret:epilogue's", refuse_fp_stop_lost, ("c-ret",)),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
+    Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp:sframe-step", refuse_prologue_step_not_fp,
+         ("c-push-rbp",)),
+    Case("fp-epilogue-ip", "callchain-fp-static-host:c-ret:sframe-step", refuse_prologue_step_not_fp, ("c-ret",)),
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-raw:corrupt-lose-b", refuse_lose_b_in_body),
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
     # lost frames not below a trampoline
     Case("signal-frame", "callchain-fp-static-host:c-libc:frameless'", refuse_signal_frame_syscall),
+    Case("signal-frame", "signal-fp-static-host:h2-syscall:not-an-ip", refuse_signal_frame_not_an_ip),
     Case("signal-frame", "callchain-fp-static-host:c-raw:corrupt-lose-a", refuse_lose_a),
     Case("signal-frame", "callchain-fp-static-host:c-push-rbp:prologue's", refuse_fp_stop_lost, ("c-push-rbp",)),
     # a limit that is not the stack's max_entries; an end that is not at a limit
@@ -1358,10 +1615,25 @@ REFUSE = [
     # CFI ended at the outermost frame; an FDE covers CFI's last frame
     Case("cfi-no-fde", "nofde-host:spin-raw:outermost", refuse_cfi_outermost),
     Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
+    # the oracle's last frame looked up where the oracle looked: a return address at ra - 1, an IP at itself
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-fdes-end-as-a-return-address",
+         refuse_cfi_fde_covers_the_probe, ("end",)),
+    Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-fdes-start-as-an-ip",
+         refuse_cfi_fde_covers_the_probe, ("start",)),
     # rsp not moved on the way to the IP; the return address undefined; a row from rbp
     Case("cfi-untracked-sp-change", "gospin-go:nt-cmp:cut-at-the-ip", refuse_untracked_sp_before_writes),
     Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:past-start", refuse_untracked_sp_at_start),
     Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-raw:cut-at-a", refuse_cfi_fde_covers),
+    # the divergence not at the oracle's end, or after a frame of the unwinder's that is not its last
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:a-frame-later", refuse_untracked_sp_not_the_oracles_end,
+         ((3, 2),)),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:before-the-oracles-last", refuse_untracked_sp_not_the_oracles_end,
+         ((2, 1),)),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-call:no-oracle-frame", refuse_untracked_sp_no_oracle_frame),
+    # a "return address" after no call; the row that starts at the IP; no FDE at all (cfi-no-fde's)
+    Case("cfi-untracked-sp-change", "gospin-go:nt-call:as-a-return-address", refuse_untracked_sp_after_no_call),
+    Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-after-push:cut-at-the-ip", refuse_untracked_sp_after_push),
+    Case("cfi-untracked-sp-change", "nofde-host:spin-raw:no-fde's", refuse_cfi_no_fde_case),
     # the registers: each cause on the others' cases
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
@@ -1377,9 +1649,20 @@ REFUSE = [
     Case("signal-delivery", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
     Case("execve-replaced", "signal-fp-static-host:sigreturn:sigreturn's", refuse_regs(regs_sigreturn)),
     Case("execve-replaced", "callchain-fp-static-host:c-ret:entry-asm's", refuse_regs(regs_in_entry_asm)),
+    Case("execve-replaced", "nofde-host:in-execve:not-replaced", refuse_regs(regs_execve_not_replaced), ("in-execve",)),
+    Case("execve-replaced", "nofde-host:new-image:in-getppid", refuse_regs(regs_execve_not_replaced), ("getppid",)),
     Case("sigreturn-restored", "signal-fp-static-host:on-alarm:signal-delivery's",
          refuse_regs(regs_signal_delivery)),
     Case("sigreturn-restored", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
+    Case("sigreturn-restored", "signal-fp-static-host:sigreturn:in-getppid", refuse_regs(regs_sigreturn_other_syscall)),
+    # no request known; one without the registers it wanted (what the two signal causes compare)
+    *[Case(cause, f"{what}:{'request-without-registers' if keep else 'no-request'}", without_request(build, keep))
+      for cause, what, build, keeps in (
+          ("signal-delivery", "signal-fp-static-host:on-alarm", regs_signal_delivery, (False, True)),
+          ("sigreturn-restored", "signal-fp-static-host:sigreturn", regs_sigreturn, (False, True)),
+          ("execve-replaced", "nofde-host:in-execve->new-image", regs_execve, (False,)),
+          ("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", regs_in_entry_asm, (False,)))
+      for keep in keeps],
     # the kernel's perf callchain
     Case("perf-unchecked-fp", "perf-callchain-defer-7.3.4:sample-0:deferred", refuse_perf_deferred_ends),
     Case("perf-unchecked-fp", "perf-callchain-7.3.4:sample-0:dump-0x48:ran-off-dump's", refuse_perf_fp,
@@ -1391,6 +1674,22 @@ REFUSE = [
     Case("perf-max-stack", "perf-callchain-defer-7.3.4:sample-18:deferred", refuse_perf_deferred_past_end),
     Case("perf-exit-unanswered", "perf-callchain-defer-7.3.4:sample-18:answered", refuse_perf_deferred_past_end),
     Case("perf-after-callback", "perf-callchain-defer-7.3.4:sample-0:before-its-record", refuse_perf_before_callback),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:cut-at-4-not-outermost", refuse_perf_max_stack_marked,
+         (127, False)),
+    Case("perf-max-stack", "perf-callchain-7.3.4:sample-0:max-stack-4-outermost", refuse_perf_max_stack_marked,
+         (4, True)),
+    Case("perf-max-stack", "perf-callchain-defer-7.3.4:sample-18:deferred-max-stack-3", refuse_perf_deferred_past_end,
+         (3,)),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:fault-in-the-dump", refuse_perf_stop_at,
+         (StopReason.FAULT, lambda s: s.regs.sp + 8)),
+    Case("perf-ran-off-dump", "perf-callchain-7.3.4:sample-0:fp-below-sp-off-the-dump", refuse_perf_stop_at,
+         (StopReason.FP_BELOW_SP, lambda s: s.regs.sp + len(s.stack) + 0x100)),
+    *[Case("perf-exit-unanswered", f"perf-callchain-defer-7.3.4:sample-18:exit:{which}", refuse_perf_exit, (which,))
+      for which in ("frames", "answered")],
+    Case("perf-exit-unanswered", "perf-callchain-7.3.4:sample-0:exit-after-an-fp-sample", refuse_perf_exit, ("fp",)),
+    *[Case(cause, f"callchain-fp-static-host:c-raw:no-perf-sample:{kind}", refuse_perf_not_a_sample, (kind,))
+      for cause, kind in (("perf-max-stack", PAST_END), ("perf-ran-off-dump", ENDS), ("perf-unchecked-fp", ENDS),
+                          ("perf-after-callback", REGS), ("perf-exit-unanswered", PAST_END))],
 ]
 
 
@@ -1468,6 +1767,17 @@ def test_shadow_uninstrumented_past_the_shadows_end(request):
     ev = CAUSES["shadow-uninstrumented"].predicate(st, d)
     assert ev is not None and ev["function"] == "__mprotect" and ev["unchecked"] == len(st.trace) - 1
     assert ev["text"].startswith("the shadow stack ends below __mprotect")
+    assert f"the {len(st.trace) - 1} frame(s) past it are beyond what the shadow stack can know" in ev["text"]
+
+
+def test_shadow_uninstrumented_at_a_hooks_first_byte(request):
+    """The in-enter stop (shadow-in-hooks' case, which explain() tries first): the IP is the enter
+    hook's first byte, looked up at itself (not at the byte before, another function's), and the
+    hook is built without the instrumentation, so shadow-uninstrumented's own rule holds there."""
+    _cap, st, oracle, frames = shadow_stop(request, "in-enter")
+    assert st.code.function_at(st.regs.ip).start == st.regs.ip
+    ev = CAUSES["shadow-uninstrumented"].predicate(st, div(st, oracle, frames, EXTRA, 1, 1))
+    assert ev is not None and ev["function"] == HOOK_ENTER and ev["start"] == st.regs.ip
 
 
 def test_a_lost_frame_after_the_unwinders_last_has_no_step(request):
