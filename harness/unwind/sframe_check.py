@@ -109,6 +109,10 @@ LINKER_KINDS = ("concatenated-not-merged", "pcrel-starts-unflagged", "fdes-unsor
 # besides ELFError, construct's and struct's errors and, for absurd offsets and sizes, OverflowError.
 ELF_DECODE_ERRORS = (ELFError, MapsError, ConstructError, struct.error, OverflowError, EOFError)
 
+# The symbol types of functions: STT_FUNC and STT_GNU_IFUNC, which is 10 and which pyelftools 0.33
+# names by the first name of 10 in its table, STT_LOOS (it never says "STT_GNU_IFUNC").
+FUNCTION_TYPES = ("STT_FUNC", "STT_LOOS")
+
 # The binutils release from which V2 sections carry FDE_FUNC_START_PCREL (errata 1).
 PCREL_V2_SINCE = (2, 45)
 AMD64_FIXED_RA = -8
@@ -519,7 +523,7 @@ def _function_symbols(image: ElfImage) -> dict[int, list[_Sym]]:
         if sec is None or not hasattr(sec, "iter_symbols"):
             continue
         for s in sec.iter_symbols():
-            if s["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC") or s["st_shndx"] == "SHN_UNDEF":
+            if s["st_info"]["type"] not in FUNCTION_TYPES or s["st_shndx"] == "SHN_UNDEF":
                 continue
             if not s["st_value"]:
                 continue
