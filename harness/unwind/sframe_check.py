@@ -254,7 +254,7 @@ def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | No
     path = Path(path)
     if data is None:
         data = _read(path)
-    if not is_archive(data[:8]):
+    if not is_archive(data):
         table, image = load_data(data, str(path))
         return FileCheck(str(path), False, [_check_decoded(table, image, expect_binutils)])
     out = FileCheck(str(path), True)
@@ -296,7 +296,7 @@ def load_members(path: str | os.PathLike) -> list[tuple[str, SFrameTable | None]
 def is_archive_file(path: str | os.PathLike) -> bool:
     try:
         with open(path, "rb") as f:
-            return is_archive(f.read(8))
+            return is_archive(f.read(8))  # pragma: no mutate (equivalent: is_archive reads the first 8 bytes)
     except OSError:
         return False  # load() says what is wrong with it
 
@@ -451,7 +451,7 @@ def _pieces(sec: SFrameSection, out: BinaryCheck) -> list[tuple[int, SFrameSecti
     pieces = [(0, sec)]
     data = sec.data
     pos = sec.header.end
-    while pos < len(data):
+    while pos < len(data):  # pragma: no mutate (equivalent: `<=` too, at pos == len no header fits: break)
         nxt = (pos + 7) // 8 * 8
         if data[pos:nxt].strip(b"\0") or nxt + F.HEADER_SIZE > len(data):
             break
@@ -677,7 +677,7 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
                     complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
                     _add(out, open_, Finding("no-cfi", f"{_fde_where(fde)}: FRE {k} describes "
                                                        f"[{pc:#x}, {end:#x}), .eh_frame has no row there",
-                                             fde.index, k, pc, end, ours, None))
+                                             fde.index, k, pc, end, ours))  # no CFI rule: cfi None
                     continue
                 for kind in _differences(ours, theirs, compare_signal):
                     _add(out, open_, Finding(kind, _rule_message(kind, fde, k, pc, end, ours, theirs),
