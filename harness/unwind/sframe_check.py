@@ -109,6 +109,10 @@ LINKER_KINDS = ("concatenated-not-merged", "pcrel-starts-unflagged", "fdes-unsor
 # besides ELFError, construct's and struct's errors and, for absurd offsets and sizes, OverflowError.
 ELF_DECODE_ERRORS = (ELFError, MapsError, ConstructError, struct.error, OverflowError, EOFError)
 
+# The symbol types of functions: STT_FUNC and STT_GNU_IFUNC, which is 10 and which pyelftools 0.33
+# names by the first name of 10 in its table, STT_LOOS (it never says "STT_GNU_IFUNC").
+FUNCTION_TYPES = ("STT_FUNC", "STT_LOOS")
+
 # The binutils release from which V2 sections carry FDE_FUNC_START_PCREL (errata 1).
 PCREL_V2_SINCE = (2, 45)
 AMD64_FIXED_RA = -8
@@ -250,7 +254,7 @@ def check_file(path: str | os.PathLike, *, expect_binutils: tuple[int, int] | No
     path = Path(path)
     if data is None:
         data = _read(path)
-    if not is_archive(data[:8]):
+    if not is_archive(data):
         table, image = load_data(data, str(path))
         return FileCheck(str(path), False, [_check_decoded(table, image, expect_binutils)])
     out = FileCheck(str(path), True)
@@ -292,7 +296,7 @@ def load_members(path: str | os.PathLike) -> list[tuple[str, SFrameTable | None]
 def is_archive_file(path: str | os.PathLike) -> bool:
     try:
         with open(path, "rb") as f:
-            return is_archive(f.read(8))
+            return is_archive(f.read(8))  # pragma: no mutate (equivalent: is_archive reads the first 8 bytes)
     except OSError:
         return False  # load() says what is wrong with it
 
@@ -447,7 +451,7 @@ def _pieces(sec: SFrameSection, out: BinaryCheck) -> list[tuple[int, SFrameSecti
     pieces = [(0, sec)]
     data = sec.data
     pos = sec.header.end
-    while pos < len(data):
+    while pos < len(data):  # pragma: no mutate (equivalent: `<=` too, at pos == len no header fits: break)
         nxt = (pos + 7) // 8 * 8
         if data[pos:nxt].strip(b"\0") or nxt + F.HEADER_SIZE > len(data):
             break
@@ -519,7 +523,7 @@ def _function_symbols(image: ElfImage) -> dict[int, list[_Sym]]:
         if sec is None or not hasattr(sec, "iter_symbols"):
             continue
         for s in sec.iter_symbols():
-            if s["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC") or s["st_shndx"] == "SHN_UNDEF":
+            if s["st_info"]["type"] not in FUNCTION_TYPES or s["st_shndx"] == "SHN_UNDEF":
                 continue
             if not s["st_value"]:
                 continue
@@ -532,7 +536,7 @@ def _fde_where(fde: SFrameFDE) -> str:
 
 
 def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int, list[_Sym]],
-                out: BinaryCheck, linked: bool = True) -> set[int]:
+                out: BinaryCheck, linked: bool) -> set[int]:
     """Order (linked outputs), overlap, placement and symbols.  Returns the indexes of FDEs
     outside the text (executable PT_LOADs; an object's executable sections, as placed)."""
     fdes = sec.fdes
@@ -578,7 +582,8 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
         i = bisect.bisect_right(sym_starts, fde.func_start) - 1
         while i >= 0:
             s = max(syms[sym_starts[i]], key=lambda s: s.size)
-            if s.size and s.addr < fde.func_start < s.addr + s.size:
+            # s.addr < fde.func_start: at or below it (bisect), and no symbol is at it (above)
+            if fde.func_start < s.addr + s.size:
                 out.findings.append(Finding(
                     "fde-symbol", f"{_fde_where(fde)} starts inside {s.name} [{s.addr:#x}, {s.addr + s.size:#x}) "
                                   f"at +{fde.func_start - s.addr:#x}, not at a function start",
@@ -600,13 +605,6 @@ def _fres(sec: SFrameSection, fde: SFrameFDE, out: BinaryCheck) -> list[SFrameFR
         out.findings.append(Finding("fre-decode", f"{_fde_where(fde)}: {exc}", fde.index,
                                     addr=fde.func_start, end=fde.func_end))
         return None
-
-
-def _check_fres_only(sec: SFrameSection, out: BinaryCheck) -> None:
-    for fde in sec.fdes:
-        fres = _fres(sec, fde, out)
-        if fres is not None:
-            _check_fre_starts(fde, fres, out)
 
 
 def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck) -> None:
@@ -660,11 +658,8 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
                    out: BinaryCheck) -> None:
     compare_signal = fde.has_attr  # V1/V2 cannot mark a signal frame
     for k, fre, ranges in _fre_ranges(fde, fres):
-        try:
-            ours = sec.rule(fde, fre)
-        except SFrameError as exc:
-            out.findings.append(Finding("fre-decode", f"{_fde_where(fde)}: FRE {k}: {exc}", fde.index, k))
-            continue
+        # decoded with the FREs: sec.fres() raised (an FDE's fre-decode) for any rule that does not
+        ours = sec.rule(fde, fre)
         complete = True
         open_: dict[str, int] = {}  # kind -> index of the finding the next address may widen
         for lo, hi in ranges:
@@ -674,15 +669,15 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
                 try:
                     theirs = cfi.rule_for_link(pc, signal_ok=True)
                 except UnsupportedCFI as exc:
-                    complete = False
+                    complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
                     out.notes.append(f"{_fde_where(fde)}: FRE {k} at {pc:#x} not compared: {exc}")
                     continue
                 out.addresses_compared += 1
                 if theirs is None:
-                    complete = False
+                    complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
                     _add(out, open_, Finding("no-cfi", f"{_fde_where(fde)}: FRE {k} describes "
                                                        f"[{pc:#x}, {end:#x}), .eh_frame has no row there",
-                                             fde.index, k, pc, end, ours, None))
+                                             fde.index, k, pc, end, ours))  # no CFI rule: cfi None
                     continue
                 for kind in _differences(ours, theirs, compare_signal):
                     _add(out, open_, Finding(kind, _rule_message(kind, fde, k, pc, end, ours, theirs),
@@ -729,7 +724,9 @@ def _add(out: BinaryCheck, open_: dict[str, int], f: Finding) -> None:
     prev = out.findings[i] if i is not None else None
     if prev is not None and prev.end == f.addr and prev.sframe == f.sframe and prev.cfi == f.cfi:
         old, new = f"[{f.addr:#x}, {f.end:#x})", f"[{prev.addr:#x}, {f.end:#x})"
-        out.findings[i] = replace(f, addr=prev.addr, message=f.message.replace(old, new, 1))
+        # `old` occurs once in the message: the FDE's range before it starts below prev.addr < f.addr
+        message = f.message.replace(old, new, 1)  # pragma: no mutate (equivalent: any count, `old` occurs once)
+        out.findings[i] = replace(f, addr=prev.addr, message=message)
         return
     open_[f.kind] = len(out.findings)
     out.findings.append(f)

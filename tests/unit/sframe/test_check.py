@@ -187,6 +187,17 @@ def test_original_is_clean(copy, capsys):
     assert r.fres_checked == r.num_fres
 
 
+def _where(findings) -> list[tuple]:
+    """Each finding's FDE, FRE and address range."""
+    return [(f.fde, f.fre, f.addr, f.end) for f in findings]
+
+
+def _symbol_at(path: Path, addr: int) -> str:
+    with open(path, "rb") as f:
+        return next(s.name for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()
+                    if s["st_value"] == addr and s["st_info"]["type"] == "STT_FUNC")
+
+
 def _check_clean(path: Path):
     r = check_binary(path)
     assert r.clean, [f.message for f in r.findings]
@@ -202,7 +213,8 @@ def test_fde_sorted_cleared(copy, capsys):
 def test_pcrel_cleared_in_v3(tmp_path, capsys):
     c = Copy(program("callchain", "sid", Variant(frame_pointers=False)).path, tmp_path / "nopcrel")
     c.data[c.off + 3] &= ~F.F_FDE_FUNC_START_PCREL
-    r = _check(capsys, c.write(), "header", r"^SFRAME_F_FDE_FUNC_START_PCREL is not set: every V3")
+    r = _check(capsys, c.write(), "header", r"^SFRAME_F_FDE_FUNC_START_PCREL is not set: every V3 section has "
+                                            r"PC-relative function starts$")
     # read from the section start, each function start lands its FDE's offset too early: the
     # functions then start inside others and their rules are off
     assert r.of_kind("fde-symbol") and len(_kinds(r)) > 1
@@ -229,6 +241,10 @@ def test_two_fdes_swapped(copy, capsys):
     r = _check(capsys, copy.write(), "fde-order", rf"^FDE 1 \[{a.func_start:#x}, .*\) starts before FDE 0 "
                                                  rf"\({b.func_start:#x}\)$")
     assert _kinds(r) == {"fde-order"} and r.fres_checked == r.num_fres
+    assert _where(r.findings) == [(1, None, a.func_start, a.func_end)]  # FDE 1 now holds a
+    from harness.unwind.sframe_check import load
+    table, _ = load(copy.path)  # not strict unless asked: the faulty section as it is
+    assert [f.func_start for f in table.fdes[:2]] == [b.func_start, a.func_start]
 
 
 def test_two_fdes_overlap(copy, capsys):
@@ -238,7 +254,13 @@ def test_two_fdes_overlap(copy, capsys):
     r = _check(capsys, copy.write(), "fde-overlap",
                rf"^FDE {b.index} \[{b.func_start - 4:#x}, {b.func_end:#x}\) overlaps FDE {a.index} .* by 4 bytes$")
     # b's start is no longer a function's: the symbol check says so too; its rules shift by 4 bytes
-    assert r.of_kind("fde-symbol") and _kinds(r) <= {"fde-overlap", "fde-symbol", "cfa", "fp", "ra"}
+    assert _kinds(r) <= {"fde-overlap", "fde-symbol", "cfa", "fp", "ra"}
+    assert _where(r.of_kind("fde-overlap")) == [(b.index, None, b.func_start - 4, a.func_end)]
+    name = _symbol_at(copy.path, a.func_start)
+    assert [f.message for f in r.of_kind("fde-symbol")] == [
+        f"FDE {b.index} [{b.func_start - 4:#x}, {b.func_end:#x}) starts inside {name} [{a.func_start:#x}, "
+        f"{a.func_end:#x}) at +{b.func_start - 4 - a.func_start:#x}, not at a function start"]
+    assert _where(r.of_kind("fde-symbol")) == [(b.index, None, b.func_start - 4, b.func_end)]
 
 
 def test_fde_outside_the_text(copy, capsys):
@@ -248,6 +270,9 @@ def test_fde_outside_the_text(copy, capsys):
     r = _check(capsys, copy.write(), "fde-outside-text",
                rf"^FDE {last.index} \[{far:#x}, .*\) is not inside an executable PT_LOAD segment")
     assert _kinds(r) == {"fde-outside-text"}
+    assert _where(r.findings) == [(last.index, None, far, far + last.func_size)]
+    lo, hi = copy.table.text_ranges[0]
+    assert r.findings[0].message.endswith(f" (those: [{lo:#x}, {hi:#x}))")
 
 
 def test_fde_size_differs_from_its_symbol(copy, capsys):
@@ -257,6 +282,7 @@ def test_fde_size_differs_from_its_symbol(copy, capsys):
                rf"^FDE {fde.index} .*: {fde.func_size - 1} bytes, the function symbol at its start says "
                rf"otherwise: \w+ \({fde.func_size} bytes\)$")
     assert _kinds(r) == {"fde-symbol"}
+    assert _where(r.findings) == [(fde.index, None, fde.func_start, fde.func_end - 1)]
 
 
 def test_one_fre_cfa_offset_changed(copy, capsys):
@@ -346,6 +372,11 @@ def test_function_without_eh_frame(copy, capsys):
     r = _check(capsys, copy.write(), "no-cfi",
                rf"^FDE 0 \[{fde.func_start:#x}, {fde.func_end:#x}\): FRE 0 describes \[{fde.func_start:#x}, ")
     assert _kinds(r) == {"no-cfi"} and r.fres_checked == r.num_fres - len(copy.sec.fres(fde))
+    fres = copy.sec.fres(fde)
+    ends = [fre.start for fre in fres[1:]] + [fde.func_size]
+    assert _where(r.findings) == [(0, k, fde.func_start + fre.start, fde.func_start + end)
+                                  for k, (fre, end) in enumerate(zip(fres, ends, strict=True))]
+    assert [(f.sframe, f.cfi) for f in r.findings] == [(copy.sec.rule(fde, fre), None) for fre in fres]
 
 
 def test_fdes_nested_in_one_are_each_an_overlap(copy, capsys):
@@ -358,6 +389,8 @@ def test_fdes_nested_in_one_are_each_an_overlap(copy, capsys):
     r = check_binary(copy.write())
     overlaps = {f.fde: f.message for f in r.of_kind("fde-overlap")}
     assert set(overlaps) == {b.index, c.index}, overlaps
+    assert sorted(_where(r.of_kind("fde-overlap"))) == [(b.index, None, b.func_start, b.func_end),
+                                                        (c.index, None, c.func_start, c.func_end)]
     assert overlaps[c.index] == (f"FDE {c.index} [{c.func_start:#x}, {c.func_end:#x}) overlaps FDE {a.index} "
                                  f"[{a.func_start:#x}, {c.func_end:#x}) by {c.func_size} bytes")
 
@@ -431,3 +464,722 @@ def test_an_io_error_is_infrastructure(monkeypatch, capsys):
     monkeypatch.setattr(sframe_check, "check_file", fail)  # the command imports it when it runs
     rc, out, err = run_cli(capsys, "check", "/some/binary")
     assert rc == 3 and out == "" and err.startswith("harness sframe: ") and "Input/output error" in err
+
+
+# ------------------------------------------------------------------------------ the FDE table's rules, each on its own
+# (mutation testing of sframe_check.py: a rule's boundaries, what each finding names)
+
+
+def _set_pflags(copy: Copy, pred, flags) -> None:
+    """Set p_flags of every PT_LOAD whose (vaddr, flags) ``pred`` accepts to ``flags(old)``."""
+    with open(copy.path.parent / "phdrs", "wb") as f:
+        f.write(bytes(copy.data))
+    with open(copy.path.parent / "phdrs", "rb") as f:
+        elf = ELFFile(f)
+        for i, seg in enumerate(elf.iter_segments()):
+            if seg["p_type"] == "PT_LOAD" and pred(seg["p_vaddr"], seg["p_flags"]):
+                struct.pack_into("<I", copy.data, elf["e_phoff"] + i * elf["e_phentsize"] + 4, flags(seg["p_flags"]))
+
+
+def test_two_fdes_at_one_start_overlap_but_are_in_order(copy, capsys):
+    """Ascending order allows equal starts: two FDEs of one start are an overlap, not an order fault."""
+    a, b = copy.sec.fdes[-2], copy.sec.fdes[-1]
+    copy.set_start(b.offset, a.func_start)
+    r = _check(capsys, copy.write(), "fde-overlap", rf"^FDE {b.index} \[{a.func_start:#x}, .* overlaps FDE {a.index} ")
+    assert "fde-order" not in _kinds(r)
+    assert _where(r.of_kind("fde-overlap")) == [(b.index, None, a.func_start, a.func_start + min(a.func_size,
+                                                                                                  b.func_size))]
+
+
+def test_an_fde_inside_several_is_named_against_the_first_reaching_over_it(copy, capsys):
+    """a and b grown to c's end: c lies inside both, and is reported against a, the first of them."""
+    a, b, c = copy.sec.fdes[-3], copy.sec.fdes[-2], copy.sec.fdes[-1]
+    copy.set_size(a, c.func_end - a.func_start)
+    copy.set_size(b, c.func_end - b.func_start)
+    r = check_binary(copy.write())
+    overlaps = {f.fde: f.message for f in r.of_kind("fde-overlap")}
+    assert set(overlaps) == {b.index, c.index}, overlaps
+    assert f" overlaps FDE {a.index} " in overlaps[c.index], overlaps
+
+
+def test_a_binary_without_an_executable_segment_has_every_fde_outside(copy, capsys):
+    _set_pflags(copy, lambda vaddr, flags: True, lambda flags: flags & ~1)  # PF_X off everywhere
+    r = _check(capsys, copy.write(), "fde-outside-text", r"is not inside an executable PT_LOAD segment "
+                                                         r"\(those: none\)$")
+    assert _kinds(r) == {"fde-outside-text"} and len(r.findings) == len(copy.sec.fdes)
+    assert r.fres_checked == 0  # an FDE outside the text is not compared with the CFI
+
+
+def test_an_fde_outside_names_every_executable_segment(copy, capsys):
+    (lo, hi), = copy.table.text_ranges
+    _set_pflags(copy, lambda vaddr, flags: vaddr > hi and not flags & 2, lambda flags: flags | 1)  # rodata too
+    last = copy.sec.fdes[-1]
+    far = hi + 0x10000000
+    copy.set_start(last.offset, far)
+    r = check_binary(copy.write())
+    segs = SFrameTable.from_elf(copy.path).text_ranges
+    assert len(segs) == 2 and segs[0] == (lo, hi)
+    assert [f.message for f in r.findings] == [
+        f"FDE {last.index} [{far:#x}, {far + last.func_size:#x}) is not inside an executable PT_LOAD segment "
+        f"(those: [{lo:#x}, {hi:#x}), [{segs[1][0]:#x}, {segs[1][1]:#x}))"]
+
+
+def test_an_fde_outside_the_text_does_not_end_the_checks_of_the_others(copy, capsys):
+    """The first FDE moved below the text, the last one's size changed: each is found."""
+    first, last = copy.sec.fdes[0], copy.sec.fdes[-1]
+    low = copy.table.text_ranges[0][0] - 0x1000
+    copy.set_start(first.offset, low)
+    copy.set_size(last, last.func_size - 1)
+    r = check_binary(copy.write())
+    assert _where(r.findings) == [(first.index, None, low, low + first.func_size),
+                                  (last.index, None, last.func_start, last.func_end - 1)]
+    assert [f.kind for f in r.findings] == ["fde-outside-text", "fde-symbol"]
+
+
+def test_a_zero_byte_function_has_its_one_fre_at_0_and_no_other(copy, capsys):
+    """gas gives a function of 0 bytes one FRE at 0: that one is no fault, an FRE after it is."""
+    fde = copy.fde_with(lambda f, fres: len(fres) >= 2)
+    fres = copy.sec.fres(fde)
+    copy.set_size(fde, 0)
+    r = check_binary(copy.write())
+    assert _where(r.of_kind("fre-start")) == [(fde.index, k, fde.func_start + fre.start, None)
+                                             for k, fre in enumerate(fres) if k > 0]
+    assert r.of_kind("fre-start")[0].message.endswith(", past the function's 0 bytes")
+
+
+# ------------------------------------------------------------------------------ the header's rules
+
+
+def test_amd64_fixed_ra_offset_other_than_cfa_minus_8(copy, capsys):
+    copy.put("b", 6, -16)  # cfa_fixed_ra_offset
+    r = _check(capsys, copy.write(), "header", r"^CFA fixed RA offset is -16, AMD64 keeps the RA at CFA-8$")
+    assert len(r.of_kind("header")) == 1
+    assert r.of_kind("ra") and all(f.sframe.ra == ValueRule("cfa", -16, True) for f in r.of_kind("ra"))
+
+
+def test_amd64_fixed_fp_offset_set(copy, capsys):
+    copy.put("b", 5, -16)  # cfa_fixed_fp_offset
+    r = _check(capsys, copy.write(), "header", r"^CFA fixed FP offset is -16, AMD64 has no fixed FP offset \(0\)$")
+    assert len(r.of_kind("header")) == 1
+
+
+def test_a_v2_section_without_pcrel_is_noted_unless_its_binutils_is_named(capsys):
+    p = program("callchain", "trixie", Variant())
+    note = ("V2 without SFRAME_F_FDE_FUNC_START_PCREL: the layout of binutils 2.41-2.44 (2.45+ set it; pass the "
+            "producer's version to require it)")
+    assert note in check_binary(p.path).notes
+    assert note not in check_binary(p.path, expect_binutils=(2, 44)).notes
+    assert check_binary(p.path, expect_binutils=(2, 45)).findings[0].message == (
+        "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)")
+
+
+# ------------------------------------------------------------------------------ FRE starts
+
+
+def test_fre_start_at_the_function_end(copy, capsys):
+    """func_size is the first byte past the function: an FRE starting there covers nothing of it."""
+    fde = copy.fde_with(lambda f, fres: f.fre_type == F.FRE_TYPE_ADDR1 and len(fres) >= 2 and f.func_size < 250)
+    fres = copy.sec.fres(fde)
+    copy.put("B", fres[-1].offset, fde.func_size)
+    r = _check(capsys, copy.write(), "fre-start",
+               rf"^FDE {fde.index} .*: FRE {len(fres) - 1} starts at \+{fde.func_size:#x} "
+               rf"\({fde.func_end:#x}\), past the function's {fde.func_size} bytes$")
+    assert _where(r.of_kind("fre-start")) == [(fde.index, len(fres) - 1, fde.func_end, None)]
+    assert r.fres_checked == r.num_fres - 1  # it covers no address: nothing of it is compared
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-start", "earlier-start"])
+def test_fre_start_not_after_the_previous_one(copy, capsys, same):
+    fde = copy.fde_with(lambda f, fres: f.fre_type == F.FRE_TYPE_ADDR1 and len(fres) >= 3 and fres[1].start >= 2)
+    fres = copy.sec.fres(fde)
+    start = fres[1].start if same else fres[1].start - 1
+    copy.put("B", fres[2].offset, start)
+    r = _check(capsys, copy.write(), "fre-start",
+               rf"^FDE {fde.index} .*: FRE 2 starts at \+{start:#x}, not after FRE 1 \(\+{fres[1].start:#x}\)$")
+    assert _where(r.of_kind("fre-start")) == [(fde.index, 2, fde.func_start + start, None)]
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_a_pcmask_fre_start_past_the_repetition_block(tmp_path, capsys, tc_name):
+    """A PLT stub's FREs repeat every rep_size bytes: an FRE at rep_size is past its block (while
+    still inside the function)."""
+    c = Copy(program("callchain", tc_name, Variant(static=False)).path, tmp_path / "plt")
+    fde = c.fde_with(lambda f, fres: f.pcmask and len(fres) >= 2 and f.func_size > f.rep_size)
+    fres = c.sec.fres(fde)
+    c.put("B", fres[-1].offset, fde.rep_size)
+    r = _check(capsys, c.write(), "fre-start", rf"^FDE {fde.index} .*: FRE {len(fres) - 1} starts at "
+                                               rf"\+{fde.rep_size:#x} \(.*\), past its {fde.rep_size}-byte "
+                                               rf"repetition block$")
+    assert _where(r.of_kind("fre-start")) == [(fde.index, len(fres) - 1, fde.func_start + fde.rep_size, None)]
+    assert r.fres_checked == r.num_fres - 1  # it covers no address of any block: nothing of it is compared
+
+
+# ------------------------------------------------------------------------------ rules
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_a_disagreement_over_several_cfi_rows_is_one_finding(tmp_path, capsys, tc_name):
+    """An FRE of an FP-based CFA spans CFI rows that save other registers: its CFA offset changed,
+    it disagrees with each row, and that is one finding over the FRE's whole range."""
+    from harness.unwind.cfi import cfi_table
+    from harness.unwind.maps import ElfImage
+    c = Copy(program("signal", tc_name, Variant()).path, tmp_path / "rows")
+    cfi = cfi_table(ElfImage(str(c.path), bytes(c.data)))
+
+    def spans_rows(f, fres):
+        if f.pcmask or f.fre_type != F.FRE_TYPE_ADDR1:
+            return False
+        return any(fre.cfa is not None and fre.cfa.base == "fp" and not fre.cfa.deref
+                   and k + 1 < len(fres) and cfi.row_starts(f.func_start + fre.start, f.func_start + fres[k + 1].start)
+                   for k, fre in enumerate(fres))
+    fde = c.fde_with(spans_rows)
+    fres = c.sec.fres(fde)
+    k = next(k for k, fre in enumerate(fres) if fre.cfa is not None and fre.cfa.base == "fp" and k + 1 < len(fres)
+             and cfi.row_starts(fde.func_start + fre.start, fde.func_start + fres[k + 1].start))
+    fre = fres[k]
+    lo, hi = fde.func_start + fre.start, fde.func_start + fres[k + 1].start
+    wsize = F.DATAWORD_SIZE[F.fre_info_dataword_size_code(fre.info)]
+    c.put({1: "b", 2: "h", 4: "i"}[wsize], fre.offset + 1 + 1, fre.cfa.offset + 8)
+    r = check_binary(c.write())
+    (f,) = r.findings
+    assert (f.kind, f.fde, f.fre, f.addr, f.end) == ("cfa", fde.index, k, lo, hi)
+    assert f.message == (f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end:#x}): FRE {k} at [{lo:#x}, {hi:#x}): "
+                         f"CFA sframe fp+{fre.cfa.offset + 8}, eh_frame fp+{fre.cfa.offset}")
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_a_pcmask_fde_is_compared_at_every_address_of_every_block(tmp_path, capsys, tc_name):
+    """A PLT stub's .eh_frame CFA is an expression of the PC (SP+8 before the jmp at +11 of
+    each 16-byte entry, SP+16 from it): with FRE 1 moved from +11 to +12, FRE 0 covers +11 of
+    every entry, and each entry's +11 is a disagreement of its own."""
+    c = Copy(program("callchain", tc_name, Variant(static=False)).path, tmp_path / "plt")
+    fde = c.fde_with(lambda f, fres: f.pcmask and f.rep_size == 16 and [fre.start for fre in fres] == [0, 11])
+    fres = c.sec.fres(fde)
+    c.put("B", fres[1].offset, 12)
+    r = _check(capsys, c.write(), "cfa", rf"^FDE {fde.index} .*: FRE 0 at \[{fde.func_start + 11:#x}, "
+                                         rf"{fde.func_start + 12:#x}\): CFA sframe sp\+8, eh_frame sp\+16$")
+    assert _kinds(r) == {"cfa"}
+    ours = [f for f in r.findings if f.fde == fde.index]  # ld 2.44+ also give .plt.got a wrong CFA (see EXPECTED)
+    assert _where(ours) == [(fde.index, 0, fde.func_start + block + 11, fde.func_start + block + 12)
+                            for block in range(0, fde.func_size, 16)]
+
+
+def _eh_frame_fde(data: bytearray, dirpath: Path, func_start: int):
+    """(file offset of the .eh_frame FDE of the function at ``func_start``, its length)."""
+    with open(dirpath / "eh", "wb") as f:
+        f.write(bytes(data))
+    with open(dirpath / "eh", "rb") as f:
+        elf = ELFFile(f)
+        eh = elf.get_section_by_name(".eh_frame")
+        entry = next(e for e in elf.get_dwarf_info().EH_CFI_entries()
+                     if "initial_location" in e.header and e["initial_location"] == func_start)
+        return eh["sh_offset"] + entry.offset, entry["length"]
+
+
+def test_cfi_the_model_cannot_read_is_noted_and_not_compared(copy, capsys):
+    """The .eh_frame FDE's first DW_CFA_def_cfa_offset made an empty DW_CFA_def_cfa_expression (the
+    same two bytes' length): from that row on the CFA is not register + offset, so the FREs there
+    are noted as not compared, and not counted as checked."""
+    fde = copy.fde_with(lambda f, fres: len(fres) >= 2)
+    fres = copy.sec.fres(fde)
+    off, length = _eh_frame_fde(copy.data, copy.path.parent, fde.func_start)
+    insns = off + 4 + 4 + 4 + 4 + 1  # length, CIE pointer, pc_begin, pc_range (sdata4), augmentation length 0
+    op = copy.data.index(0x0E, insns, off + 4 + length)  # DW_CFA_def_cfa_offset, after DW_CFA_advance_loc
+    assert copy.data[op - 1] & 0xC0 == 0x40 and copy.data[op + 1] < 0x80
+    copy.data[op:op + 2] = bytes([0x0F, 0x00])  # DW_CFA_def_cfa_expression, 0 bytes
+    row = fde.func_start + (copy.data[op - 1] & 0x3F)  # the advance before it: one FRE starts there
+    k = next(k for k, fre in enumerate(fres) if fde.func_start + fre.start == row)
+    r = check_binary(copy.write())
+    assert r.clean and r.fres_checked == r.num_fres - (len(fres) - k)
+    skipped = [n for n in r.notes if " not compared: " in n]
+    assert skipped[0] == (f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end:#x}): FRE {k} at {row:#x} not "
+                          f"compared: CFA expression leaves 0 values on the stack"), skipped
+    assert len(skipped) == len(fres) - k
+
+
+def _symbols(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return {s.name: s for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()}
+
+
+def _set_symbol_size(copy: Copy, name: str, size: int) -> int:
+    """Set the st_size of the .symtab symbol ``name``; returns its address."""
+    with open(copy.path.parent / "syms", "wb") as f:
+        f.write(bytes(copy.data))
+    with open(copy.path.parent / "syms", "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        i, sym = next((i, s) for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
+        struct.pack_into("<Q", copy.data, symtab["sh_offset"] + i * symtab["sh_entsize"] + 16, size)  # Elf64_Sym.st_size
+        return sym["st_value"]
+
+
+def test_an_fde_starting_where_a_function_ends_is_not_inside_it(copy, capsys):
+    """The first FDE moved to the first byte after _dl_relocate_static_pie (1 byte, crt1's): no
+    symbol starts there, and the function below ends there: no fde-symbol."""
+    first = copy.sec.fdes[0]
+    syms = _symbols(Path(copy.table.source))
+    fn = syms["_dl_relocate_static_pie"]
+    assert fn["st_size"] == 1 and fn["st_info"]["type"] == "STT_FUNC"
+    copy.set_start(first.offset, fn["st_value"] + 1)
+    r = check_binary(copy.write())
+    assert "fde-symbol" not in _kinds(r), [f.message for f in r.of_kind("fde-symbol")]
+
+
+def test_zero_size_function_symbols_inside_a_function_do_not_hide_it(copy, capsys):
+    """crt1's _dl_relocate_static_pie grown over the 0-size symbols of crtbegin after it
+    (deregister_tm_clones, ..., frame_dummy), the first FDE moved 4 bytes into
+    __do_global_dtors_aux: the search for the function around the FDE's start passes the 0-size
+    symbols and finds _dl_relocate_static_pie."""
+    first = copy.sec.fdes[0]
+    syms = _symbols(Path(copy.table.source))
+    assert all(syms[n]["st_size"] == 0 for n in ("deregister_tm_clones", "register_tm_clones",
+                                                 "__do_global_dtors_aux", "frame_dummy"))
+    at = syms["__do_global_dtors_aux"]["st_value"] + 4
+    end = syms["frame_dummy"]["st_value"] + 0x10
+    lo = _set_symbol_size(copy, "_dl_relocate_static_pie", end - syms["_dl_relocate_static_pie"]["st_value"])
+    copy.set_start(first.offset, at)
+    r = check_binary(copy.write())
+    assert [f.message for f in r.of_kind("fde-symbol")] == [
+        f"FDE 0 [{at:#x}, {at + first.func_size:#x}) starts inside _dl_relocate_static_pie [{lo:#x}, {end:#x}) at "
+        f"+{at - lo:#x}, not at a function start"]
+
+
+def test_an_fre_whose_rule_does_not_decode_is_reported_and_the_other_fdes_compared(tmp_path, capsys):
+    """sframe_odd's DRAP function has a V3 flexible FDE (the CFA a control word and an offset):
+    one FRE's control word with reg_p cleared bases its CFA on the CFA itself, which no rule
+    can be.  The FDE's FREs are decoded with their rules, so the FDE is fre-decode; every other
+    FDE is still checked and compared."""
+    c = Copy(program("sframe_odd", "sid", Variant()).path, tmp_path / "flex")
+    fde = c.fde_with(lambda f, fres: f.flex and any(fre.cfa is not None for fre in fres[1:]))
+    fre = next(fre for fre in c.sec.fres(fde)[1:] if fre.cfa is not None)
+    wsize = F.DATAWORD_SIZE[F.fre_info_dataword_size_code(fre.info)]
+    words_at = fre.offset + F.FRE_START_ADDR_SIZE[fde.fre_type] + 1
+    c.put({1: "B", 2: "H", 4: "I"}[wsize], words_at, fre.datawords[0] & ~1)  # reg_p off
+    r = _check(capsys, c.write(), "fre-decode", rf"^FDE {fde.index} \[{fde.func_start:#x}, {fde.func_end:#x}\): "
+                                                rf"fre\.cfa at byte {fre.offset:#x}: the CFA cannot be based on itself "
+                                                rf"\(control word reg_p = 0\)$")
+    assert _kinds(r) == {"fre-decode"}
+    assert _where(r.findings) == [(fde.index, None, fde.func_start, fde.func_end)]
+    assert r.fres_checked == r.num_fres - len(c.sec.fres(fde))
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_the_addresses_compared_are_the_fre_and_cfi_row_starts_and_every_pcmask_address(tc_name):
+    """What ``(N addresses)`` counts: in a PCINC FDE, each FRE's start and each .eh_frame row start
+    (read here by pyelftools) inside the function; in a PCMASK FDE (the PLT), every address."""
+    p = program("callchain", tc_name, Variant(static=False))
+    with open(p.path, "rb") as f:
+        rows = sorted({row["pc"] for e in ELFFile(f).get_dwarf_info().EH_CFI_entries()
+                       if hasattr(e, "header") and "initial_location" in e.header for row in e.get_decoded().table})
+    table = SFrameTable.from_elf(p.path, strict=False)
+    expected = 0
+    for fde in table.section.fdes:
+        if fde.pcmask:
+            expected += fde.func_size
+            continue
+        starts = {fde.func_start + fre.start for fre in table.section.fres(fde) if fre.start < fde.func_size}
+        expected += len(starts | {pc for pc in rows if fde.func_start <= pc < fde.func_end})
+    r = check_binary(p.path)
+    assert r.addresses_compared == expected
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_eh_frame_fdes_without_an_sframe_fde_are_counted_and_the_first_five_named(tc_name):
+    """A static binary's libc has .eh_frame and no .sframe: each of its .eh_frame FDEs whose
+    start no SFrame FDE covers is counted, and the five lowest named by their
+    function symbol (the largest of those at the address) or their address."""
+    p = program("callchain", tc_name, Variant(frame_pointers=False))
+    with open(p.path, "rb") as f:
+        elf = ELFFile(f)
+        starts = [e["initial_location"] for e in elf.get_dwarf_info().EH_CFI_entries()
+                  if hasattr(e, "header") and "initial_location" in e.header]
+        names: dict[int, tuple[int, str]] = {}
+        for s in elf.get_section_by_name(".symtab").iter_symbols():
+            if s["st_info"]["type"] in ("STT_FUNC", "STT_LOOS") and s["st_shndx"] != "SHN_UNDEF":  # LOOS: IFUNC
+                if s["st_value"] not in names or s["st_size"] > names[s["st_value"]][0]:
+                    names[s["st_value"]] = (s["st_size"], s.name)
+    fdes = SFrameTable.from_elf(p.path, strict=False).fdes
+    missing = sorted(pc for pc in starts if not any(f.func_start <= pc < f.func_end for f in fdes))
+    assert len(missing) > 5 and len(missing) < len(starts)
+    r = check_binary(p.path)
+    assert r.cfi_without_sframe == len(missing)
+    shown = ", ".join(names[pc][1] if pc in names else f"{pc:#x}" for pc in missing[:5])
+    assert (f"{len(missing)} of {len(starts)} .eh_frame FDEs have no SFrame FDE: {shown}, ... "
+            f"{len(missing) - 5} more") in r.notes, r.notes
+
+
+# ------------------------------------------------------------------------------ objects: where the functions lie
+
+DATA_FUNCTION = """\
+\t.text
+\t.globl\tin_text
+\t.type\tin_text, @function
+in_text:
+\t.cfi_startproc
+\tret
+\t.cfi_endproc
+\t.size\tin_text, .-in_text
+\t.section\t.rodata.fn,"a",@progbits
+\t.globl\tin_rodata
+\t.type\tin_rodata, @function
+in_rodata:
+\t.cfi_startproc
+\tnop
+\tret
+\t.cfi_endproc
+\t.size\tin_rodata, .-in_rodata
+"""
+
+
+def _assemble(tc_name: str, source: str, dest: Path) -> Path:
+    tc = need(tc_name)
+    outer, inner = tc.workdir("sframe-check-object")
+    try:
+        (outer / "f.s").write_text(source)
+        tc.run(["as", "--gsframe", "f.s", "-o", "f.o"], cwd=inner)
+        shutil.copy(outer / "f.o", dest)
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    return dest
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_object_function_outside_its_executable_sections(tmp_path, tc_name):
+    """gas describes a function in a section that is not executable (.rodata.fn): placed, its FDE
+    lies outside every executable section -- the object's rule in place of PT_LOAD's."""
+    from harness.unwind.sframe_check import check_file, load
+    path = _assemble(tc_name, DATA_FUNCTION, tmp_path / "f.o")
+    table, image = load(path)
+    syms = {s.name: s["st_value"] for s in image.elf.get_section_by_name(".symtab").iter_symbols()}
+    (text,) = table.text_ranges
+    (r,) = check_file(path).checks
+    assert not r.linked
+    assert [(f.kind, f.fde, f.addr, f.end, f.message) for f in r.findings] == [
+        ("fde-outside-text", 1, syms["in_rodata"], syms["in_rodata"] + 2,
+         f"FDE 1 [{syms['in_rodata']:#x}, {syms['in_rodata'] + 2:#x}) is not inside an executable section (as "
+         f"placed) (those: [{text[0]:#x}, {text[1]:#x}))")]
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_object_without_an_executable_section_is_noted_not_placed(tmp_path, tc_name):
+    """The same object with SHF_EXECINSTR cleared on .text: no executable section at all, so where
+    the functions lie is not checked, and a note says so."""
+    from harness.unwind.sframe_check import check_file
+    path = _assemble(tc_name, DATA_FUNCTION, tmp_path / "f.o")
+    data = bytearray(path.read_bytes())
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        for i, s in enumerate(elf.iter_sections()):
+            if s["sh_flags"] & 0x4:  # SHF_EXECINSTR
+                struct.pack_into("<Q", data, elf["e_shoff"] + i * elf["e_shentsize"] + 8, s["sh_flags"] & ~0x4)
+    path.write_bytes(bytes(data))
+    (r,) = check_file(path).checks
+    assert not r.of_kind("fde-outside-text")
+    assert "an object without an executable section: where the functions lie is not checked" in r.notes
+
+
+def test_a_pcmask_fde_of_one_block_covers_what_its_pcinc_reading_does(copy, capsys):
+    """A short function (4 FREs, at most 16 bytes) made PCMASK with a 16-byte block: its one block
+    is the whole function, each FRE covers up to the next one's start, as in PCINC, and every
+    address of it agrees with .eh_frame."""
+    fde = copy.fde_with(lambda f, fres: len(fres) >= 3 and f.func_size <= 16 and not f.pcmask)
+    if copy.sec.header.version == 3:
+        copy.data[copy.off + fde.attr_offset + 2] |= 0x10  # info: PCTYPE_MASK
+        copy.data[copy.off + fde.attr_offset + 4] = 16  # rep_size
+    else:
+        copy.data[copy.off + fde.offset + 16] |= 0x10
+        if copy.sec.header.version == 2:
+            copy.data[copy.off + fde.offset + 17] = 16
+    path = copy.write()
+    table = SFrameTable.from_elf(path, strict=False)
+    assert table.section.fdes[fde.index].pcmask and table.section.fdes[fde.index].rep_size == 16
+    r = _check_clean(path)
+    assert r.fres_checked == r.num_fres
+
+
+def _set_symbol(copy: Copy, name: str, value: int, size: int) -> None:
+    with open(copy.path.parent / "syms", "wb") as f:
+        f.write(bytes(copy.data))
+    with open(copy.path.parent / "syms", "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        i = next(i for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
+        struct.pack_into("<QQ", copy.data, symtab["sh_offset"] + i * symtab["sh_entsize"] + 8, value, size)
+
+
+def test_function_symbols_sharing_an_address(copy, capsys):
+    """crtbegin's frame_dummy (0 bytes) moved to the first FDE's function with 5 bytes: two
+    function symbols start there.  The FDE's size may be either one's; a size of neither names
+    both; an FDE starting inside them is inside the larger."""
+    first, second = copy.sec.fdes[0], copy.sec.fdes[1]
+    fn = next(s.name for s in _symbols(Path(copy.table.source)).values()
+              if s["st_value"] == first.func_start and s["st_info"]["type"] == "STT_FUNC")
+    _set_symbol(copy, "frame_dummy", first.func_start, 5)
+    copy.set_size(first, 5)
+    assert "fde-symbol" not in _kinds(check_binary(copy.write()))
+    copy.set_size(first, first.func_size - 1)
+    r = check_binary(copy.write())
+    assert [f.message for f in r.of_kind("fde-symbol")] == [
+        f"FDE 0 [{first.func_start:#x}, {first.func_end - 1:#x}): {first.func_size - 1} bytes, the function symbol at "
+        f"its start says otherwise: frame_dummy (5 bytes), {fn} ({first.func_size} bytes)"]
+    copy.set_size(first, first.func_size)
+    copy.set_start(second.offset, first.func_start + 8)
+    r = check_binary(copy.write())
+    assert [f.message for f in r.of_kind("fde-symbol")] == [
+        f"FDE 1 [{first.func_start + 8:#x}, {first.func_start + 8 + second.func_size:#x}) starts inside {fn} "
+        f"[{first.func_start:#x}, {first.func_end:#x}) at +0x8, not at a function start"]
+
+
+# ------------------------------------------------------------------------------ input that cannot be checked
+
+
+def test_an_unreadable_file_is_bad_input(monkeypatch, tmp_path, capsys):
+    import errno
+    good = program("callchain", "host", Variant()).path
+
+    def denied(self):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(SFrameError) as e:
+        check_binary(good)
+    assert e.value.field == "file" and str(e.value) == f"file: {good}: cannot read: Permission denied"
+
+
+def test_elf_structures_that_do_not_decode_are_bad_input(copy, capsys):
+    """.symtab's sh_offset past the end of the file: the SFrame section reads, the symbols do not."""
+    with open(copy.table.source, "rb") as f:
+        elf = ELFFile(f)
+        shdr = elf["e_shoff"] + elf.get_section_index(".symtab") * elf["e_shentsize"]
+    struct.pack_into("<Q", copy.data, shdr + 0x18, len(copy.data) + 0x100000)  # Elf64_Shdr.sh_offset
+    path = copy.write()
+    with pytest.raises(SFrameError) as e:
+        check_binary(path)
+    assert e.value.field == "file" and str(e.value).startswith(f"file: {path}: ELF structures do not decode: "), e.value
+    rc, out, err = run_cli(capsys, "check", str(path))
+    assert rc == 2 and out == "" and "ELF structures do not decode" in err
+
+
+def test_an_archive_member_that_is_not_a_readable_elf_file_is_an_error_of_that_member(tmp_path):
+    """An ELF member whose section headers lie past its end: not checked, one line of the archive's
+    errors naming it; the other member is checked."""
+    from harness.unwind.sframe_check import check_file
+    good = _assemble("host", DATA_FUNCTION, tmp_path / "good.o")
+    bad = bytearray(good.read_bytes())
+    struct.pack_into("<Q", bad, 0x28, len(bad) + 0x1000)  # Elf64_Ehdr.e_shoff
+    (tmp_path / "bad.o").write_bytes(bytes(bad))
+    need("host").run(["ar", "rcS", "lib.a", "good.o", "bad.o"], cwd=str(tmp_path))
+    fc = check_file(tmp_path / "lib.a")
+    assert fc.members == 2 and [c.path for c in fc.checks] == [f"{tmp_path / 'lib.a'}(good.o)"]
+    assert len(fc.errors) == 1 and fc.errors[0].startswith(
+        f"{tmp_path / 'lib.a'}(bad.o): file: not a readable ELF file: "), fc.errors
+
+
+# ------------------------------------------------------------------------------ when the rules are not compared
+
+
+def _rename_section(copy: Copy, name: str, other: str) -> None:
+    """Give section ``name`` the name of ``other`` without its first character (".comment" ->
+    "comment"): a name no reader looks for."""
+    with open(copy.table.source, "rb") as f:
+        elf = ELFFile(f)
+        at = elf["e_shoff"] + elf.get_section_index(name) * elf["e_shentsize"]
+        struct.pack_into("<I", copy.data, at, elf.get_section_by_name(other)["sh_name"] + 1)  # Elf64_Shdr.sh_name
+
+
+def test_without_eh_frame_the_rules_are_not_compared(copy, capsys):
+    _rename_section(copy, ".eh_frame", ".comment")
+    r = check_binary(copy.write())
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    assert [n for n in r.notes if n.startswith("rules not compared")] == [
+        "rules not compared: no .eh_frame or .debug_frame FDEs"]
+
+
+def test_an_eh_frame_that_does_not_decode_is_noted_and_not_compared(copy, capsys):
+    with open(copy.table.source, "rb") as f:
+        eh = ELFFile(f).get_section_by_name(".eh_frame")["sh_offset"]
+    struct.pack_into("<I", copy.data, eh, 0xFFFFFF00)  # the first CIE's length
+    path = copy.write()
+    r = check_binary(path)
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0
+    notes = [n for n in r.notes if n.startswith("rules not compared")]
+    assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (ELFParseError: "), notes
+
+
+def test_a_section_of_another_abi_is_checked_but_for_its_rules(copy, capsys):
+    """The header's ABI made AArch64 (little-endian, the same byte order): the FDE table and FREs
+    are checked as they are, the rules (modelled for AMD64 only) not, nor AMD64's fixed offsets."""
+    copy.put("B", 4, F.ABI_AARCH64_ENDIAN_LITTLE)
+    copy.put("b", 6, 0)  # AArch64 has no fixed RA offset
+    r = check_binary(copy.write())
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    assert "rules not compared: frame rules are modelled for AMD64 only, not aarch64-le" in r.notes
+
+
+def _patch_symbol(copy: Copy, name: str, **fields) -> None:
+    """Set Elf64_Sym fields (st_info, st_value, st_size) of the .symtab symbol ``name``."""
+    with open(copy.path.parent / "syms", "wb") as f:
+        f.write(bytes(copy.data))
+    with open(copy.path.parent / "syms", "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        i = next(i for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
+    at = symtab["sh_offset"] + i * symtab["sh_entsize"]
+    for field_name, (off, fmt) in {"st_info": (4, "B"), "st_value": (8, "Q"), "st_size": (16, "Q")}.items():
+        if field_name in fields:
+            struct.pack_into("<" + fmt, copy.data, at + off, fields[field_name])
+
+
+def test_only_function_symbols_speak_for_a_function(copy, capsys):
+    """A data object (STT_OBJECT) moved to a function's start with the FDE's new size: not a
+    function symbol, so the function's own symbol still says the FDE's size is wrong."""
+    fde = copy.fde_with(lambda f, fres: fres[-1].start < f.func_size - 1)
+    fn = _symbol_at(Path(copy.table.source), fde.func_start)
+    obj = next(s.name for s in _symbols(Path(copy.table.source)).values()
+               if s["st_info"]["type"] == "STT_OBJECT" and s["st_value"] and s["st_shndx"] != "SHN_UNDEF")
+    _patch_symbol(copy, obj, st_value=fde.func_start, st_size=fde.func_size - 1)
+    copy.set_size(fde, fde.func_size - 1)
+    r = check_binary(copy.write())
+    assert [f.message for f in r.of_kind("fde-symbol")] == [
+        f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end - 1:#x}): {fde.func_size - 1} bytes, the function "
+        f"symbol at its start says otherwise: {fn} ({fde.func_size} bytes)"]
+
+
+def test_an_ifunc_symbol_speaks_for_its_function(copy, capsys):
+    """The function's symbol made STT_GNU_IFUNC (global): its size is still the function's."""
+    fde = copy.fde_with(lambda f, fres: fres[-1].start < f.func_size - 1)
+    fn = _symbol_at(Path(copy.table.source), fde.func_start)
+    _patch_symbol(copy, fn, st_info=(1 << 4) | 10)  # STB_GLOBAL, STT_GNU_IFUNC
+    copy.set_size(fde, fde.func_size - 1)
+    r = check_binary(copy.write())
+    assert [f.fde for f in r.of_kind("fde-symbol")] == [fde.index]
+    assert r.of_kind("fde-symbol")[0].message.endswith(f"says otherwise: {fn} ({fde.func_size} bytes)")
+
+
+def test_a_function_symbol_at_0_is_not_a_function(copy, capsys):
+    """crtbegin's deregister_tm_clones moved to address 0 (where no function is): it is passed
+    over, and the symbols after it in .symtab still speak (the FDE's size against its symbol)."""
+    fde = copy.fde_with(lambda f, fres: fres[-1].start < f.func_size - 1)
+    _patch_symbol(copy, "deregister_tm_clones", st_value=0, st_size=0x1000)
+    copy.set_size(fde, fde.func_size - 1)
+    r = check_binary(copy.write())
+    assert [f.fde for f in r.findings] == [fde.index] and r.findings[0].kind == "fde-symbol"
+
+
+def test_a_stripped_shared_object_is_checked_against_its_dynamic_symbols(tmp_path, capsys):
+    """A shared object built with -Wa,--gsframe and stripped: no .symtab, its exported functions
+    in .dynsym, which speak for their sizes as .symtab's would."""
+    tc = need("host")
+    outer, inner = tc.workdir("sframe-check-so")
+    try:
+        (outer / "lib.c").write_text("int twice(int x) { return 2 * x; }\n"
+                                     "int thrice(int x) { return twice(x) + x; }\n")
+        tc.run(["gcc", "-O2", "-shared", "-fPIC", "-Wa,--gsframe", "lib.c", "-o", "lib.so"], cwd=inner)
+        tc.run(["strip", "lib.so"], cwd=inner)
+        shutil.copy(outer / "lib.so", tmp_path / "lib.so")
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    with open(tmp_path / "lib.so", "rb") as f:
+        elf = ELFFile(f)
+        assert elf.get_section_by_name(".symtab") is None
+        dyn = {s.name: s for s in elf.get_section_by_name(".dynsym").iter_symbols()}
+    assert check_binary(tmp_path / "lib.so").clean
+    c = Copy(tmp_path / "lib.so", tmp_path / "corrupt.so")
+    fde = next(f for f in c.sec.fdes if f.func_start == dyn["thrice"]["st_value"])
+    c.set_size(fde, fde.func_size - 1)
+    r = check_binary(c.write())
+    assert [f.message for f in r.of_kind("fde-symbol")] == [
+        f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end - 1:#x}): {fde.func_size - 1} bytes, the function "
+        f"symbol at its start says otherwise: thrice ({fde.func_size} bytes)"]
+
+
+def test_an_archive_of_members_of_every_kind(tmp_path):
+    """A text member, an object that names ".sframe" in its data but has no such section (gas
+    without --gsframe), an object checked, and one whose symbol table lies past its end: each
+    member is looked at in turn, whatever the ones before it were."""
+    from harness.unwind.sframe_check import check_file, load_members
+    tc = need("host")
+    good = _assemble("host", DATA_FUNCTION, tmp_path / "good.o")
+    bad = bytearray(good.read_bytes())
+    with open(good, "rb") as f:
+        elf = ELFFile(f)
+        shdr = elf["e_shoff"] + elf.get_section_index(".symtab") * elf["e_shentsize"]
+    struct.pack_into("<Q", bad, shdr + 0x18, len(bad) + 0x1000)  # Elf64_Shdr.sh_offset
+    (tmp_path / "badsym.o").write_bytes(bytes(bad))
+    (tmp_path / "named.s").write_text('\t.section .rodata\n\t.ascii ".sframe"\n')
+    tc.run(["as", "named.s", "-o", "named.o"], cwd=str(tmp_path))
+    (tmp_path / "notes.txt").write_text("not ELF\n")
+    tc.run(["ar", "rcS", "lib.a", "notes.txt", "named.o", "good.o", "badsym.o"], cwd=str(tmp_path))
+    lib = tmp_path / "lib.a"
+    fc = check_file(lib)
+    assert fc.archive and fc.members == 4 and fc.without_sframe == ["notes.txt", "named.o"]
+    assert [c.path for c in fc.checks] == [f"{lib}(good.o)"] and not fc.clean
+    # its error names it already (placing it reads its relocations): not named twice
+    assert len(fc.errors) == 1 and fc.errors[0].startswith(f"relocation: {lib}(badsym.o): "), fc.errors
+    # what `dump` reads of it: the ELF members, and the SFrame table of those with one
+    members = load_members(lib)
+    assert [(name, t is not None) for name, t in members] == [("named.o", False), ("good.o", True), ("badsym.o", True)]
+    assert members[1][1].source == f"{lib}(good.o)" and len(members[1][1].fdes) == 2
+
+
+def test_an_fre_without_an_ra_but_with_a_cfa_is_not_the_outermost_frame(copy, capsys):
+    """The header's fixed RA offset made invalid (0): an FRE of one data word (the CFA's) then has
+    its RA undefined (AMD64 FREs carry no RA word) but still a CFA, which is compared: such an
+    FRE's CFA offset changed is found beside the RA findings."""
+    fde = copy.fde_with(lambda f, fres: len(fres) >= 2 and fres[1].cfa is not None and len(fres[1].datawords) == 1)
+    fres = copy.sec.fres(fde)
+    fre = fres[1]
+    wsize = F.DATAWORD_SIZE[F.fre_info_dataword_size_code(fre.info)]
+    copy.put({1: "b", 2: "h", 4: "i"}[wsize], fre.offset + F.FRE_START_ADDR_SIZE[fde.fre_type] + 1, fre.cfa.offset + 8)
+    copy.put("b", 6, 0)  # cfa_fixed_ra_offset: none
+    r = check_binary(copy.write())
+    assert [f.message for f in r.of_kind("header")] == ["CFA fixed RA offset is 0, AMD64 keeps the RA at CFA-8"]
+    assert any(f.fde == fde.index and f.fre == 1 and f.sframe.ra.base == UNDEFINED for f in r.of_kind("ra"))
+    end = fde.func_start + fres[2].start if len(fres) > 2 else fde.func_end
+    assert _where(r.of_kind("cfa")) == [(fde.index, 1, fde.func_start + fre.start, end)]
+
+
+def test_an_fre_not_marked_as_the_signal_frame_eh_frame_says_it_is(tmp_path, capsys):
+    """sframe_odd's signal trampoline (V3: marked a signal frame, as its CIE's 'S' says) with the
+    mark cleared: the other way round from test_signal_frame_mark_differs_from_the_cie."""
+    c = Copy(program("sframe_odd", "sid", Variant()).path, tmp_path / "unsignal")
+    fde = c.fde_with(lambda f, fres: f.signal_frame)
+    c.data[c.off + fde.attr_offset + 2] &= ~0x80  # SFRAME_V3_FDE_SIGNAL_P
+    r = _check(capsys, c.write(), "signal", r"SFrame says not a signal frame, \.eh_frame does \(CIE augmentation 'S'\)$")
+    assert _kinds(r) == {"signal"} and {f.fde for f in r.findings} == {fde.index}
+
+
+def test_an_fre_is_compared_where_eh_frame_begins_inside_it(copy, capsys):
+    """The .eh_frame FDE of a function made to start one byte later (pc_begin + 1, pc_range - 1):
+    FRE 0's first byte has no CFI row, the rest of it has; with FRE 0's CFA offset also changed,
+    FRE 0 is no-cfi at that byte and a CFA disagreement from the next on.  (The CFI's later rows
+    moved one byte too: what the other FREs say of them is not this test's.)"""
+    fde = copy.fde_with(lambda f, fres: len(fres) >= 2 and fres[1].start >= 2 and len(fres[0].datawords) == 1)
+    fres = copy.sec.fres(fde)
+    off, _ = _eh_frame_fde(copy.data, copy.path.parent, fde.func_start)
+    (begin, size) = struct.unpack_from("<iI", copy.data, off + 8)  # pc_begin (pcrel sdata4), pc_range
+    struct.pack_into("<iI", copy.data, off + 8, begin + 1, size - 1)
+    wsize = F.DATAWORD_SIZE[F.fre_info_dataword_size_code(fres[0].info)]
+    copy.put({1: "b", 2: "h", 4: "i"}[wsize], fres[0].offset + F.FRE_START_ADDR_SIZE[fde.fre_type] + 1,
+             fres[0].cfa.offset + 8)
+    r = check_binary(copy.write())
+    lo, nxt = fde.func_start, fde.func_start + fres[1].start
+    assert [(f.kind, f.fde, f.fre, f.addr, f.end) for f in r.findings if f.fre == 0] == [
+        ("no-cfi", fde.index, 0, lo, lo + 1), ("cfa", fde.index, 0, lo + 1, nxt)]
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_every_address_of_a_pcmask_fde_the_model_cannot_read_is_noted(tmp_path, capsys, tc_name):
+    """The PLT entries' CFA expression (ld's: SP + 8, + 8 more from +11 of each entry) with its
+    final DW_OP_plus made DW_OP_nop, an op the model does not evaluate.  Every address of the
+    PCMASK FDE is then noted as not compared, each on its own, and none of its FREs counted as
+    checked."""
+    c = Copy(program("callchain", tc_name, Variant(static=False)).path, tmp_path / "plt")
+    fde = c.fde_with(lambda f, fres: f.pcmask and f.rep_size == 16)
+    expr = bytes.fromhex("0f0b770880003f1a3b2a332422")  # DW_CFA_def_cfa_expression, 11 bytes of ops
+    at = bytes(c.data).index(expr)
+    c.data[at + len(expr) - 1] = 0x96  # DW_OP_nop
+    r = check_binary(c.write())
+    skipped = [n for n in r.notes if n.startswith(f"FDE {fde.index} ") and " not compared: " in n]
+    assert len(skipped) == fde.func_size, skipped[:3]
+    assert all(re.search(r": FRE \d at 0x[0-9a-f]+ not compared: CFA expression: op DW_OP_nop$", n) for n in skipped)
+    assert r.fres_checked == r.num_fres - len(c.sec.fres(fde))
+    assert not [f for f in r.findings if f.fde == fde.index]

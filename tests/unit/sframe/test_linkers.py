@@ -22,11 +22,14 @@ mold and lld.  ``sframe check`` names what each linker did as findings of their 
 from __future__ import annotations
 
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from harness.images.programs import SOURCES
+from harness.sframe.parse import SFrameSection
 from harness.unwind.sframe_check import check_binary
 from tests.support.gating import require
 from tests.support.toolchains import need
@@ -121,10 +124,103 @@ def test_each_linker_is_named_for_what_it_did(objects, version, linker, tmp_path
             assert any("have no SFrame FDE" in n and "main" in n for n in r.notes), r.notes
         return
     assert r.pieces == 2 and r.version == version
+    _linker_messages(r, out, version)
+    # each section's own findings say which section they are of: gold's out of order FDEs are the first's
+    order = [f.message for f in r.of_kind("fde-order")]
+    assert all(m.startswith("section 1/2 at +0x0: FDE ") for m in order) and bool(order) == (linker == "gold"), order
+
+
+def _linker_messages(r, path: Path, version: int) -> None:
+    """What each linker finding says of the two sections laid end to end (the second at the 8-byte
+    boundary after the first's data, where gas aligned it), read here from the raw bytes."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        sec = elf.get_section_by_name(".sframe")
+        data, vaddr = sec.data(), sec["sh_addr"]
+        functions = {s["st_value"] for s in elf.get_section_by_name(".symtab").iter_symbols()
+                     if s["st_info"]["type"] == "STT_FUNC" and s["st_value"]}
+    first = SFrameSection.parse(data, vaddr, strict=False)
+    off2 = (first.header.end + 7) // 8 * 8
+    second = SFrameSection.parse(data[off2:], vaddr + off2, strict=False)
+    assert off2 + second.header.end == len(data)
+    counts = [first.header.num_fdes, second.header.num_fdes]
+    assert (r.num_fdes, r.num_fres) == (sum(counts), first.header.num_fres + second.header.num_fres)
     (cat,) = r.of_kind("concatenated-not-merged")
-    assert "2 SFrame sections laid end to end" in cat.message
+    assert (cat.addr, cat.end, cat.message) == (vaddr, vaddr + len(data), (
+        f"2 SFrame sections laid end to end in .sframe (at +0x0, +{off2:#x}; {counts[0]}, {counts[1]} FDEs), not "
+        f"merged into one: the header at the start accounts for its own {counts[0]} FDEs, and a reader sees no "
+        f"others"))
     (nopt,) = r.of_kind("no-pt-gnu-sframe")
-    assert nopt.message.endswith("so its lookup sees none")
-    assert len(r.of_kind("fdes-unsorted")) == 2
-    if version == 1:
-        assert len(r.of_kind("pcrel-starts-unflagged")) == 2
+    assert (nopt.addr, nopt.end, nopt.message) == (vaddr, vaddr + len(data), (
+        f"a .sframe section at {vaddr:#x} ({len(data)} bytes) but no PT_GNU_SFRAME program header: the kernel "
+        f"finds a module's SFrame data through that segment only, so its lookup sees none"))
+    prefixes = ["section 1/2 at +0x0: ", f"section 2/2 at +{off2:#x}: "]
+    assert [f.message for f in r.of_kind("fdes-unsorted")] == [
+        f"{p}SFRAME_F_FDE_SORTED is not set: a linked section's FDEs must be sorted (ld sorts them and sets the flag)"
+        for p in prefixes]
+    if version != 1:
+        assert not r.of_kind("pcrel-starts-unflagged")
+        return
+    expected = []
+    for p, off, piece in zip(prefixes, (0, off2), (first, second), strict=True):
+        fdes = piece.fdes
+        field0 = vaddr + off + fdes[0].offset
+        (raw0,) = struct.unpack_from("<i", data, off + fdes[0].offset)
+        # read from its own field (S + A - P), each start lands on a function; from the section, none
+        as_pcrel = [vaddr + off + f.offset + struct.unpack_from("<i", data, off + f.offset)[0] for f in fdes]
+        assert all(a in functions for a in as_pcrel)
+        assert not any(vaddr + off + struct.unpack_from("<i", data, off + f.offset)[0] in functions for f in fdes)
+        expected.append((vaddr + off, vaddr + off + piece.header.end, (
+            f"{p}the function starts are PC-relative -- read from their own fields, {len(fdes)} of {len(fdes)} FDEs "
+            f"start at a function, read from the section as the header says (no SFRAME_F_FDE_FUNC_START_PCREL), 0 "
+            f"do: FDE 0's field at {field0:#x} holds {raw0:#x}, the input's relocated value, not rewritten")))
+    assert [(f.addr, f.end, f.message) for f in r.of_kind("pcrel-starts-unflagged")] == expected
+
+
+def _linked(objects, tmp_path: Path, linker: str = "mold", version: int = 3) -> Path:
+    require(shutil.which(LINKER_BINARY[linker]) is not None, f"{LINKER_BINARY[linker]} is not installed (./dev)")
+    out = tmp_path / f"callchain-v{version}-{linker}"
+    need("host").run(["gcc", f"-fuse-ld={linker}", "-o", str(out), *map(str, objects(version))], cwd=str(tmp_path))
+    return out
+
+
+def _sframe_shdr(path: Path) -> tuple[int, int, int, bytes]:
+    """(file offset of .sframe's section header, of its data, its vaddr, its bytes)."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        sec = elf.get_section_by_name(".sframe")
+        shdr = elf["e_shoff"] + elf.get_section_index(".sframe") * elf["e_shentsize"]
+        return shdr, sec["sh_offset"], sec["sh_addr"], sec.data()
+
+
+def test_bytes_after_the_first_section_that_do_not_decode_are_noted(objects, tmp_path):
+    """mold's two sections laid end to end, the second's magic broken: one section is checked,
+    and a note says what follows it and why it is not another."""
+    path = _linked(objects, tmp_path)
+    _, off, vaddr, data = _sframe_shdr(path)
+    first = SFrameSection.parse(data, vaddr, strict=False)
+    off2 = (first.header.end + 7) // 8 * 8
+    raw = bytearray(path.read_bytes())
+    raw[off + off2] ^= 0xFF  # the second header's magic
+    path.write_bytes(bytes(raw))
+    r = check_binary(path)
+    assert r.pieces == 1 and not r.of_kind("concatenated-not-merged") and r.num_fdes == first.header.num_fdes
+    notes = [n for n in r.notes if "after the SFrame data" in n]
+    assert len(notes) == 1 and notes[0].startswith(
+        f"{len(data) - off2} bytes after the SFrame data at +{off2:#x} do not decode as another section: "), notes
+
+
+def test_bytes_after_the_first_section_too_few_for_a_header_are_noted(objects, tmp_path):
+    """.sframe's size cut to 10 bytes past the first section's 8-byte boundary: too few for another
+    header, so they are noted as what they are."""
+    path = _linked(objects, tmp_path)
+    shdr, _, vaddr, data = _sframe_shdr(path)
+    first = SFrameSection.parse(data, vaddr, strict=False)
+    size = (first.header.end + 7) // 8 * 8 + 10
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<Q", raw, shdr + 0x20, size)  # Elf64_Shdr.sh_size
+    path.write_bytes(bytes(raw))
+    r = check_binary(path)
+    assert r.pieces == 1 and not r.of_kind("concatenated-not-merged")
+    assert f"{size - first.header.end} bytes after the SFrame data at +{first.header.end:#x}, not another section" \
+        in r.notes, r.notes
