@@ -74,6 +74,7 @@ from ..sframe.parse import SFrameFDE, SFrameFRE, SFrameSection
 from ..sframe.reloc import place_object
 from .cfi import CFITable, UnsupportedCFI, cfi_table
 from .maps import ElfImage, MapsError
+from .symbolize import FUNCTION_TYPES
 
 __all__ = ["KINDS", "LINKER_KINDS", "RULE_KINDS", "BinaryCheck", "FileCheck", "Finding", "check_binary",
            "check_file", "check_table", "load", "load_data"]
@@ -109,9 +110,6 @@ LINKER_KINDS = ("concatenated-not-merged", "pcrel-starts-unflagged", "fdes-unsor
 # besides ELFError, construct's and struct's errors and, for absurd offsets and sizes, OverflowError.
 ELF_DECODE_ERRORS = (ELFError, MapsError, ConstructError, struct.error, OverflowError, EOFError)
 
-# The symbol types of functions: STT_FUNC and STT_GNU_IFUNC, which is 10 and which pyelftools 0.33
-# names by the first name of 10 in its table, STT_LOOS (it never says "STT_GNU_IFUNC").
-FUNCTION_TYPES = ("STT_FUNC", "STT_LOOS")
 
 # The binutils release from which V2 sections carry FDE_FUNC_START_PCREL (errata 1).
 PCREL_V2_SINCE = (2, 45)

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from .maps import AddressSpace, ElfImage
 
+# The symbol types of functions: STT_FUNC and STT_GNU_IFUNC, which is 10 and which pyelftools 0.33
+# names by the first name of 10 in its table, STT_LOOS (it never says "STT_GNU_IFUNC").
+FUNCTION_TYPES = ("STT_FUNC", "STT_LOOS")
+
 
 @dataclass(frozen=True)
 class Symbol:
@@ -47,7 +51,7 @@ class SymbolIndex:
             if sec is None:
                 continue
             for s in sec.iter_symbols():
-                if s["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC") or not s["st_value"]:
+                if s["st_info"]["type"] not in FUNCTION_TYPES or not s["st_value"]:
                     continue
                 if s["st_shndx"] == "SHN_UNDEF":
                     continue

@@ -228,3 +228,21 @@ def test_syscall_return_needs_the_syscall_number_the_instruction_and_its_saved_i
     assert not syscall_return(access, UserRegs(ip=0x500000, cx=0x500000, orig_ax=0), mask)  # no code there
     compat = UserRegs(ip=code + 10, cx=7, orig_ax=1, cs=USER_CS_32)  # int $0x80: ecx is an argument
     assert syscall_return(UserAccess(mem, 4), compat, 0xFFFFFFFF)
+
+
+def test_ifunc_symbols_are_functions():
+    """glibc's IFUNC symbols (memcpy, strlen, ...: STT_GNU_IFUNC, type 10, which pyelftools 0.33
+    names STT_LOOS) name their resolvers: the symbolizer knows them as functions."""
+    from elftools.elf.elffile import ELFFile
+
+    from harness.unwind.symbolize import symbol_index
+
+    path = Path("/usr/lib/x86_64-linux-gnu/libc.so.6").resolve()
+    require(path.is_file(), "no host libc.so.6 to read symbols from (Debian's libc6)")
+    with open(path, "rb") as f:
+        ifuncs = {s.name.split("@")[0]: s["st_value"] for s in ELFFile(f).get_section_by_name(".dynsym").iter_symbols()
+                  if s["st_info"]["type"] in ("STT_LOOS", "STT_GNU_IFUNC") and s["st_value"]}
+    assert "memcpy" in ifuncs and len(ifuncs) > 20
+    by_addr = {s.addr: s.name for s in symbol_index(load_image(path)).symbols}
+    missing = [n for n, a in ifuncs.items() if a not in by_addr]
+    assert not missing, f"{len(missing)} of {len(ifuncs)} IFUNC symbols unknown, e.g. {missing[:5]}"
