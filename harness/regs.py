@@ -15,6 +15,15 @@ PT_REGS_FIELDS = (
 )
 PT_REGS_SIZE = 8 * len(PT_REGS_FIELDS)
 
+# The registers rt_sigreturn restores, as the kernel's rt_sigframe holds them (a fixed user ABI:
+# arch/x86/include/uapi/asm/ucontext.h, sigcontext.h): after pretcode, struct ucontext
+# {uc_flags, uc_link, stack_t uc_stack (24 bytes)}, then struct sigcontext_64 {r8..r15, di, si,
+# bp, bx, dx, ax, cx, sp, ip, flags, cs, gs, fs, ss, ...}; at rt_sigreturn's entry sp points at
+# the ucontext.
+UC_MCONTEXT = 40
+SIGCONTEXT_64 = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "di", "si", "bp", "bx", "dx", "ax",
+                 "cx", "sp", "ip", "flags")
+
 USER_CS_64 = 0x33  # __USER_CS
 USER_CS_32 = 0x23  # __USER32_CS
 

@@ -24,7 +24,7 @@ import struct
 from elftools.dwarf.callframe import RegisterRule
 
 from ..memory import Memory, MemoryFault
-from ..regs import UserRegs
+from ..regs import SIGCONTEXT_64, UC_MCONTEXT, UserRegs
 from ..unwind.cfi import X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
 from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace
@@ -161,15 +161,11 @@ def is_signal_trampoline(space: AddressSpace, ra: int, at_ip: bool = False) -> b
 # x86-64 ``mov $__NR_rt_sigreturn (15),%rax; syscall``: the restorer glibc, musl and busybox
 # install with SA_RESTORER, and the only code that can return through a kernel rt_sigframe.
 RT_SIGRETURN_CODE = bytes.fromhex("48c7c00f0000000f05")
-# Offsets in the kernel's struct rt_sigframe after pretcode (arch/x86/include/asm/sigframe.h,
-# uapi sigcontext.h): struct ucontext { uc_flags, uc_link, uc_stack (24) } then sigcontext_64
-# { r8..r15, di, si, bp, bx, dx, ax, cx, sp, ip, ... }.  A fixed user ABI.
-_SIGCONTEXT = 40
 # orig_ax of the registers rt_sigreturn restores (restore_sigcontext: "disable syscall checks"):
 # the interrupted IP is looked up at itself, as the 'S' augmentation says, even after a syscall.
 NO_SYSCALL = (1 << 64) - 1
-_SIGCONTEXT_REGS = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-                    "di", "si", "bp", "bx", "dx", "ax", "cx", "sp", "ip")
+# sigcontext_64's registers up to rip (harness.regs.SIGCONTEXT_64): those a walk goes on from
+_SIGCONTEXT_REGS = SIGCONTEXT_64[:SIGCONTEXT_64.index("ip") + 1]
 
 
 def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
@@ -180,7 +176,7 @@ def kernel_sigframe_regs(memory: Memory, ra: int, sp: int) -> UserRegs | None:
     try:
         if memory.read(ra, len(RT_SIGRETURN_CODE)) != RT_SIGRETURN_CODE:
             return None
-        raw = memory.read(sp + _SIGCONTEXT, 8 * len(_SIGCONTEXT_REGS))
+        raw = memory.read(sp + UC_MCONTEXT, 8 * len(_SIGCONTEXT_REGS))
     except MemoryFault:
         return None
     values = struct.unpack(f"<{len(_SIGCONTEXT_REGS)}Q", raw)  # one word per name

@@ -28,7 +28,7 @@ from typing import ClassVar
 
 from ..memory import BufferMemory, Memory
 from ..perfparse.records import Sample
-from ..regs import UserRegs
+from ..regs import SIGCONTEXT_64, UC_MCONTEXT, UserRegs
 from ..unwind.maps import AddressSpace
 from ..unwind.user import StopReason, Trace
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
@@ -102,12 +102,6 @@ def word(sample: Sample, addr: int) -> int | None:
     return struct.unpack_from("<Q", sample.stack, addr - sample.regs.sp)[0]
 
 
-# arch/x86/include/uapi/asm/ucontext.h + sigcontext.h: at rt_sigreturn's entry sp points at the
-# struct ucontext of the rt_sigframe ({uc_flags, uc_link, stack_t uc_stack (24 bytes)}, then
-# struct sigcontext_64 {r8..r15, di, si, bp, bx, dx, ax, cx, sp, ip, flags, cs, gs, fs, ss, ...}).
-UC_MCONTEXT = 40
-SIGCONTEXT_64 = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "di", "si", "bp", "bx", "dx", "ax",
-                 "cx", "sp", "ip", "flags")
 
 
 def sigreturn_regs(sample: Sample) -> UserRegs | None:

@@ -160,9 +160,10 @@ def test_a_saved_register_is_the_unsigned_word_in_the_frame(frame):
     """A signal that interrupted a system call leaves -EINTR in the saved rax (its slot rewritten
     here): 2^64 - 4, as the kernel's layout reads it too."""
     from harness.memory import BufferMemory, Overlay
-    from harness.oracles.cfi import _SIGCONTEXT, _SIGCONTEXT_REGS, kernel_sigframe_regs, signal_frame_regs
+    from harness.oracles.cfi import _SIGCONTEXT_REGS, kernel_sigframe_regs, signal_frame_regs
+    from harness.regs import UC_MCONTEXT
 
-    slot = frame.sp + _SIGCONTEXT + 8 * _SIGCONTEXT_REGS.index("ax")
+    slot = frame.sp + UC_MCONTEXT + 8 * _SIGCONTEXT_REGS.index("ax")
     (base, data), = [(b, x) for b, x in frame.d.snap.memory.regions.items() if b <= slot < b + len(x)]
     patched = bytearray(data)
     patched[slot - base:slot - base + 8] = (2**64 - 4).to_bytes(8, "little")
