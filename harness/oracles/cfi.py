@@ -144,10 +144,7 @@ def _trampoline(space: AddressSpace, ra: int, at_ip: bool):
     table = cfi_table(e.image)
     link = e.link_address(pc)
     fde = table.fde_for(link)
-    if fde is None:
-        return None
-    augmentation = fde.cie["augmentation"] or b""  # pragma: no mutate (equivalent: any fallback without an S)
-    if b"S" not in bytes(augmentation):
+    if fde is None or not table.is_signal_frame(fde):
         return None
     return table, link
 
