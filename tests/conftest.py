@@ -9,7 +9,10 @@ where a missing piece is a failure: a green CI must never hide a missing install
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -86,6 +89,20 @@ def pytest_collection_modifyitems(config, items):
                         for m in item.iter_markers("xdist_group")})
         if names and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+# --- what a failed QEMU test leaves behind ---------------------------------------------------
+
+
+@pytest.fixture
+def kept_failures(request):
+    """Where a failing QEMU test keeps its evidence (the log, the failing stacks' snapshots):
+    ``test-failures/<test>-<time>/`` under the repository (or ``$HARNESS_TEST_FAILURES``), made
+    only when something is written.  A flake seen once in a campaign stays to be looked at and
+    replayed (pytest's tmp_path keeps only the last three sessions)."""
+    base = os.environ.get("HARNESS_TEST_FAILURES") or request.config.rootpath / "test-failures"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid.split("::", 1)[-1])[:120]
+    return Path(base) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 # --- one pool of guests per worker (tests/support/guest_pool.py) -------------------------

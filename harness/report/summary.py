@@ -60,6 +60,8 @@ def summary(results, facts: dict | None = None) -> dict:
                 "stacks": r.stacks,
                 "own_stacks": r.own_stacks,
                 "failed_stacks": r.failed_stacks,
+                # delivery.json of the first failing stacks (harness.scenarios.snapshot.load)
+                "failing_snapshots": [str(p) for p in r.kept_snapshots],
                 "pairs": _pairs(r),
                 "causes": dict(sorted(r.causes.items())),
                 "undeclared": dict(sorted(r.undeclared.items())),

@@ -8,6 +8,7 @@ records, never engine internals; the CLI chooses and prints.
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 from ..oracles.base import ORACLES, load_all
 from ..verdicts.causes import CAUSES
@@ -163,6 +164,13 @@ def stack_failures(rec: dict) -> list[str]:
     return out
 
 
+def _relative(path, out) -> str:
+    try:
+        return str(Path(path).relative_to(out))
+    except ValueError:
+        return str(path)
+
+
 def qemu_line(q) -> str:
     """One line naming the QEMU a session runs (:class:`harness.images.qemu.Qemu`)."""
     return f"qemu {q.name}: {q.banner}" + (f" [{q.package}]" if q.package else "") + f" ({q.why})"
@@ -183,6 +191,11 @@ def run_lines(results, out) -> list[str]:
             lines.append(f"{r.scenario.name}: {oracle} did not check {n} stack(s): {reason}")
         for rec in r.failures[:5]:
             lines += [f"\nFAILURE {text}" for text in stack_failures(rec)]
+        if r.kept_snapshots:
+            kept = ", ".join(_relative(p, out) for p in r.kept_snapshots[:3])
+            lines.append(f"{r.scenario.name}: the snapshots of {len(r.kept_snapshots)} failing stack(s) (copied to "
+                         f"tests/data/deliveries/, the unit tests replay them): {kept}"
+                         + (" ..." if len(r.kept_snapshots) > 3 else ""))
         lines += [f"\n{r.scenario.name}: {f}" for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]]
         lines += [f"{r.scenario.name}: note: {note}" for note in r.notes]
         if r.output_tail and (r.short or not r.own_stacks):

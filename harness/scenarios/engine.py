@@ -39,7 +39,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, ClassVar
 
@@ -73,7 +73,7 @@ from ..unwind.user import StopReason, Trace
 from ..verdicts.types import NOT_CHECKED
 from .catalog import Scenario
 from .result import Result
-from .snapshot import StackChecker, StopSnapshot
+from .snapshot import StackChecker, StopSnapshot, loaded_digest, save
 
 __all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "Sampling", "raw_stop_rate", "run_scenarios"]
 
@@ -83,6 +83,7 @@ ENTRY_EXIT_ASM = ("entry_", "asm_", "error_", "common_interrupt_return", "swapgs
                   "native_irq_return", "restore_regs_and_return", "paranoid_", "xen_",
                   "sync_regs", "fixup_bad_iret")
 FAILURES_KEPT = 1000  # failing stack records kept in memory per run (all are in the log)
+SNAPSHOTS_KEPT = 20  # failing stacks whose snapshots are saved per scenario (Engine's failing_dir)
 # Pages read above sp when sp is in no mapping the run knows (a thread stack mapped after the
 # program's maps were read): up to the first unreadable page.
 UNKNOWN_STACK_PAGES = 16
@@ -163,7 +164,8 @@ class Engine:
     REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
 
     def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
-                 progress: ProgressCallback | None = None, verify: bool = False, keep_snapshots: bool = False):
+                 progress: ProgressCallback | None = None, verify: bool = False, keep_snapshots: bool = False,
+                 failing_dir: Path | None = None):
         self.s = session
         self.sc = scenario
         self.progress = progress
@@ -205,6 +207,11 @@ class Engine:
         self.verify = verify  # also check each delivery on the live guest at its stop and compare
         self.keep_snapshots = keep_snapshots  # keep (snapshot, record) pairs in self.snapshots
         self.snapshots: list[tuple[StopSnapshot, dict]] = []
+        # Where the snapshot of each failing stack (a failed verdict, a problem, a cause the
+        # scenario does not declare) is saved, the first SNAPSHOTS_KEPT of them: a failure seen
+        # once (a flake) can be replayed without a guest, or copied to tests/data/deliveries/ to
+        # become a unit test (tests/unit/scenarios/test_snapshot_deliveries.py replays each).
+        self.failing_dir = failing_dir
         self.maps = ""
         self._vdso: BufferMemory | None = None
         self._live_code: CodeFacts | None = None
@@ -911,7 +918,8 @@ class Engine:
                     # scenario's: its facts are unknown, only the program's stacks are declared
                     if own is not None and r.declared is not None and dv.cause not in r.declared:
                         r.undeclared[dv.cause] += 1
-        if problems or any(v.failed for v in verdicts):
+        failed = problems or any(v.failed for v in verdicts)
+        if failed:
             r.failed_stacks += 1
             if len(r.failures) < FAILURES_KEPT:
                 r.failures.append(rec)
@@ -919,6 +927,28 @@ class Engine:
             for dv in v.divergences:
                 if dv.cause and dv.cause not in r.examples:
                     r.examples[dv.cause] = rec
+        undeclared = own is not None and r.declared is not None and any(
+            dv.cause and dv.cause not in r.declared for v in verdicts for dv in v.divergences)
+        if self.failing_dir is not None and (failed or undeclared) and len(r.kept_snapshots) < SNAPSHOTS_KEPT:
+            self._keep_failing(snap, rec)
+
+    def _keep_failing(self, snap: StopSnapshot, rec: dict) -> None:
+        """Save a failing stack's snapshot beside the log (``failing/SCENARIO-SEQ/delivery.json``).
+        A disk that refuses it costs the copy, not the run: a note says so."""
+        where = self.failing_dir / f"{self.sc.name}-{rec['seq']}"
+        try:
+            path = save(where, snap, rec, self.maps, self.program_identity(), self.vdso_image())
+        except OSError as e:
+            self.result.notes.append(f"the failing stack of seq {rec['seq']} was not saved to {where}: {e}")
+            return
+        self.result.kept_snapshots.append(path)
+
+    def program_identity(self) -> dict:
+        """What a saved delivery says of its program, to know its binary again when replayed."""
+        prog = self.program
+        return {"source": prog.name, "toolchain": prog.toolchain, "variant": asdict(prog.variant),
+                "guest_path": prog.guest_path, "loaded_sha256": loaded_digest(prog.path),
+                "max_entries": self.max_entries}
 
     @staticmethod
     def _request_record(req: Request) -> dict:
@@ -963,7 +993,7 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
         name = f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl"
         log = JsonlFile(log_dir / name) if log_dir else None  # whole lines only, even on a full disk
         try:
-            engine = Engine(session, sc, log, progress)
+            engine = Engine(session, sc, log, progress, failing_dir=log_dir / "failing" if log_dir else None)
             engine.result.log = name if log_dir else None
             # In the list before it runs: whatever escapes the run (an interrupt in its clean-up,
             # say), the caller still has this scenario's partial result.

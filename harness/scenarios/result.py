@@ -43,6 +43,8 @@ class Result:
     not_checked: collections.Counter = field(default_factory=collections.Counter)  # (oracle, reason) -> n
     failures: list[dict] = field(default_factory=list)  # the stack records with a failing pair (the first 1000)
     failed_stacks: int = 0  # stacks with a failing pair, all of them
+    # the saved snapshots of failing stacks (Engine's failing_dir: delivery.json paths)
+    kept_snapshots: list = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # delivery failures (work never delivered, ...)
     examples: dict[str, dict] = field(default_factory=dict)  # cause -> the first stack record it explained
     callbacks: int = 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..scenarios.catalog import CATALOG, programs_for
 from ..scenarios.engine import Engine
-from ..scenarios.snapshot import loaded_digest, save
+from ..scenarios.snapshot import save
 from ..session import GuestSpec, Session
 
 
@@ -43,11 +43,7 @@ def main(argv=None) -> int:
         for sc in scs:
             engine = Engine(sess, sc, keep_snapshots=True)
             engine.run()
-            prog = engine.program
-            program = {"source": prog.name, "toolchain": prog.toolchain, "variant": dataclasses.asdict(prog.variant),
-                       "guest_path": prog.guest_path,
-                       "loaded_sha256": loaded_digest(prog.path),
-                       "max_entries": engine.max_entries}
+            program = engine.program_identity()
             chosen, seen = [], set()
             for snap, rec in engine.snapshots:
                 if snap.own is None or args.point is not None and snap.point.name != args.point:

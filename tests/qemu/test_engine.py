@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 
@@ -11,7 +12,8 @@ from harness.deferred.check import check_lines
 from harness.images.qemu import choice_from_env
 from harness.report.text import stack_failures
 from harness.scenarios.catalog import CATALOG, programs_for
-from harness.scenarios.engine import Engine
+from harness.scenarios.engine import SNAPSHOTS_KEPT, Engine
+from harness.scenarios.snapshot import load, replay
 from harness.session import GuestSpec
 
 pytestmark = pytest.mark.qemu
@@ -75,13 +77,23 @@ def _scenario(session, name):
     return sc
 
 
-def _check_scenario(session, name, tmp_path):
+def _check_scenario(session, name, tmp_path, keep):
     sc = _scenario(session, name)
     log_path = tmp_path / "log.jsonl"
     with open(log_path, "w") as log:
         # verify: every delivery is also walked and judged on the live guest at its stop, and any
-        # difference from the snapshot's checks (or a read it had not captured) is a problem
-        r = Engine(session, sc, log, verify=True).run()
+        # difference from the snapshot's checks (or a read it had not captured) is a problem;
+        # a failing stack's snapshot is saved in keep/failing/ (replayable without a guest)
+        r = Engine(session, sc, log, verify=True, failing_dir=keep / "failing").run()
+    try:
+        _assert_scenario(r, sc, name, log_path)
+    except AssertionError as e:
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, keep / "log.jsonl")
+        raise AssertionError(f"{e}\n\nthe log and the failing stacks' snapshots are kept in {keep}") from None
+
+
+def _assert_scenario(r, sc, name, log_path):
     assert not r.errors, r.errors
     assert not r.failures, "\n\n".join(t for rec in r.failures[:3] for t in stack_failures(rec))
     assert not r.problems, r.problems[:3]
@@ -261,8 +273,8 @@ def _scenario_test(guest):
     @pytest.mark.pool_guest(_spec(guest))
     @pytest.mark.parametrize("session", [guest], ids=[_guest_id(guest)], indirect=True)
     @pytest.mark.parametrize("name", GUESTS[guest])
-    def test(session, name, tmp_path):
-        _check_scenario(session, name, tmp_path)
+    def test(session, name, tmp_path, kept_failures):
+        _check_scenario(session, name, tmp_path, kept_failures)
 
     name = f"test_scenario_has_no_unexpected_divergence_{_guest_id(guest).replace('-', '_')}"
     test.__name__ = test.__qualname__ = name
@@ -277,13 +289,28 @@ del _guest, _t
 
 @pytest.mark.parametrize("session", [pytest.param(g, marks=pytest.mark.pool_guest(_spec(g)), id=_guest_id(g))
                                      for g in GUESTS], indirect=True)
-def test_a_broken_unwinder_is_caught(session):
+def test_a_broken_unwinder_is_caught(session, tmp_path):
     sc = dataclasses.replace(CATALOG["fp-spin"], name="broken-ra", samples=30, break_ra=True)
     if session.spec.smp > 1:
         sc = dataclasses.replace(sc, requests=("timer",))
-    r = Engine(session, sc).run()
+    engine = Engine(session, sc, failing_dir=tmp_path / "failing")
+    r = engine.run()
     own = r.own_stacks
     assert own >= 5, f"requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}, {r.errors}"
     assert len(r.failures) >= own // 2, "the oracles did not notice a wrong RA offset"
     # each failure names the pair and a divergence no cause proves
     assert all(any(d["cause"] is None for v in rec["verdicts"] for d in v["divergences"]) for rec in r.failures)
+    # ... and its snapshot is kept: it loads, it is that stack, and replayed without the guest
+    # the oracles walk the frames they walked at the stop (the unwinder's broken RA offset is the
+    # engine's, not the snapshot's: only the oracles' frames are compared)
+    assert len(r.kept_snapshots) == min(r.failed_stacks, SNAPSHOTS_KEPT)
+    failing = {rec["seq"]: rec for rec in r.failures}
+    prog = engine.program
+    for path in r.kept_snapshots:
+        snap, record, maps, program = load(path)
+        assert record == failing[record["seq"]] and path.parent.name == f"broken-ra-{record['seq']}"
+        assert program["guest_path"] == prog.guest_path and snap.regs.ip == record["regs"]["ip"]
+        want, got = replay(snap, record, maps, {prog.guest_path: str(prog.path)}.get, str(prog.path),
+                           prog.variant.shadow, program["max_entries"])
+        oracles = [o for o in want["frames"] if o != sc.unwinder]
+        assert oracles and all(got["frames"][o] == want["frames"][o] for o in oracles), path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+from pathlib import Path
 
 import pytest
 
@@ -138,6 +139,7 @@ def _results():
     ok.causes.update({"fp-frameless-function": 1})
     bad = Result(CATALOG["fp-syscall"], oracles=["cfi"], stacks=3, failed_stacks=1, failures=[records[2]])
     bad.pairs.update({("cfi", "failure"): 1})
+    bad.kept_snapshots = [Path("/runs/r1/failing/fp-syscall-3/delivery.json")]
     broken = Result(CATALOG["signal"], stacks=1, errors=["TargetDied: the gdb stub closed its connection\nmore"])
     return ok, bad, broken
 
@@ -177,4 +179,16 @@ def test_summary_json_and_the_run_exit_code():
     assert by_name["fp-spin"]["pairs"] == {"cfi": {"agree": 2, "explained": 1}}
     assert by_name["fp-spin"]["causes"] == {"fp-frameless-function": 1}
     assert by_name["fp-syscall"]["failed_stacks"] == 1
+    assert by_name["fp-syscall"]["failing_snapshots"] == ["/runs/r1/failing/fp-syscall-3/delivery.json"]
+    assert by_name["fp-spin"]["failing_snapshots"] == []
     assert s["totals"] == {"stacks": 6, "failed_stacks": 1, "causes": {"fp-frameless-function": 1}}
+
+
+def test_the_run_text_names_the_failing_stacks_snapshots():
+    from harness.report.text import run_lines
+
+    ok, bad, _ = _results()
+    text = "\n".join(run_lines([ok, bad], Path("/runs/r1")))
+    assert "fp-syscall: the snapshots of 1 failing stack(s)" in text
+    assert "failing/fp-syscall-3/delivery.json" in text and "/runs/r1/failing" not in text
+    assert "fp-spin: the snapshots" not in text
