@@ -64,6 +64,7 @@ class StopPoint:
     syscall: str = ""
     lib: str = ""  # func is a symbol of this shared library (its .dynsym), not of the program
     steps: int = 0  # instructions executed (stepi) after the breakpoint, before the snapshot
+    condition: str = ""  # a gdb condition on the breakpoint ("$rdi == 237": one recursion level)
 
 
 GDB_SCRIPT = r'''
@@ -176,6 +177,8 @@ for stop in CFG["stops"]:
     else:
         raise gdb.GdbError(f"unknown stop kind {k}")
     bps[a] = gdb.Breakpoint(f"*{a:#x}", internal=False)
+    if stop.get("condition"):
+        bps[a].condition = stop["condition"]
     pending[("pc", a)] = stop
 while pending:
     gdb.execute("continue", to_string=True)
@@ -193,6 +196,9 @@ while pending:
         stop = pending.pop(sc[0])
         gdb.execute("delete")  # drop the catchpoint (and any breakpoint already used)
         bps = {key[1]: gdb.Breakpoint(f"*{key[1]:#x}") for key in pending if key[0] == "pc"}
+        for key, bp in bps.items():
+            if pending[("pc", key)].get("condition"):
+                bp.condition = pending[("pc", key)]["condition"]
     if stop.get("steps"):
         gdb.execute(f"stepi {stop['steps']}", to_string=True)
     dump(stop)
