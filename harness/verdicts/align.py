@@ -16,7 +16,9 @@ like any others: they need a cause too.
 
 A skip inside a run of equal entries (recursion: rec+0x2a, rec+0x2a, ...) is explained at the run's
 first entry: removing any entry of the run leaves the same list, and only at the run's start does
-the frame before it tell why.
+the frame before it tell why.  Both lists' indices move back to it together, so the frame before
+the skip is one frame of both (an FP walk from an IP at rec+0, 363 levels down, loses the first
+rec+0x2a: the divergence names that IP, where fp-prologue-ip finds the prologue).
 """
 
 from __future__ import annotations
@@ -72,6 +74,17 @@ def _run_start(seq: tuple[int, ...], idx: int) -> int:
     return k
 
 
+def _back_to_run_start(run: tuple[int, ...], r: int, other: tuple[int, ...], o: int) -> int:
+    """How many entries a skip of ``run[r]`` moves back to the first entry of its run of equal
+    entries, in step with ``other`` (at ``o``): both lists' indices move back alike, so the frame
+    before the skip is the same frame in both (as a cause reads it: the IP before a prologue's
+    lost caller, not the recursion's 362nd return address), and no further than they agree."""
+    start, t = _run_start(run, r), 0
+    while r - t > start and o - t >= 1 and other[o - t - 1] == run[r - t - 1]:
+        t += 1
+    return t
+
+
 def _align(stack: Stack, oracle: str, got: tuple[int, ...], of: OracleFrames) -> tuple[bool, list[Divergence]]:
     want = of.ips
     best: list = []  # [(score, ok, divs)]
@@ -106,11 +119,13 @@ def _align(stack: Stack, oracle: str, got: tuple[int, ...], of: OracleFrames) ->
             consider(False, matched, [*divs, div(rest, i, j)])  # the first entries must agree
             return
         if i < len(got) and j < len(want):
-            d = div(LOST, i, _run_start(want, j))
+            t = _back_to_run_start(want, j, got, i)
+            d = div(LOST, i - t, j - t)
             if d.explained:
                 walk(i, j + 1, [*divs, d], matched)
         if i < len(got):
-            d = div(EXTRA, _run_start(got, i), j)
+            t = _back_to_run_start(got, i, want, j)
+            d = div(EXTRA, i - t, j - t)
             if d.explained:
                 walk(i + 1, j, [*divs, d], matched)
         d = div(rest, i, j)
