@@ -193,8 +193,8 @@ def run_lines(results, out) -> list[str]:
             lines += [f"\nFAILURE {text}" for text in stack_failures(rec)]
         if r.kept_snapshots:
             kept = ", ".join(_relative(p, out) for p in r.kept_snapshots[:3])
-            lines.append(f"{r.scenario.name}: the snapshots of {len(r.kept_snapshots)} failing stack(s) (copied to "
-                         f"tests/data/deliveries/, the unit tests replay them): {kept}"
+            lines.append(f"{r.scenario.name}: the snapshots of {len(r.kept_snapshots)} failing stack(s), to replay "
+                         f"without a guest (docs/running.md): {kept}"
                          + (" ..." if len(r.kept_snapshots) > 3 else ""))
         lines += [f"\n{r.scenario.name}: {f}" for f in r.problems[:5] + r.errors[:5] + r.invariant_violations[:5]]
         lines += [f"{r.scenario.name}: note: {note}" for note in r.notes]
