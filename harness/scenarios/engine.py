@@ -209,8 +209,7 @@ class Engine:
         self.snapshots: list[tuple[StopSnapshot, dict]] = []
         # Where the snapshot of each failing stack (a failed verdict, a problem, a cause the
         # scenario does not declare) is saved, the first SNAPSHOTS_KEPT of them: a failure seen
-        # once (a flake) can be replayed without a guest, or copied to tests/data/deliveries/ to
-        # become a unit test (tests/unit/scenarios/test_snapshot_deliveries.py replays each).
+        # once can be walked and judged again without a guest (snapshot.load, snapshot.replay).
         self.failing_dir = failing_dir
         self.maps = ""
         self._vdso: BufferMemory | None = None
