@@ -219,9 +219,12 @@ class CodeFacts:
         """What the code of ``f`` does to rsp on each path from ``start`` to ``end`` (both in
         ``f``), following its direct branches: one :class:`SpPath` per distinct outcome.
 
+        A path may leave [start, end) and come back (Go's nanotime1: ``je`` to its syscall
+        fallback after the function's ret, whose ``jmp`` rejoins it at the vDSO call's return).
         None where that cannot be told: ``f`` does not decode whole, it has an indirect ``jmp``
-        (which may enter anywhere), a branch from outside [start, end) enters (start, end] (a
-        path this walk does not see), or the paths do not settle (a loop that moves rsp)."""
+        (which may enter anywhere), a branch from code that ``start`` does not reach enters
+        (start, end] (a path this walk does not see), or the paths do not settle (a loop that
+        moves rsp)."""
         def compute():
             insns = self._decode_function(f)
             if insns is None or not f.start <= start <= end < f.end:
@@ -240,12 +243,22 @@ class CodeFacts:
                 if m.group(2) is None:
                     return None  # an indirect jmp: its targets are unknown
                 target = int(m.group(2), 16)
-                if not start <= i.addr < end and start < target <= end:
-                    return None  # a way into the window that does not come from its start
                 if m.group(1) == "jmp":
                     succ.append((target,))
                 else:
                     succ.append((target, nxt) if nxt is not None else (target,))
+            # What start reaches before it comes to end; a branch into (start, end] from any other
+            # code is a way into the window that does not come from its start.
+            reached, todo_r = set(), [start]
+            while todo_r:
+                addr = todo_r.pop()
+                if addr in reached or addr == end or addr not in at:
+                    continue
+                reached.add(addr)
+                todo_r += succ[at[addr]]
+            for k, i in enumerate(insns):
+                if i.addr not in reached and _BRANCH.match(i.text) and any(start < t <= end for t in succ[k]):
+                    return None
             out: dict[tuple, SpPath] = {}
             todo = [(start, 0, 0, (), False)]
             seen = set()
@@ -256,8 +269,8 @@ class CodeFacts:
                 if addr == end:
                     out.setdefault((loaded, lo, hi), SpPath(writes, None if loaded else (lo, hi)))
                     continue
-                if (addr, lo, hi, loaded) in seen or not start <= addr < end:
-                    continue  # a path that leaves the window does not come back (checked above)
+                if (addr, lo, hi, loaded) in seen or addr not in reached:
+                    continue  # past the function's end, or a path that does not come to end
                 seen.add((addr, lo, hi, loaded))
                 k = at.get(addr)
                 if k is None:
