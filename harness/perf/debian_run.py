@@ -164,7 +164,13 @@ def _sh(session: Session, cmd: str, what: str, timeout: float) -> None:
 
 def _fetch(session: Session, path: str) -> bytes:
     m = session.machine
-    _sh(session, f"gzip -1 -c {path} > {path}.gz", f"gzip {path}", 120)
+    try:
+        _sh(session, f"gzip -1 -c {path} > {path}.gz", f"gzip {path}", 120)
+    except DebianRunError as exc:
+        # Seen once (campaign run s3, 2026-12-06): status 1 and not a word on stderr.  What the
+        # guest's /tmp held then is the evidence: the file, the partial .gz, the space and memory.
+        _status, out = m.shell_output(f"ls -l {path} {path}.gz; df /tmp; free", timeout=30)
+        raise DebianRunError(f"{exc}\nthe guest then:\n{out.decode(errors='replace')}") from exc
     try:
         return gzip.decompress(m.dump(f"{path}.gz"))
     except (OSError, EOFError, zlib.error) as exc:
