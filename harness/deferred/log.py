@@ -552,11 +552,13 @@ def canonical(event: dict) -> bytes:
     return _ENCODE(event).encode()
 
 
-def parse_line(line_no: int, text: str) -> dict:
+def parse_line(line_no: int, text: str, loads: Callable[[str], object] = json.loads) -> dict:
     """Parse one JSONL line and check it against :data:`RECORDS`; raise :class:`LogFormatError`
-    naming the line.  (The log's structure, header, seq and digest: :class:`LogReader`.)"""
+    naming the line.  (The log's structure, header, seq and digest: :class:`LogReader`.)
+    ``loads``: what decodes the text; it must return what :func:`json.loads` returns for it (a new
+    top-level object: the reader adds ``line`` to it), or raise what it raises."""
     try:
-        event = json.loads(text)
+        event = loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
         raise LogFormatError(line_no, f"not JSON ({getattr(exc, 'msg', None) or exc})", text) from exc
     if not isinstance(event, dict):
@@ -590,9 +592,10 @@ class LogReader:
     digest matched, False for a complete version 1 log (it has none), None without an end record.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loads: Callable[[str], object] = json.loads) -> None:
         self.version: int | None = None
         self.word_bits = 64
+        self._loads = loads  # parse_line's: a caller that has decoded these lines before may share them
         self.sealed: bool | None = None
         self._digest = hashlib.sha256()
 
@@ -604,7 +607,7 @@ class LogReader:
             yield self._read(line_no, text)
 
     def _read(self, line_no: int, text: str) -> dict:
-        event = parse_line(line_no, text)
+        event = parse_line(line_no, text, self._loads)
         ev, seq = event["ev"], event["seq"]
         if line_no == 1 and ev != "header":
             article = "an" if ev[0] in "aeiou" else "a"
