@@ -331,10 +331,13 @@ def _or_null(t: FieldType) -> FieldType:
 
 
 U64_LIMIT = 1 << 64
-INT = FieldType("an integer", _is_int)
-COUNT = FieldType("a non-negative integer", lambda v: _is_int(v) and v >= 0)
-POSITIVE = FieldType("a positive integer", lambda v: _is_int(v) and v > 0)
-U64 = FieldType("an unsigned 64-bit integer", lambda v: _is_int(v) and 0 <= v < U64_LIMIT)
+# (type(v) is int: the common case, a parsed int, without _is_int's call; an int subclass other
+# than bool passes too, as in _is_int)
+INT = FieldType("an integer", lambda v: type(v) is int or _is_int(v))  # noqa: E721
+COUNT = FieldType("a non-negative integer", lambda v: (type(v) is int or _is_int(v)) and v >= 0)  # noqa: E721
+POSITIVE = FieldType("a positive integer", lambda v: (type(v) is int or _is_int(v)) and v > 0)  # noqa: E721
+U64 = FieldType("an unsigned 64-bit integer",
+                lambda v: (type(v) is int or _is_int(v)) and 0 <= v < U64_LIMIT)  # noqa: E721
 STR = FieldType("a string", lambda v: isinstance(v, str))
 BOOL = FieldType("true or false", lambda v: isinstance(v, bool))
 HASH = FieldType("16 hex digits (trace_hash)", lambda v: isinstance(v, str) and len(v) == 16
@@ -372,28 +375,34 @@ def _fields(obj: dict, schema: dict[str, tuple[FieldType, bool]], what: str = ""
             skip: frozenset = frozenset()) -> None:
     """``obj``'s fields against ``schema`` (name -> (type, required)): none missing, none other.
     ``what`` names ``obj`` inside its record ("" for the record itself); ``skip``: fields checked
-    elsewhere.  (The reader runs this for every record: the common path is a set test and one
+    elsewhere (none of the schema's).  (The reader runs this for every record: the common path is a set test and one
     type test per field.)"""
-    required, allowed = _SHAPE[id(schema)]
-    keys = obj.keys()
-    if not required <= keys:
+    required, tests = _SHAPE[id(schema)]
+    if not required <= obj.keys():
         missing = [f for f in schema if f in required and f not in obj]
         raise _Bad(f"{what + ': ' if what else ''}missing field(s) {', '.join(missing)}")
     for f, value in obj.items():
-        if f in skip:
-            continue
-        t = schema.get(f)
-        if t is None:
+        test = tests.get(f)
+        if test is None:
+            if f in skip:
+                continue
             raise _Bad(f"{what + '.' if what else ''}{f}: no writer writes such a field")
-        if not t[0].test(value) or isinstance(t[0], _Nested):
-            t[0].check(value, f"{what}.{f}" if what else f)
+        if not test(value):  # a nested field's test is always false: its check() looks inside
+            schema[f][0].check(value, f"{what}.{f}" if what else f)
 
 
-_SHAPE: dict[int, tuple[frozenset, frozenset]] = {}  # id(schema) -> (required fields, all fields)
+# id(schema) -> (required fields, field -> its type's test); checked for every field of every
+# record, so looked up once here (a _Nested field's test says no: its check() runs every time)
+_SHAPE: dict[int, tuple[frozenset, dict[str, Callable[[object], bool]]]] = {}
+
+
+def _never(value) -> bool:
+    return False
 
 
 def _shape(schema: dict[str, tuple[FieldType, bool]]) -> dict[str, tuple[FieldType, bool]]:
-    _SHAPE[id(schema)] = (frozenset(f for f, (_, r) in schema.items() if r), frozenset(schema))
+    _SHAPE[id(schema)] = (frozenset(f for f, (_, r) in schema.items() if r),
+                          {f: _never if isinstance(t, _Nested) else t.test for f, (t, _) in schema.items()})
     return schema
 
 
