@@ -331,10 +331,13 @@ def _or_null(t: FieldType) -> FieldType:
 
 
 U64_LIMIT = 1 << 64
-INT = FieldType("an integer", _is_int)
-COUNT = FieldType("a non-negative integer", lambda v: _is_int(v) and v >= 0)
-POSITIVE = FieldType("a positive integer", lambda v: _is_int(v) and v > 0)
-U64 = FieldType("an unsigned 64-bit integer", lambda v: _is_int(v) and 0 <= v < U64_LIMIT)
+# (type(v) is int: the common case, a parsed int, without _is_int's call; an int subclass other
+# than bool passes too, as in _is_int)
+INT = FieldType("an integer", lambda v: type(v) is int or _is_int(v))  # noqa: E721
+COUNT = FieldType("a non-negative integer", lambda v: (type(v) is int or _is_int(v)) and v >= 0)  # noqa: E721
+POSITIVE = FieldType("a positive integer", lambda v: (type(v) is int or _is_int(v)) and v > 0)  # noqa: E721
+U64 = FieldType("an unsigned 64-bit integer",
+                lambda v: (type(v) is int or _is_int(v)) and 0 <= v < U64_LIMIT)  # noqa: E721
 STR = FieldType("a string", lambda v: isinstance(v, str))
 BOOL = FieldType("true or false", lambda v: isinstance(v, bool))
 HASH = FieldType("16 hex digits (trace_hash)", lambda v: isinstance(v, str) and len(v) == 16
@@ -372,28 +375,34 @@ def _fields(obj: dict, schema: dict[str, tuple[FieldType, bool]], what: str = ""
             skip: frozenset = frozenset()) -> None:
     """``obj``'s fields against ``schema`` (name -> (type, required)): none missing, none other.
     ``what`` names ``obj`` inside its record ("" for the record itself); ``skip``: fields checked
-    elsewhere.  (The reader runs this for every record: the common path is a set test and one
+    elsewhere (none of the schema's).  (The reader runs this for every record: the common path is a set test and one
     type test per field.)"""
-    required, allowed = _SHAPE[id(schema)]
-    keys = obj.keys()
-    if not required <= keys:
+    required, tests = _SHAPE[id(schema)]
+    if not required <= obj.keys():
         missing = [f for f in schema if f in required and f not in obj]
         raise _Bad(f"{what + ': ' if what else ''}missing field(s) {', '.join(missing)}")
     for f, value in obj.items():
-        if f in skip:
-            continue
-        t = schema.get(f)
-        if t is None:
+        test = tests.get(f)
+        if test is None:
+            if f in skip:
+                continue
             raise _Bad(f"{what + '.' if what else ''}{f}: no writer writes such a field")
-        if not t[0].test(value) or isinstance(t[0], _Nested):
-            t[0].check(value, f"{what}.{f}" if what else f)
+        if not test(value):  # a nested field's test is always false: its check() looks inside
+            schema[f][0].check(value, f"{what}.{f}" if what else f)
 
 
-_SHAPE: dict[int, tuple[frozenset, frozenset]] = {}  # id(schema) -> (required fields, all fields)
+# id(schema) -> (required fields, field -> its type's test); checked for every field of every
+# record, so looked up once here (a _Nested field's test says no: its check() runs every time)
+_SHAPE: dict[int, tuple[frozenset, dict[str, Callable[[object], bool]]]] = {}
+
+
+def _never(value) -> bool:
+    return False
 
 
 def _shape(schema: dict[str, tuple[FieldType, bool]]) -> dict[str, tuple[FieldType, bool]]:
-    _SHAPE[id(schema)] = (frozenset(f for f, (_, r) in schema.items() if r), frozenset(schema))
+    _SHAPE[id(schema)] = (frozenset(f for f, (_, r) in schema.items() if r),
+                          {f: _never if isinstance(t, _Nested) else t.test for f, (t, _) in schema.items()})
     return schema
 
 
@@ -552,11 +561,13 @@ def canonical(event: dict) -> bytes:
     return _ENCODE(event).encode()
 
 
-def parse_line(line_no: int, text: str) -> dict:
+def parse_line(line_no: int, text: str, loads: Callable[[str], object] = json.loads) -> dict:
     """Parse one JSONL line and check it against :data:`RECORDS`; raise :class:`LogFormatError`
-    naming the line.  (The log's structure, header, seq and digest: :class:`LogReader`.)"""
+    naming the line.  (The log's structure, header, seq and digest: :class:`LogReader`.)
+    ``loads``: what decodes the text; it must return what :func:`json.loads` returns for it (a new
+    top-level object: the reader adds ``line`` to it), or raise what it raises."""
     try:
-        event = json.loads(text)
+        event = loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
         raise LogFormatError(line_no, f"not JSON ({getattr(exc, 'msg', None) or exc})", text) from exc
     if not isinstance(event, dict):
@@ -590,9 +601,10 @@ class LogReader:
     digest matched, False for a complete version 1 log (it has none), None without an end record.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loads: Callable[[str], object] = json.loads) -> None:
         self.version: int | None = None
         self.word_bits = 64
+        self._loads = loads  # parse_line's: a caller that has decoded these lines before may share them
         self.sealed: bool | None = None
         self._digest = hashlib.sha256()
 
@@ -604,7 +616,7 @@ class LogReader:
             yield self._read(line_no, text)
 
     def _read(self, line_no: int, text: str) -> dict:
-        event = parse_line(line_no, text)
+        event = parse_line(line_no, text, self._loads)
         ev, seq = event["ev"], event["seq"]
         if line_no == 1 and ev != "header":
             article = "an" if ev[0] in "aeiou" else "a"

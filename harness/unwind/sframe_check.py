@@ -73,8 +73,8 @@ from ..sframe.errors import SFrameError
 from ..sframe.parse import SFrameFDE, SFrameFRE, SFrameSection
 from ..sframe.reloc import place_object
 from .cfi import CFITable, UnsupportedCFI, cfi_table
+from .elfsyms import FUNCTION_TYPE_NUMBERS, SHN_UNDEF, symbols
 from .maps import ElfImage, MapsError
-from .symbolize import FUNCTION_TYPES
 
 __all__ = ["KINDS", "LINKER_KINDS", "RULE_KINDS", "BinaryCheck", "FileCheck", "Finding", "check_binary",
            "check_file", "check_table", "load", "load_data"]
@@ -515,17 +515,13 @@ class _Sym:
 
 def _function_symbols(image: ElfImage) -> dict[int, list[_Sym]]:
     syms: dict[int, list[_Sym]] = {}
-    elf = image.elf
     for secname in (".symtab", ".dynsym"):
-        sec = elf.get_section_by_name(secname)
-        if sec is None or not hasattr(sec, "iter_symbols"):
-            continue
-        for s in sec.iter_symbols():
-            if s["st_info"]["type"] not in FUNCTION_TYPES or s["st_shndx"] == "SHN_UNDEF":
+        for s in symbols(image, secname) or ():
+            if s.type not in FUNCTION_TYPE_NUMBERS or s.shndx == SHN_UNDEF:
                 continue
-            if not s["st_value"]:
+            if not s.value:
                 continue
-            syms.setdefault(s["st_value"], []).append(_Sym(s.name, s["st_value"], s["st_size"]))
+            syms.setdefault(s.value, []).append(_Sym(s.name, s.value, s.size))
     return syms
 
 

@@ -12,10 +12,13 @@ import bisect
 import struct
 from dataclasses import dataclass
 
+from .elfsyms import FUNCTION_TYPE_NUMBERS, SHN_UNDEF, STB_GLOBAL, symbols
 from .maps import AddressSpace, ElfImage
 
 # The symbol types of functions: STT_FUNC and STT_GNU_IFUNC, which is 10 and which pyelftools 0.33
-# names by the first name of 10 in its table, STT_LOOS (it never says "STT_GNU_IFUNC").
+# names by the first name of 10 in its table, STT_LOOS (it never says "STT_GNU_IFUNC").  The
+# symbol tables are read by elfsyms.py, whose FUNCTION_TYPE_NUMBERS are these as numbers
+# (tests/unit/unwind/test_elfsyms.py holds the two equal on real binaries).
 FUNCTION_TYPES = ("STT_FUNC", "STT_LOOS")
 
 
@@ -47,19 +50,15 @@ class SymbolIndex:
     def __init__(self, image: ElfImage):
         syms: dict[int, Symbol] = {}
         for secname in (".dynsym", ".symtab"):  # .symtab last: its names win on equal addresses
-            sec = image.elf.get_section_by_name(secname)
-            if sec is None:
-                continue
-            for s in sec.iter_symbols():
-                if s["st_info"]["type"] not in FUNCTION_TYPES or not s["st_value"]:
+            for s in symbols(image, secname) or ():
+                if s.type not in FUNCTION_TYPE_NUMBERS or not s.value:
                     continue
-                if s["st_shndx"] == "SHN_UNDEF":
+                if s.shndx == SHN_UNDEF:
                     continue
-                name = s.name.split("@")[0]
-                prev = syms.get(s["st_value"])
+                prev = syms.get(s.value)
                 # prefer the global name over local aliases, then the longer size
-                if prev is None or (s["st_info"]["bind"] == "STB_GLOBAL" and prev.size <= s["st_size"]):
-                    syms[s["st_value"]] = Symbol(name, s["st_value"], s["st_size"])
+                if prev is None or (s.bind == STB_GLOBAL and prev.size <= s.size):
+                    syms[s.value] = Symbol(s.name.split("@")[0], s.value, s.size)
         self.symbols = sorted(syms.values(), key=lambda s: s.addr)
         self._addrs = [s.addr for s in self.symbols]
 
