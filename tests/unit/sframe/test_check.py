@@ -573,6 +573,16 @@ def test_a_v2_section_without_pcrel_is_noted_unless_its_binutils_is_named(capsys
         "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)")
 
 
+def test_the_pcrel_rules_are_of_v2_and_v3_only(capsys):
+    """A V1 section (binutils 2.40) has no FDE_FUNC_START_PCREL to carry: no header finding and
+    no note for it, whichever binutils is named."""
+    p = program("callchain", "host", Variant())
+    assert check_binary(p.path).version == 1
+    for binutils in (None, (2, 40), (2, 45)):
+        r = check_binary(p.path, expect_binutils=binutils)
+        assert r.clean and not [n for n in r.notes if "FDE_FUNC_START_PCREL" in n], (binutils, r.notes)
+
+
 # ------------------------------------------------------------------------------ FRE starts
 
 
