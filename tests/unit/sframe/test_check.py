@@ -888,6 +888,84 @@ def test_an_object_without_an_executable_section_is_noted_not_placed(tmp_path, t
     assert "an object without an executable section: where the functions lie is not checked" in r.notes
 
 
+DESCENDING_FUNCTIONS = """\
+\t.section\t.text.low,"ax",@progbits
+\t.section\t.text.high,"ax",@progbits
+\t.globl\thigh
+\t.type\thigh, @function
+high:
+\t.cfi_startproc
+\tret
+\t.cfi_endproc
+\t.size\thigh, .-high
+\t.section\t.text.low,"ax",@progbits
+\t.globl\tlow
+\t.type\tlow, @function
+low:
+\t.cfi_startproc
+\tnop
+\tret
+\t.cfi_endproc
+\t.size\tlow, .-low
+"""
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_objects_fdes_need_not_ascend(tmp_path, tc_name):
+    """FDE order is a rule of linked outputs (the linker sorts): gas writes an object's FDEs in
+    the order of the source, here `high` (in .text.high) before `low` (in .text.low, a section
+    made first, so placed below): the FDEs descend, and that is no finding."""
+    from harness.unwind.sframe_check import check_file, load
+    path = _assemble(tc_name, DESCENDING_FUNCTIONS, tmp_path / "f.o")
+    table, _ = load(path)
+    assert [f.func_size for f in table.fdes] == [1, 2] and table.fdes[0].func_start > table.fdes[1].func_start
+    (r,) = check_file(path).checks
+    assert not r.linked and r.clean, [f.message for f in r.findings]
+
+
+SPANNING_FUNCTION = """\
+\t.text
+\t.globl\talias
+\t.type\talias, @function
+\t.globl\touter
+\t.type\touter, @function
+alias:
+outer:
+\t.cfi_startproc
+\tnop
+\tret
+\t.cfi_endproc
+inner:
+\t.cfi_startproc
+\tret
+\t.cfi_endproc
+\t.size\touter, .-outer
+\t.size\talias, 0
+"""
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_fde_inside_the_lowest_function_symbol_is_found_inside_it(tmp_path, tc_name):
+    """`outer`'s symbol spans two FDEs, `inner`'s starting 2 bytes in: the search below that
+    start reaches the object's first (lowest) function symbol, and of the two there (a 0-byte
+    `alias` first in .symtab, then `outer`) names the sized one.  `outer`'s own FDE, 2 bytes of
+    its 3, differs from it too."""
+    from harness.unwind.sframe_check import check_file, load
+    path = _assemble(tc_name, SPANNING_FUNCTION, tmp_path / "f.o")
+    table, image = load(path)
+    funcs = [(s.name, s["st_value"], s["st_size"]) for s in image.elf.get_section_by_name(".symtab").iter_symbols()
+             if s["st_info"]["type"] == "STT_FUNC"]
+    lo = table.fdes[0].func_start
+    assert funcs == [("alias", lo, 0), ("outer", lo, 3)], funcs
+    (r,) = check_file(path).checks
+    assert [(f.kind, f.fde, f.addr, f.end, f.message) for f in r.findings] == [
+        ("fde-symbol", 0, lo, lo + 2, f"FDE 0 [{lo:#x}, {lo + 2:#x}): 2 bytes, the function symbol at its start says "
+                                      f"otherwise: outer (3 bytes)"),
+        ("fde-symbol", 1, lo + 2, lo + 3,
+         f"FDE 1 [{lo + 2:#x}, {lo + 3:#x}) starts inside outer [{lo:#x}, {lo + 3:#x}) at +0x2, not at a function "
+         f"start")]
+
+
 def test_a_pcmask_fde_of_one_block_covers_what_its_pcinc_reading_does(copy, capsys):
     """A short function (4 FREs, at most 16 bytes) made PCMASK with a 16-byte block: its one block
     is the whole function, each FRE covers up to the next one's start, as in PCINC, and every
