@@ -573,6 +573,16 @@ def test_a_v2_section_without_pcrel_is_noted_unless_its_binutils_is_named(capsys
         "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)")
 
 
+def test_the_pcrel_rules_are_of_v2_and_v3_only(capsys):
+    """A V1 section (binutils 2.40) has no FDE_FUNC_START_PCREL to carry: no header finding and
+    no note for it, whichever binutils is named."""
+    p = program("callchain", "host", Variant())
+    assert check_binary(p.path).version == 1
+    for binutils in (None, (2, 40), (2, 45)):
+        r = check_binary(p.path, expect_binutils=binutils)
+        assert r.clean and not [n for n in r.notes if "FDE_FUNC_START_PCREL" in n], (binutils, r.notes)
+
+
 # ------------------------------------------------------------------------------ FRE starts
 
 
@@ -876,6 +886,84 @@ def test_an_object_without_an_executable_section_is_noted_not_placed(tmp_path, t
     (r,) = check_file(path).checks
     assert not r.of_kind("fde-outside-text")
     assert "an object without an executable section: where the functions lie is not checked" in r.notes
+
+
+DESCENDING_FUNCTIONS = """\
+\t.section\t.text.low,"ax",@progbits
+\t.section\t.text.high,"ax",@progbits
+\t.globl\thigh
+\t.type\thigh, @function
+high:
+\t.cfi_startproc
+\tret
+\t.cfi_endproc
+\t.size\thigh, .-high
+\t.section\t.text.low,"ax",@progbits
+\t.globl\tlow
+\t.type\tlow, @function
+low:
+\t.cfi_startproc
+\tnop
+\tret
+\t.cfi_endproc
+\t.size\tlow, .-low
+"""
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_objects_fdes_need_not_ascend(tmp_path, tc_name):
+    """FDE order is a rule of linked outputs (the linker sorts): gas writes an object's FDEs in
+    the order of the source, here `high` (in .text.high) before `low` (in .text.low, a section
+    made first, so placed below): the FDEs descend, and that is no finding."""
+    from harness.unwind.sframe_check import check_file, load
+    path = _assemble(tc_name, DESCENDING_FUNCTIONS, tmp_path / "f.o")
+    table, _ = load(path)
+    assert [f.func_size for f in table.fdes] == [1, 2] and table.fdes[0].func_start > table.fdes[1].func_start
+    (r,) = check_file(path).checks
+    assert not r.linked and r.clean, [f.message for f in r.findings]
+
+
+SPANNING_FUNCTION = """\
+\t.text
+\t.globl\talias
+\t.type\talias, @function
+\t.globl\touter
+\t.type\touter, @function
+alias:
+outer:
+\t.cfi_startproc
+\tnop
+\tret
+\t.cfi_endproc
+inner:
+\t.cfi_startproc
+\tret
+\t.cfi_endproc
+\t.size\touter, .-outer
+\t.size\talias, 0
+"""
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_fde_inside_the_lowest_function_symbol_is_found_inside_it(tmp_path, tc_name):
+    """`outer`'s symbol spans two FDEs, `inner`'s starting 2 bytes in: the search below that
+    start reaches the object's first (lowest) function symbol, and of the two there (a 0-byte
+    `alias` first in .symtab, then `outer`) names the sized one.  `outer`'s own FDE, 2 bytes of
+    its 3, differs from it too."""
+    from harness.unwind.sframe_check import check_file, load
+    path = _assemble(tc_name, SPANNING_FUNCTION, tmp_path / "f.o")
+    table, image = load(path)
+    funcs = [(s.name, s["st_value"], s["st_size"]) for s in image.elf.get_section_by_name(".symtab").iter_symbols()
+             if s["st_info"]["type"] == "STT_FUNC"]
+    lo = table.fdes[0].func_start
+    assert funcs == [("alias", lo, 0), ("outer", lo, 3)], funcs
+    (r,) = check_file(path).checks
+    assert [(f.kind, f.fde, f.addr, f.end, f.message) for f in r.findings] == [
+        ("fde-symbol", 0, lo, lo + 2, f"FDE 0 [{lo:#x}, {lo + 2:#x}): 2 bytes, the function symbol at its start says "
+                                      f"otherwise: outer (3 bytes)"),
+        ("fde-symbol", 1, lo + 2, lo + 3,
+         f"FDE 1 [{lo + 2:#x}, {lo + 3:#x}) starts inside outer [{lo:#x}, {lo + 3:#x}) at +0x2, not at a function "
+         f"start")]
 
 
 def test_a_pcmask_fde_of_one_block_covers_what_its_pcinc_reading_does(copy, capsys):

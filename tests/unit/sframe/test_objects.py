@@ -196,6 +196,14 @@ def test_objects_check_by_the_rules_of_objects(built, tc_name):
         assert table.fdes[0].flex and table.section.rule_for(table.fdes[0].func_start + 30).cfa.deref
 
 
+def test_a_v2_object_without_pcrel_is_not_noted(built):
+    """The note on a V2 section without FDE_FUNC_START_PCREL (the layout of binutils 2.41-2.44)
+    is of linked outputs: an object's starts are relocations the linker rewrites."""
+    (r,) = check_file(built("trixie").dir / "frames.o").checks
+    assert r.version == 2 and "SFRAME_F_FDE_FUNC_START_PCREL" not in r.flags
+    assert not [n for n in r.notes if "FDE_FUNC_START_PCREL" in n], r.notes
+
+
 @pytest.mark.parametrize("tc_name", TOOLCHAINS)
 def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
     b = built(tc_name)
