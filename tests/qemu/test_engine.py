@@ -77,20 +77,49 @@ def _scenario(session, name):
     return sc
 
 
+class NotShown(AssertionError):
+    """What the scenario exists to show was not seen in this round's samples: where TCG lets the
+    requests land (at translation-block starts; QEMU 7.2 flushes its translations at every gdb
+    stop) decides it, not the code under test."""
+
+
+def shown(condition: bool, what) -> None:
+    if not condition:
+        raise NotShown(what)
+
+
+# Rounds of sc.samples requests a scenario may take to show its purpose (a NotShown check): each
+# round is checked whole (every stack judged, every delivery accounted), only the "at least once"
+# of a live event is looked for again.  Seen on QEMU 7.2 (campaign run h1, 2026-12-06): fp-timer's
+# 30 timer interrupts all at b+0x31 and c+0xa5, the first instructions after the enter hook's call
+# (no stack outside the hook window, none to agree with the shadow); signal's 30 NMIs, 26 at
+# h2+0x33 and none inside the handler's body.
+ROUNDS = 3
+
+
 def _check_scenario(session, name, tmp_path, keep):
     sc = _scenario(session, name)
-    log_path = tmp_path / "log.jsonl"
-    with open(log_path, "w") as log:
-        # verify: every delivery is also walked and judged on the live guest at its stop, and any
-        # difference from the snapshot's checks (or a read it had not captured) is a problem;
-        # a failing stack's snapshot is saved in keep/failing/ (replayable without a guest)
-        r = Engine(session, sc, log, verify=True, failing_dir=keep / "failing").run()
-    try:
-        _assert_scenario(r, sc, name, log_path)
-    except AssertionError as e:
+    missing = []
+    for round_ in range(1, ROUNDS + 1):
+        log_path = tmp_path / f"log-{round_}.jsonl"
+        with open(log_path, "w") as log:
+            # verify: every delivery is also walked and judged on the live guest at its stop, and
+            # any difference from the snapshot's checks (or a read it had not captured) is a
+            # problem; a failing stack's snapshot is saved in keep/failing/ (replayable offline)
+            r = Engine(session, sc, log, verify=True, failing_dir=keep / f"failing-{round_}").run()
+        try:
+            _assert_scenario(r, sc, name, log_path)
+            return
+        except NotShown as e:
+            missing.append(f"round {round_}: {e}")
+            if round_ < ROUNDS:
+                continue
+            error = AssertionError(f"not shown in {ROUNDS} rounds of {sc.samples} requests: " + "; ".join(missing))
+        except AssertionError as e:
+            error = e
         keep.mkdir(parents=True, exist_ok=True)
         shutil.copy(log_path, keep / "log.jsonl")
-        raise AssertionError(f"{e}\n\nthe log and the failing stacks' snapshots are kept in {keep}") from None
+        raise AssertionError(f"{error}\n\nthe log and the failing stacks' snapshots are kept in {keep}") from None
 
 
 def _assert_scenario(r, sc, name, log_path):
@@ -124,8 +153,8 @@ def _assert_scenario(r, sc, name, log_path):
         # at least one stack agrees frame for frame, unless most stacks were deeper than
         # UNWIND_MAX_ENTRIES (recurse: truncated, a proven divergence; its few shallow ones may
         # all be samples in the instrumentation hooks, each explained, as seen once on 6.1)
-        if r.truncated < own // 2:
-            assert r.agreed("shadow") >= 1, (dict(r.pairs), r.truncated)
+        # (checked last: a NotShown ends the round's checks)
+        agreement = r.truncated >= own // 2 or r.agreed("shadow") >= 1
     # one cookie per entry, each tracer called once per entry, one walk per entry
     assert len(r.cookies) == r.stacks
     assert r.callbacks == sc.tracers * r.stacks
@@ -138,6 +167,8 @@ def _assert_scenario(r, sc, name, log_path):
     verdict = check_lines(log_path.read_text().splitlines())
     assert verdict.clean and verdict.complete, verdict.messages()[:3]
     EXPECT.get(name, lambda r, sc, records: None)(r, sc, records)
+    if sc.variant.shadow:
+        shown(agreement, (dict(r.pairs), r.truncated))
 
 
 def _divergences(records, cause=None, kind=None, oracle=None):
@@ -159,7 +190,7 @@ def _divergences(records, cause=None, kind=None, oracle=None):
 def _threads(r, sc, records):
     # 4 spinning threads share one vCPU by the scheduler's time slices (ms), while 30 requests
     # come over several hundred ms of guest time
-    assert len(r.tasks) >= 2, f"stacks from {len(r.tasks)} threads only"
+    shown(len(r.tasks) >= 2, f"stacks from {len(r.tasks)} threads only")
 
 
 def _forkexec_syscall(r, sc, records):
@@ -183,13 +214,13 @@ def _signal(r, sc, records):
     # the handler runs a third of each 20 ms period (signal.c): NMI requests fall on both sides;
     # syscall requests too, as every handler run makes a getppid whatever the guest's clock does
     # and at most PERIOD_US / SYSCALL_GAP_US getppids come between two handler runs
-    assert r.causes["signal-frame"] >= 1, dict(r.causes)
+    shown(r.causes["signal-frame"] >= 1, dict(r.causes))
 
 
 def _vdso(r, sc, records):
     # samples in the vDSO, whose image (and .eh_frame) comes from guest memory
-    assert any(d["evidence"].get("module") == "[vdso]" for d in _divergences(records, "shadow-uninstrumented")), \
-        dict(r.causes)
+    shown(any(d["evidence"].get("module") == "[vdso]" for d in _divergences(records, "shadow-uninstrumented")),
+          dict(r.causes))
 
 
 def _recurse(r, sc, records):
@@ -201,7 +232,7 @@ def _recurse(r, sc, records):
 
 def _prologues(r, sc, records):
     # TCG takes interrupts at translation-block starts, and every callee's first instruction is one
-    assert r.causes["fp-prologue-ip"] >= 1, dict(r.causes)
+    shown(r.causes["fp-prologue-ip"] >= 1, dict(r.causes))
 
 
 def _prologues_sframe(r, sc, records):
@@ -237,7 +268,7 @@ def _compat(r, sc, records):
     whole = [e for e in records if e["ev"] == "stack" and e["own"]
              and any(v["oracle"] == "shadow" and v["verdict"] == "agree" for v in e["verdicts"])
              and [(f[2] or "").split("+")[0] for f in e["frames"][e["unwinder"]][:4]] == ["c", "b", "a", "main"]]
-    assert whole, dict(r.pairs)
+    shown(bool(whole), dict(r.pairs))
 
 
 def _tailcall(r, sc, records):
