@@ -906,6 +906,7 @@ class Engine:
             r.at_exit += point.kind == "exit"
             if trace.stop.reason is StopReason.LIMIT:
                 r.truncated += 1
+        undeclared = False
         for v in verdicts:
             r.pairs[(v.oracle, v.verdict)] += 1
             if v.verdict == NOT_CHECKED:
@@ -917,6 +918,7 @@ class Engine:
                     # scenario's: its facts are unknown, only the program's stacks are declared
                     if own is not None and r.declared is not None and dv.cause not in r.declared:
                         r.undeclared[dv.cause] += 1
+                        undeclared = True
         failed = problems or any(v.failed for v in verdicts)
         if failed:
             r.failed_stacks += 1
@@ -926,8 +928,6 @@ class Engine:
             for dv in v.divergences:
                 if dv.cause and dv.cause not in r.examples:
                     r.examples[dv.cause] = rec
-        undeclared = own is not None and r.declared is not None and any(
-            dv.cause and dv.cause not in r.declared for v in verdicts for dv in v.divergences)
         if self.failing_dir is not None and (failed or undeclared) and len(r.kept_snapshots) < SNAPSHOTS_KEPT:
             self._keep_failing(snap, rec)
 
