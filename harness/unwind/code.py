@@ -269,8 +269,10 @@ class CodeFacts:
                 if addr == end:
                     out.setdefault((loaded, lo, hi), SpPath(writes, None if loaded else (lo, hi)))
                     continue
-                if (addr, lo, hi, loaded) in seen or addr not in reached:
-                    continue  # past the function's end, or a path that does not come to end
+                # not mutated (equivalent: "not in at" for "not in reached", as a path from start
+                # meets only reached addresses before end, and leaves the function where not in at)
+                if (addr, lo, hi, loaded) in seen or addr not in reached:  # pragma: no mutate
+                    continue  # past the function's end
                 seen.add((addr, lo, hi, loaded))
                 k = at.get(addr)
                 if k is None:

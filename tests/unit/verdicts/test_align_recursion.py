@@ -29,7 +29,7 @@ from tests.support.cause_stacks import cfi_of, stack_of
 from tests.support.gating import require
 
 DEPTH = 600  # recurse's default: rec(600) is the outermost level, rec(0) calls bottom
-LEVELS = (3, 363)
+LEVELS = (3, 4, 363)  # 4: an even run, where a step of two would overshoot its start
 # Where in rec the FP step skips the caller: (stop, the cause that proves it).  rdi is the level's
 # depth argument until the call of __cyg_profile_func_enter; at the ret, rbx is the caller's (its
 # depth: one more), restored from the frame just before leave.
