@@ -397,6 +397,8 @@ class Engine:
                 self.result.errors.append(f"the guest is lost: {lost}")
             self.result.errors.append(f"{type(exc).__name__}: {exc}")
             console = s.machine.console
+            if console is not None and lost:
+                console.wait_eof(2.0)  # QEMU gone: its console's last lines (the panic) read first
             if console is not None and console.panic:
                 # The debugger only sees its connection go: say what the guest said.
                 tail = "\n".join(console.tail(30))

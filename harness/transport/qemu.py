@@ -353,6 +353,13 @@ class Console:
         with self._cond:
             return list(self.lines)[-n:]
 
+    def wait_eof(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, until every byte QEMU wrote is read (EOF): a guest
+        that panicked and took QEMU with it closes the sockets a moment before its console's
+        last lines are read (seen: "QEMU exited with status 0" without the panic's line)."""
+        self._thread.join(timeout)
+        return self.eof
+
 
 class _SocketReader:
     """A thread reading one of QEMU's Unix-socket chardevs until EOF; :meth:`_data` gets the bytes."""
