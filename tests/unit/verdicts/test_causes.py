@@ -1059,10 +1059,12 @@ def accept_untracked_sp_vdso(request):
     }, (PAST_END,))
 
 
-def accept_untracked_sp_call(request):
-    """gospin at runtime.nanotime1's call of the vDSO, an interrupted IP: the same row, the same
-    word read, 0."""
-    cap, st, oracle, frames = go_nanotime_stop(request, "nt-call")
+def accept_untracked_sp_at_the_ip(request, name: str):
+    """gospin in runtime.nanotime1, an interrupted IP where rsp is realigned: the same row, the same
+    word read, 0.  nt-call: at its call of the vDSO.  nt-ret: the instruction after it (campaign
+    run h3 on QEMU 7.2, 2026-12-06: sysmon's g0, a TB start), also where the syscall fallback after
+    the function's ret jumps back: the paths from the row's start leave the window and rejoin it."""
+    cap, st, oracle, frames = go_nanotime_stop(request, name)
     start, _end = cap.symbols["runtime.nanotime1.abi0"]
     assert frames.ips == (st.regs.ip,) and frames.outermost and len(st.trace) > 2
     return Accepted(st, oracle, frames, (1, 1), {
@@ -1070,21 +1072,6 @@ def accept_untracked_sp_call(request):
         "paths": _nanotime1_paths, "unchecked": len(st.trace) - 1,
         "text": lambda t: t.startswith(f"the CFI row at the IP {st.regs.ip:#x} in runtime.nanotime1.abi0 ")
         and re.search(r"the code moves rsp and no row follows \((sub|mov) rsp[^|]* \| (sub|mov) rsp", t) is not None,
-    }, (PAST_END,))
-
-
-def accept_untracked_sp_after_the_call(request):
-    """gospin at the instruction after runtime.nanotime1's call of the vDSO, an interrupted IP
-    (campaign run h3 on QEMU 7.2, 2026-12-06: sysmon's g0, a TB start): rsp still realigned, the
-    same row, 0 read.  The IP is also where the syscall fallback after the function's ret jumps
-    back: the paths from the row's start leave the window and rejoin it (both move rsp)."""
-    cap, st, oracle, frames = go_nanotime_stop(request, "nt-ret")
-    start, _end = cap.symbols["runtime.nanotime1.abi0"]
-    assert frames.ips == (st.regs.ip,) and frames.outermost and len(st.trace) > 2
-    return Accepted(st, oracle, frames, (1, 1), {
-        "function": "runtime.nanotime1.abi0", "address": st.regs.ip, "row_start": start + 4,
-        "paths": _nanotime1_paths, "unchecked": len(st.trace) - 1,
-        "text": lambda t: t.startswith(f"the CFI row at the IP {st.regs.ip:#x} in runtime.nanotime1.abi0 "),
     }, (PAST_END,))
 
 
@@ -1548,8 +1535,8 @@ ACCEPT = [
          accept_cfi_no_fde_at_a_return_address),
     Case("cfi-no-fde", "callchain-fp-static-host:c-raw:cut-at-an-address-on-the-stack", accept_cfi_no_fde_in_no_elf),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso", accept_untracked_sp_vdso),
-    Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_call),
-    Case("cfi-untracked-sp-change", "gospin-go:nt-ret", accept_untracked_sp_after_the_call),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_at_the_ip, ("nt-call",)),
+    Case("cfi-untracked-sp-change", "gospin-go:nt-ret", accept_untracked_sp_at_the_ip, ("nt-ret",)),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:not-outermost", accept_untracked_sp_not_outermost),
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
