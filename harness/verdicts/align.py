@@ -78,9 +78,11 @@ def _back_to_run_start(run: tuple[int, ...], r: int, other: tuple[int, ...], o: 
     """How many entries a skip of ``run[r]`` moves back to the first entry of its run of equal
     entries, in step with ``other`` (at ``o``): both lists' indices move back alike, so the frame
     before the skip is the same frame in both (as a cause reads it: the IP before a prologue's
-    lost caller, not the recursion's 362nd return address), and no further than they agree."""
+    lost caller, not the recursion's 362nd return address), no further than they agree, and in
+    neither list onto entry 0, as :func:`_run_start` (an IP right after a recursive call returned
+    equals the run's return addresses: the walks start there alike, it is no frame to lose)."""
     start, t = _run_start(run, r), 0
-    while r - t > start and o - t >= 1 and other[o - t - 1] == run[r - t - 1]:
+    while r - t > start and o - t > 1 and other[o - t - 1] == run[r - t - 1]:
         t += 1
     return t
 
