@@ -17,11 +17,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
-
 from ..memory import Memory, MemoryFault
 from ..regs import UserRegs
 from ..unwind.code import CodeFacts, Function
+from ..unwind.elfsyms import STT_TLS, symbols
+from ..unwind.maps import ElfImage
 from ..unwind.symbolize import Symbolizer
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
 
@@ -61,25 +61,24 @@ class ShadowSymbol:
 
 
 def shadow_symbol(path: str | Path) -> ShadowSymbol | None:
-    """``harness_shadow`` of a non-PIE build: its address, or its TLS offset (``__thread``)."""
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        symtab = elf.get_section_by_name(".symtab")
-        if symtab is None:
-            return None
-        syms = symtab.get_symbol_by_name("harness_shadow")
-        if not syms:
-            return None
-        if elf.header.e_type == "ET_DYN":
-            return None  # PIE: needs the load bias; shadow checks use non-PIE builds
-        sym = syms[0]
-        if sym["st_info"]["type"] != "STT_TLS":
-            return ShadowSymbol(sym["st_value"])
-        tls = next((s for s in elf.iter_segments() if s["p_type"] == "PT_TLS"), None)
-        if tls is None:
-            return None
-        align = max(tls["p_align"], 1)
-        return ShadowSymbol(sym["st_value"], -(-tls["p_memsz"] // align) * align)
+    """``harness_shadow`` of a non-PIE build: its address, or its TLS offset (``__thread``).
+
+    The symbol table is read by :mod:`harness.unwind.elfsyms`: pyelftools' name lookup parses every
+    symbol first, 0.33 s of each scenario run's set-up for a static build's 2,000."""
+    image = ElfImage.from_path(path)
+    elf = image.elf
+    sym = next((s for s in symbols(image, ".symtab") or () if s.name == "harness_shadow"), None)
+    if sym is None:
+        return None
+    if elf.header.e_type == "ET_DYN":
+        return None  # PIE: needs the load bias; shadow checks use non-PIE builds
+    if sym.type != STT_TLS:
+        return ShadowSymbol(sym.value)
+    tls = next((s for s in elf.iter_segments() if s["p_type"] == "PT_TLS"), None)
+    if tls is None:
+        return None
+    align = max(tls["p_align"], 1)
+    return ShadowSymbol(sym.value, -(-tls["p_memsz"] // align) * align)
 
 
 def _header(memory: Memory, addr: int) -> tuple[int, int, int]:

@@ -26,9 +26,9 @@ from elftools.elf.sections import SymbolTableSection
 
 from .maps import ElfImage
 
-__all__ = ["FUNCTION_TYPE_NUMBERS", "RawSymbol", "STB_GLOBAL", "SHN_UNDEF", "symbols"]
+__all__ = ["FUNCTION_TYPE_NUMBERS", "RawSymbol", "STB_GLOBAL", "STT_TLS", "SHN_UNDEF", "symbols"]
 
-STT_FUNC, STT_GNU_IFUNC = 2, 10
+STT_FUNC, STT_TLS, STT_GNU_IFUNC = 2, 6, 10
 FUNCTION_TYPE_NUMBERS = frozenset((STT_FUNC, STT_GNU_IFUNC))  # symbolize.FUNCTION_TYPES, as numbers
 STB_GLOBAL = 1
 SHN_UNDEF = 0
