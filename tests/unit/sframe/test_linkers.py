@@ -333,3 +333,22 @@ def test_each_laid_end_to_end_sections_fres_are_checked_as_one_sections(objects,
     assert (f.fde, f.fre) == (fde.index, 1)
     assert f.message.startswith(f"section {which + 1}/2 at +{at:#x}: FDE {fde.index} ")
     assert f.message.endswith(f": FRE 1 starts at +{fres[0].start:#x}, not after FRE 0 (+{fres[0].start:#x})")
+
+
+def test_a_section_is_read_the_way_that_lands_more_of_its_starts_on_functions(objects, tmp_path):
+    """mold's V1 output stripped (its functions known by .eh_frame only), the first section's FDEs
+    but FDE 0 given section-relative starts, as the header says: read so, all but one land on a
+    function, read from their own fields one does -- the section is read as the header says
+    (only the second, left as mold wrote it, is pcrel-starts-unflagged)."""
+    path = _linked(objects, tmp_path, "mold", version=1)
+    need("host").run(["strip", str(path)], cwd=str(tmp_path))
+    _, off, vaddr, data = _sframe_shdr(path)
+    first = SFrameSection.parse(data, vaddr, strict=False, pcrel=True)
+    assert len(first.fdes) >= 3
+    raw = bytearray(path.read_bytes())
+    for f in first.fdes[1:]:
+        struct.pack_into("<i", raw, off + f.offset, f.func_start - vaddr)
+    path.write_bytes(bytes(raw))
+    r = check_binary(path)
+    off2 = (first.header.end + 7) // 8 * 8
+    assert [f.message.split(": ")[0] for f in r.of_kind("pcrel-starts-unflagged")] == [f"section 2/2 at +{off2:#x}"]
