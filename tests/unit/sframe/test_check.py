@@ -1147,6 +1147,23 @@ def test_an_eh_frame_that_does_not_decode_is_noted_and_not_compared(copy, capsys
                                f"at +0x0 claims 4294967040 bytes"), notes
 
 
+def test_a_debug_frame_that_does_not_decode_beside_eh_frame_is_noted_and_not_compared(copy, capsys):
+    """.debug_aranges renamed .debug_frame (its name overwritten in .shstrtab): .eh_frame decodes,
+    .debug_frame does not -- the CFI is then not half trusted: the rules are compared with neither,
+    and no .eh_frame FDE is counted as without an SFrame FDE."""
+    with open(copy.table.source, "rb") as f:
+        elf = ELFFile(f)
+        shstrtab = elf.get_section(elf["e_shstrndx"])["sh_offset"]
+        at = shstrtab + elf.get_section_by_name(".debug_aranges")["sh_name"]
+    assert bytes(copy.data[at:at + 15]) == b".debug_aranges\0"
+    copy.data[at:at + 13] = b".debug_frame\0"
+    path = copy.write()
+    r = check_binary(path)
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    notes = [n for n in r.notes if n.startswith("rules not compared")]
+    assert len(notes) == 1 and notes[0].startswith(f"rules not compared: {path}: .debug_frame does not decode ("), notes
+
+
 def test_a_section_of_another_abi_is_checked_but_for_its_rules(copy, capsys):
     """The header's ABI made AArch64 (little-endian, the same byte order): the FDE table and FREs
     are checked as they are, the rules (modelled for AMD64 only) not, nor AMD64's fixed offsets."""

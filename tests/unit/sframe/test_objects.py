@@ -221,6 +221,18 @@ def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
                                  f"({0 if tc_name == 'sid' else 1} with findings), 1 without, 0 unreadable")
 
 
+def test_the_binutils_named_for_an_archive_holds_for_each_member(built):
+    """trixie's V2 objects (gas 2.44: no FDE_FUNC_START_PCREL) in its archive: with binutils 2.45
+    named, each member with .sframe is a header finding; with 2.44 named, none is."""
+    lib = built("trixie").dir / "libcases.a"
+    named, older = check_file(lib, expect_binutils=(2, 45)), check_file(lib, expect_binutils=(2, 44))
+    assert len(named.checks) == len(older.checks) == len(CASES)
+    for r, o in zip(named.checks, older.checks, strict=True):
+        assert [f.message for f in r.of_kind("header")] == [
+            "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)"], r.path
+        assert not o.of_kind("header"), o.path
+
+
 # ------------------------------------------------------------------------------ the ar reader
 
 
