@@ -397,7 +397,7 @@ def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: Binary
     sec = table.section
     elf = image.elf
     vaddr = sec.section_vaddr
-    pieces = [(0, sec)]
+    pieces = [(0, sec)]  # pragma: no mutate (equivalent: one piece has no prefix, where alone its offset is read)
     if table.via != "PT_GNU_SFRAME":
         has_segment = any(segment_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
         if not has_segment:
@@ -422,7 +422,8 @@ def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: Binary
         prefix = f"section {k + 1}/{len(pieces)} at +{off:#x}: " if len(pieces) > 1 else ""
         h = piece.header
         if not h.pcrel and h.version < F.SFRAME_VERSION_3 and piece.fdes:
-            as_pcrel = SFrameSection.parse(piece.data, piece.section_vaddr, strict=False, pcrel=True)
+            as_pcrel = SFrameSection.parse(piece.data, piece.section_vaddr, pcrel=True,
+                                           strict=False)  # pragma: no mutate (equivalent: strict=None is as false)
             hits_sec, hits_pc = _start_hits(piece, syms, cfi), _start_hits(as_pcrel, syms, cfi)
             if hits_pc > hits_sec:
                 off0 = piece.fdes[0].offset
@@ -454,14 +455,15 @@ def _pieces(sec: SFrameSection, out: BinaryCheck) -> list[tuple[int, SFrameSecti
         if data[pos:nxt].strip(b"\0") or nxt + F.HEADER_SIZE > len(data):
             break
         try:
-            piece = SFrameSection.parse(data[nxt:], sec.section_vaddr + nxt, strict=False)
+            piece = SFrameSection.parse(data[nxt:], sec.section_vaddr + nxt,
+                                        strict=False)  # pragma: no mutate (equivalent: strict=None is as false)
         except SFrameError as exc:
             out.notes.append(f"{len(data) - nxt} bytes after the SFrame data at +{nxt:#x} do not decode as "
                              f"another section: {exc}")
             return pieces
         pieces.append((nxt, piece))
         pos = nxt + piece.header.end
-    if pos < len(data) and data[pos:].strip(b"\0"):
+    if data[pos:].strip(b"\0"):  # empty from len(data) on
         out.notes.append(f"{len(data) - pos} bytes after the SFrame data at +{pos:#x}, not another section")
     return pieces
 

@@ -818,6 +818,58 @@ def test_eh_frame_fdes_without_an_sframe_fde_are_counted_and_the_first_five_name
             f"{len(missing) - 5} more") in r.notes, r.notes
 
 
+
+@pytest.mark.parametrize("n", [5, 6])
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_five_eh_frame_fdes_without_an_sframe_fde_are_all_named_and_a_sixth_counted(tmp_path, tc_name, n):
+    """The note names the first five uncovered .eh_frame FDEs and counts the others: five are
+    named and nothing more said, six are five named and "... 1 more".  A dynamic callchain with
+    its header's FDE count lowered: the last SFrame FDEs are no longer read, and their functions
+    (laid end to end: an .eh_frame FDE starting where the last read one ends is not inside it)
+    are .eh_frame's only."""
+    p = program("callchain", tc_name, Variant(static=False))
+    with open(p.path, "rb") as f:
+        elf = ELFFile(f)
+        starts = sorted(e["initial_location"] for e in elf.get_dwarf_info().EH_CFI_entries()
+                        if hasattr(e, "header") and "initial_location" in e.header)
+        names = {s["st_value"]: s.name for s in elf.get_section_by_name(".symtab").iter_symbols()
+                 if s["st_info"]["type"] == "STT_FUNC" and s["st_value"] and s["st_size"]}
+    c = Copy(p.path, tmp_path / "fewer")
+    fdes = c.sec.fdes
+    keep, missing = next((keep, missing) for keep in range(len(fdes), 0, -1)
+                         if len(missing := [pc for pc in starts
+                                            if not any(f.func_start <= pc < f.func_end for f in fdes[:keep])]) == n)
+    c.put("II", 8, keep, sum(len(c.sec.fres(f)) for f in fdes[:keep]))  # num_fdes, num_fres
+    r = check_binary(c.write())
+    assert r.cfi_without_sframe == n and r.num_fdes == keep
+    shown = ", ".join(names.get(pc, f"{pc:#x}") for pc in missing[:5])
+    more = ", ... 1 more" if n == 6 else ""
+    assert [x for x in r.notes if "have no SFrame FDE" in x] == [
+        f"{n} of {len(starts)} .eh_frame FDEs have no SFrame FDE: {shown}{more}"]
+
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_a_file_without_section_headers_is_checked_through_pt_gnu_sframe(tc_name, tmp_path, capsys):
+    """With the section headers gone the SFrame data is read as the kernel reads it, through the
+    PT_GNU_SFRAME segment, and the check says so.  That segment is ld's one merged section (only
+    ld writes it): the zeros padding it past the section's data are not looked at as another
+    section, and the segment it was found by is no missing one."""
+    p = program("callchain", tc_name, Variant(static=False))
+    data = bytearray(p.path.read_bytes())
+    struct.pack_into("<Q", data, 0x28, 0)  # e_shoff
+    struct.pack_into("<HHH", data, 0x3A, 0, 0, 0)  # e_shentsize, e_shnum, e_shstrndx
+    path = tmp_path / "nosections"
+    path.write_bytes(bytes(data))
+    r = check_binary(path, expect_binutils=BINUTILS[tc_name])
+    assert (r.via, r.version, r.pieces, r.findings) == ("PT_GNU_SFRAME", VERSION[tc_name], 1, [])
+    assert not [n for n in r.notes if "after the SFrame data" in n], r.notes
+    assert check_binary(p.path).via == "section"
+    rc, out, _ = run_cli(capsys, "check", str(path))
+    flags = ", ".join(SFrameTable.from_elf(p.path).header.flag_names())
+    assert rc == 0 and out.splitlines()[0] == f"{path}: SFrame V{VERSION[tc_name]} ({flags}) via PT_GNU_SFRAME"
+
+
 # ------------------------------------------------------------------------------ objects: where the functions lie
 
 DATA_FUNCTION = """\
@@ -1093,6 +1145,23 @@ def test_an_eh_frame_that_does_not_decode_is_noted_and_not_compared(copy, capsys
     # the .eh_frame reader (harness/unwind/ehframe.py) says which entry and why
     assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry "
                                f"at +0x0 claims 4294967040 bytes"), notes
+
+
+def test_a_debug_frame_that_does_not_decode_beside_eh_frame_is_noted_and_not_compared(copy, capsys):
+    """.debug_aranges renamed .debug_frame (its name overwritten in .shstrtab): .eh_frame decodes,
+    .debug_frame does not -- the CFI is then not half trusted: the rules are compared with neither,
+    and no .eh_frame FDE is counted as without an SFrame FDE."""
+    with open(copy.table.source, "rb") as f:
+        elf = ELFFile(f)
+        shstrtab = elf.get_section(elf["e_shstrndx"])["sh_offset"]
+        at = shstrtab + elf.get_section_by_name(".debug_aranges")["sh_name"]
+    assert bytes(copy.data[at:at + 15]) == b".debug_aranges\0"
+    copy.data[at:at + 13] = b".debug_frame\0"
+    path = copy.write()
+    r = check_binary(path)
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    notes = [n for n in r.notes if n.startswith("rules not compared")]
+    assert len(notes) == 1 and notes[0].startswith(f"rules not compared: {path}: .debug_frame does not decode ("), notes
 
 
 def test_a_section_of_another_abi_is_checked_but_for_its_rules(copy, capsys):

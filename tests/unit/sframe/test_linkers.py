@@ -29,8 +29,10 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from harness.images.programs import SOURCES
+from harness.sframe import format as F
 from harness.sframe.parse import SFrameSection
-from harness.unwind.sframe_check import check_binary
+from harness.unwind import sframe_check
+from harness.unwind.sframe_check import BinaryCheck, check_binary
 from tests.support.gating import require
 from tests.support.toolchains import need
 
@@ -154,6 +156,7 @@ def _linker_messages(r, path: Path, version: int) -> None:
     assert (nopt.addr, nopt.end, nopt.message) == (vaddr, vaddr + len(data), (
         f"a .sframe section at {vaddr:#x} ({len(data)} bytes) but no PT_GNU_SFRAME program header: the kernel "
         f"finds a module's SFrame data through that segment only, so its lookup sees none"))
+    assert not [n for n in r.notes if "after the SFrame data" in n], r.notes  # two sections, nothing after them
     prefixes = ["section 1/2 at +0x0: ", f"section 2/2 at +{off2:#x}: "]
     assert [f.message for f in r.of_kind("fdes-unsorted")] == [
         f"{p}SFRAME_F_FDE_SORTED is not set: a linked section's FDEs must be sorted (ld sorts them and sets the flag)"
@@ -224,3 +227,128 @@ def test_bytes_after_the_first_section_too_few_for_a_header_are_noted(objects, t
     assert r.pieces == 1 and not r.of_kind("concatenated-not-merged")
     assert f"{size - first.header.end} bytes after the SFrame data at +{first.header.end:#x}, not another section" \
         in r.notes, r.notes
+
+
+def test_a_stripped_outputs_starts_are_found_by_its_eh_frame_fdes(objects, tmp_path):
+    """mold's V1 output stripped of .symtab (an executable's .dynsym names none of its own
+    functions): a start lands on a function where an .eh_frame FDE starts at it, so the starts
+    left PC-relative are found as they are with the symbols -- every FDE's read from its own field,
+    none read from the section -- and the section read so agrees with .eh_frame."""
+    path = _linked(objects, tmp_path, "mold", version=1)
+    stripped = tmp_path / "stripped"
+    shutil.copy(path, stripped)
+    need("host").run(["strip", str(stripped)], cwd=str(tmp_path))
+    with open(stripped, "rb") as f:
+        assert ELFFile(f).get_section_by_name(".symtab") is None
+    r, full = check_binary(stripped), check_binary(path)
+    assert set(r.by_kind()) == EXPECTED[(1, "mold")]
+    assert [(f.addr, f.end, f.message) for f in r.of_kind("pcrel-starts-unflagged")] == \
+        [(f.addr, f.end, f.message) for f in full.of_kind("pcrel-starts-unflagged")]
+    assert r.fres_checked == r.num_fres, r.notes
+
+
+def _cut(path: Path, size: int, fill: int | None = None, at: int = 0) -> bytes:
+    """Set .sframe's sh_size to ``size``; with ``fill``, its bytes from ``at`` on set to that
+    byte.  Returns the section's bytes as they were."""
+    shdr, off, _, data = _sframe_shdr(path)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<Q", raw, shdr + 0x20, size)  # Elf64_Shdr.sh_size
+    if fill is not None:
+        raw[off + at:off + size] = bytes([fill]) * (size - at)
+    path.write_bytes(bytes(raw))
+    return data
+
+
+@pytest.mark.parametrize("fill,cut", [(0, True), (0x58, True), (0x58, False)],
+                         ids=["zeros-to-the-boundary", "X-to-the-boundary", "X-before-the-second"])
+def test_only_zeros_pad_a_section_to_the_next_8_byte_boundary(objects, tmp_path, fill, cut):
+    """Between the end of one section's data and the next 8-byte boundary only zeros are padding:
+    .sframe ending at that boundary is one section and nothing more; any other byte there (here
+    'X') ends the search for another section, noted as what it is, whether a section follows it or not."""
+    path = _linked(objects, tmp_path, version=1)
+    _, _, vaddr, data = _sframe_shdr(path)
+    end = SFrameSection.parse(data, vaddr, strict=False).header.end
+    off2 = (end + 7) // 8 * 8
+    assert off2 > end and not data[end:off2].strip(b"\0")  # gas pads the first section
+    _cut(path, off2 if cut else len(data), fill, at=end)
+    if fill:
+        raw = path.read_bytes()
+        _, off, _, _ = _sframe_shdr(path)
+        assert raw[off + end:off + off2] == b"X" * (off2 - end)
+    r = check_binary(path)
+    assert r.pieces == 1 and not r.of_kind("concatenated-not-merged")
+    notes = [n for n in r.notes if "after the SFrame data" in n]
+    size = off2 if cut else len(data)
+    assert notes == ([f"{size - end} bytes after the SFrame data at +{end:#x}, not another section"] if fill else [])
+
+
+def test_a_headers_worth_of_bytes_after_the_boundary_is_read_as_a_header(objects, tmp_path):
+    """.sframe cut to exactly one header's size past the first section's 8-byte boundary: that is
+    enough for another header, so it is read as one (and, its FDEs cut off, does not decode)."""
+    path = _linked(objects, tmp_path, version=1)
+    _, _, vaddr, data = _sframe_shdr(path)
+    off2 = (SFrameSection.parse(data, vaddr, strict=False).header.end + 7) // 8 * 8
+    _cut(path, off2 + F.HEADER_SIZE)
+    r = check_binary(path)
+    assert r.pieces == 1
+    notes = [n for n in r.notes if "after the SFrame data" in n]
+    assert len(notes) == 1 and notes[0].startswith(
+        f"{F.HEADER_SIZE} bytes after the SFrame data at +{off2:#x} do not decode as another section: "), notes
+
+
+def test_a_section_ending_on_an_8_byte_boundary_is_followed_by_the_next_at_once(objects, tmp_path):
+    """The next header is looked for at the first 8-byte boundary at or after a section's end: a
+    section whose data ends on one (mold's second, laid twice) has the next right after it."""
+    path = _linked(objects, tmp_path, version=1)
+    _, _, vaddr, data = _sframe_shdr(path)
+    off2 = (SFrameSection.parse(data, vaddr, strict=False).header.end + 7) // 8 * 8
+    second = data[off2:]
+    assert len(second) % 8 == 0 and SFrameSection.parse(second, vaddr, strict=False).header.end == len(second)
+    out = BinaryCheck(str(path), 1, [], "section", 0, 0)
+    pieces = sframe_check._pieces(SFrameSection.parse(second * 2, vaddr, strict=False), out)
+    assert [off for off, _ in pieces] == [0, len(second)] and out.notes == []
+    assert [p.section_vaddr for _, p in pieces] == [vaddr, vaddr + len(second)]
+
+
+@pytest.mark.parametrize("version,which", [(1, 0), (3, 0), (3, 1)], ids=["v1-first", "v3-first", "v3-second"])
+def test_each_laid_end_to_end_sections_fres_are_checked_as_one_sections(objects, tmp_path, version, which):
+    """An FRE starting where the previous one does, in either of mold's two sections (V1's second,
+    drap.o's, is one FDE of one FRE: gas 2.40 cannot describe the rest): an FRE start not after
+    the previous (fre-start, the section named), as in a section of its own -- not FRE data that
+    does not decode, whichever way the section's starts are read."""
+    path = _linked(objects, tmp_path, version=version)
+    _, off, vaddr, data = _sframe_shdr(path)
+    off2 = (SFrameSection.parse(data, vaddr, strict=False).header.end + 7) // 8 * 8
+    at = (0, off2)[which]
+    piece = SFrameSection.parse(data[at:], vaddr + at, strict=False)
+    fde = next(f for f in piece.fdes if not f.pcmask and len(piece.fres(f)) >= 2)
+    fres = piece.fres(fde)
+    raw = bytearray(path.read_bytes())
+    fmt = {1: "<B", 2: "<H", 4: "<I"}[F.FRE_START_ADDR_SIZE[fde.fre_type]]
+    struct.pack_into(fmt, raw, off + at + fres[1].offset, fres[0].start)
+    path.write_bytes(bytes(raw))
+    r = check_binary(path)
+    assert not r.of_kind("fre-decode"), [f.message for f in r.of_kind("fre-decode")]
+    (f,) = r.of_kind("fre-start")
+    assert (f.fde, f.fre) == (fde.index, 1)
+    assert f.message.startswith(f"section {which + 1}/2 at +{at:#x}: FDE {fde.index} ")
+    assert f.message.endswith(f": FRE 1 starts at +{fres[0].start:#x}, not after FRE 0 (+{fres[0].start:#x})")
+
+
+def test_a_section_is_read_the_way_that_lands_more_of_its_starts_on_functions(objects, tmp_path):
+    """mold's V1 output stripped (its functions known by .eh_frame only), the first section's FDEs
+    but FDE 0 given section-relative starts, as the header says: read so, all but one land on a
+    function, read from their own fields one does -- the section is read as the header says
+    (only the second, left as mold wrote it, is pcrel-starts-unflagged)."""
+    path = _linked(objects, tmp_path, "mold", version=1)
+    need("host").run(["strip", str(path)], cwd=str(tmp_path))
+    _, off, vaddr, data = _sframe_shdr(path)
+    first = SFrameSection.parse(data, vaddr, strict=False, pcrel=True)
+    assert len(first.fdes) >= 3
+    raw = bytearray(path.read_bytes())
+    for f in first.fdes[1:]:
+        struct.pack_into("<i", raw, off + f.offset, f.func_start - vaddr)
+    path.write_bytes(bytes(raw))
+    r = check_binary(path)
+    off2 = (first.header.end + 7) // 8 * 8
+    assert [f.message.split(": ")[0] for f in r.of_kind("pcrel-starts-unflagged")] == [f"section 2/2 at +{off2:#x}"]

@@ -221,6 +221,38 @@ def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
                                  f"({0 if tc_name == 'sid' else 1} with findings), 1 without, 0 unreadable")
 
 
+def test_an_elf_file_is_one_check_of_itself_not_an_archive(built):
+    """check_file of an ELF file: the file's own path, not an archive, no members (the count is of
+    an archive's), and one check, of the file."""
+    path = built("host").dir / "frames.o"
+    fc = check_file(path)
+    assert (fc.path, fc.archive, fc.members, fc.without_sframe, fc.errors) == (str(path), False, 0, [], [])
+    assert [c.path for c in fc.checks] == [str(path)]
+
+
+def test_check_file_checks_the_bytes_it_is_given(built, tmp_path):
+    """With ``data``, check_file checks those bytes, named by the path (an empty archive there):
+    the archive's members are the bytes', not read again from the file."""
+    lib = built("host").dir / "libcases.a"
+    there = tmp_path / "there.a"
+    there.write_bytes(b"!<arch>\n")
+    fc = check_file(there, data=lib.read_bytes())
+    assert fc.archive and fc.members == len(CASES) + 1 and fc.without_sframe == ["nosframe.o"]
+    assert [r.path for r in fc.checks] == [f"{there}({c}.o)" for c in CASES]
+
+
+def test_the_binutils_named_for_an_archive_holds_for_each_member(built):
+    """trixie's V2 objects (gas 2.44: no FDE_FUNC_START_PCREL) in its archive: with binutils 2.45
+    named, each member with .sframe is a header finding; with 2.44 named, none is."""
+    lib = built("trixie").dir / "libcases.a"
+    named, older = check_file(lib, expect_binutils=(2, 45)), check_file(lib, expect_binutils=(2, 44))
+    assert len(named.checks) == len(older.checks) == len(CASES)
+    for r, o in zip(named.checks, older.checks, strict=True):
+        assert [f.message for f in r.of_kind("header")] == [
+            "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)"], r.path
+        assert not o.of_kind("header"), o.path
+
+
 # ------------------------------------------------------------------------------ the ar reader
 
 
