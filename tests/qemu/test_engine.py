@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import shutil
 
@@ -10,6 +11,7 @@ import pytest
 
 from harness.deferred.check import check_lines
 from harness.images.qemu import choice_from_env
+from harness.kernel import PF_KTHREAD
 from harness.report.text import stack_failures
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.engine import SNAPSHOTS_KEPT, Engine
@@ -138,12 +140,23 @@ def _assert_scenario(r, sc, name, log_path):
     # work in a new entry is one stack: the count is the test's own, not the machine's.
     own = r.own_stacks
     assert r.sampled == sc.samples or r.notes, (r.sampled, r.notes)
-    assert own >= 8, (f"only {own} of the program's stacks delivered from {sc.samples} requests: "
-                      f"requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}")
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    # A request the kernel refuses (-EINVAL: the task is exiting) lands on the program's task and
+    # queues nothing.  An exiting child can stay current across many NMIs: seen on QEMU 7.2
+    # (campaign run h2, 2026-12-06), forkexec's child in do_exit took 25 of the 30 requests, each
+    # refused as the model refused it.  Those are the scenario's timing, not a fault: fewer than 8
+    # stacks where the refusals make up the rest is another round (shown, at the end); fewer
+    # without them is a failure.
+    kthreads = {e["task"] for e in records if e["ev"] == "task" and e["flags"] & PF_KTHREAD}
+    refused = sum(e["ev"] == "request" and e["ret"] == -errno.EINVAL and e["task"] not in kthreads
+                  for e in records) // sc.tracers
+    enough = (f"only {own} of the program's stacks delivered from {sc.samples} requests ({refused} refused "
+              f"with -EINVAL): requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}")
+    assert own + refused >= 8, enough
     # The walk starts from the requested registers but where a declared cause proves why not
     # (the entry assembly, execve, signal delivery, rt_sigreturn: each a fact of the scenario):
     # how many requests land in those windows is TCG's timing, so no share is asserted.
-    assert r.agreed("regs") >= 1, dict(r.pairs)
+    assert own == 0 or r.agreed("regs") >= 1, dict(r.pairs)
     # Every stack of the program is judged by each oracle: it agrees, or every difference is
     # proven by a registered cause.
     assert r.judged("cfi") == own, dict(r.pairs)
@@ -160,12 +173,12 @@ def _assert_scenario(r, sc, name, log_path):
     assert r.callbacks == sc.tracers * r.stacks
     assert r.walks == r.stacks
     # The log holds every delivered stack and ends with its end record; `harness check` agrees.
-    records = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert sum(e["ev"] == "stack" for e in records) == r.stacks
     assert records[-1]["ev"] == "end" and records[-1]["reason"] == "complete", records[-1]
     assert records[-1]["causes"] == dict(sorted(r.causes.items()))
     verdict = check_lines(log_path.read_text().splitlines())
     assert verdict.clean and verdict.complete, verdict.messages()[:3]
+    shown(own >= 8, enough)
     EXPECT.get(name, lambda r, sc, records: None)(r, sc, records)
     if sc.variant.shadow:
         shown(agreement, (dict(r.pairs), r.truncated))
