@@ -132,6 +132,15 @@ MAX_REQUESTS_PER_SAMPLE = 10
 # a guest that keeps stopping at return points (another task's work pending) before each
 # injection would otherwise take no request and keep the loop going.
 STOPS_PER_REQUEST_LIMIT = 20
+# After this many requests in a row on other tasks than the program's, each NMI waits a little
+# longer (1 ms more a request, at most OFF_PROGRAM_PAUSE_MAX s), the guest running meanwhile.
+# Without it, NMIs that follow each other at once (bench deferred: no jitter) can leave the guest
+# no time to progress: each gdb stop costs QEMU 7.2 its translations, and with QEMU's main loop
+# real-time (--rt) the next NMI's command runs before the vCPU does.  Seen once (issue 21's
+# campaign, run h4, 7.2 with --rt at load 2-3): 500 NMIs in a row caught /init in the kernel,
+# none the program; the same livelock as the vCPU threads at SCHED_IDLE (transport/affinity.py).
+OFF_PROGRAM_STREAK = 10
+OFF_PROGRAM_PAUSE_MAX = 0.02
 
 
 #: lines of a program's output a run that fell short of its stacks shows (Result.output_tail)
@@ -191,6 +200,7 @@ class Engine:
         self.proc = None
         self.pending: dict[int, Request] = {}
         self.n_requests = 0  # every request, whichever task it landed on
+        self._off_program = 0  # requests in a row that landed on other tasks than the program's
         self._walk_regs: UserRegs | None = None
         self._walk_task: TaskInfo | None = None
         self._delivered_now: list[Delivery] = []
@@ -333,6 +343,9 @@ class Engine:
                         due = loop_start + self.n_requests / self.sc.rate
                     elif self.sc.jitter:
                         due += rng.uniform(0, self.sc.jitter)
+                    if self._off_program >= OFF_PROGRAM_STREAK:
+                        pause = 0.001 * (self._off_program - OFF_PROGRAM_STREAK + 1)
+                        due = max(due, time.monotonic() + min(pause, OFF_PROGRAM_PAUSE_MAX))
                 # The last delivery's walk and checks run while the guest runs: during the wait
                 # for the NMI's time, or (none to wait) after the NMI, while it is on its way.
                 # (A check longer than the drawn wait delays that NMI by the difference.)
@@ -609,7 +622,9 @@ class Engine:
         # PF_EXITING is set and the request fails with -EINVAL, as in the kernel.
         kind = {"nmi": NMI, "syscall": SYSCALL}.get(point.kind, IRQ)
         ctx = Context(kind, user_mode=user)
-        self.result.sampled += self._own_kind(task) is not None
+        own = self._own_kind(task) is not None
+        self.result.sampled += own
+        self._off_program = 0 if own else self._off_program + 1
         queued = False
         for w in self.works:
             ret, _cookie = self.model.request(w, mt, s.target.cpu, ctx)
