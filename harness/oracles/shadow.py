@@ -21,7 +21,7 @@ from ..memory import Memory, MemoryFault
 from ..regs import UserRegs
 from ..unwind.code import CodeFacts, Function
 from ..unwind.elfsyms import STT_TLS, symbols
-from ..unwind.maps import ElfImage
+from ..unwind.maps import load_image
 from ..unwind.symbolize import Symbolizer
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
 
@@ -65,7 +65,7 @@ def shadow_symbol(path: str | Path) -> ShadowSymbol | None:
 
     The symbol table is read by :mod:`harness.unwind.elfsyms`: pyelftools' name lookup parses every
     symbol first, 0.33 s of each scenario run's set-up for a static build's 2,000."""
-    image = ElfImage.from_path(path)
+    image = load_image(path)  # the run's own image of the program, its symbols read once
     elf = image.elf
     sym = next((s for s in symbols(image, ".symtab") or () if s.name == "harness_shadow"), None)
     if sym is None:
