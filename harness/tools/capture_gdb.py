@@ -162,6 +162,15 @@ BIASES = {lib: load_bias(MAPS, lib, loads) for lib, loads in CFG["libs"].items()
 gdb.execute("delete")
 pending = {}
 bps = {}  # pc -> its gdb breakpoint, deleted once its stop is taken
+
+
+def breakpoint_at(a, stop):
+    bp = gdb.Breakpoint(f"*{a:#x}", internal=False)
+    if stop.get("condition"):
+        bp.condition = stop["condition"]
+    return bp
+
+
 for stop in CFG["stops"]:
     k = stop["kind"]
     if k == "syscall":
@@ -176,9 +185,7 @@ for stop in CFG["stops"]:
         a = addr_of(stop["func"]) + stop["offset"]
     else:
         raise gdb.GdbError(f"unknown stop kind {k}")
-    bps[a] = gdb.Breakpoint(f"*{a:#x}", internal=False)
-    if stop.get("condition"):
-        bps[a].condition = stop["condition"]
+    bps[a] = breakpoint_at(a, stop)
     pending[("pc", a)] = stop
 while pending:
     gdb.execute("continue", to_string=True)
@@ -195,10 +202,7 @@ while pending:
             continue
         stop = pending.pop(sc[0])
         gdb.execute("delete")  # drop the catchpoint (and any breakpoint already used)
-        bps = {key[1]: gdb.Breakpoint(f"*{key[1]:#x}") for key in pending if key[0] == "pc"}
-        for key, bp in bps.items():
-            if pending[("pc", key)].get("condition"):
-                bp.condition = pending[("pc", key)]["condition"]
+        bps = {key[1]: breakpoint_at(key[1], s) for key, s in pending.items() if key[0] == "pc"}
     if stop.get("steps"):
         gdb.execute(f"stepi {stop['steps']}", to_string=True)
     dump(stop)
