@@ -140,7 +140,8 @@ def _assert_scenario(r, sc, name, log_path):
     # work in a new entry is one stack: the count is the test's own, not the machine's.
     own = r.own_stacks
     assert r.sampled == sc.samples or r.notes, (r.sampled, r.notes)
-    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    lines = log_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     # A request the kernel refuses (-EINVAL: the task is exiting) lands on the program's task and
     # queues nothing.  An exiting child can stay current across many NMIs: seen on QEMU 7.2
     # (campaign run h2, 2026-12-06), forkexec's child in do_exit took 25 of the 30 requests, each
@@ -176,7 +177,7 @@ def _assert_scenario(r, sc, name, log_path):
     assert sum(e["ev"] == "stack" for e in records) == r.stacks
     assert records[-1]["ev"] == "end" and records[-1]["reason"] == "complete", records[-1]
     assert records[-1]["causes"] == dict(sorted(r.causes.items()))
-    verdict = check_lines(log_path.read_text().splitlines())
+    verdict = check_lines(lines)
     assert verdict.clean and verdict.complete, verdict.messages()[:3]
     shown(own >= 8, enough)
     EXPECT.get(name, lambda r, sc, records: None)(r, sc, records)

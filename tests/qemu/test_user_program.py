@@ -16,7 +16,9 @@ pytestmark = pytest.mark.qemu
 
 BINARY = "/usr/bin/sha256sum"
 GUEST = GuestSpec(user_programs=[BINARY])
-POOL_GUESTS = [GUEST, GuestSpec(user_programs=["/bin/sleep"])]  # from the worker's pool (tests/conftest.py)
+SLEEPER = "/bin/sleep"  # Debian's coreutils: the program sleeps, so every NMI lands elsewhere
+SLEEPER_GUEST = GuestSpec(user_programs=[SLEEPER])
+POOL_GUESTS = [GUEST, SLEEPER_GUEST]  # from the worker's pool (tests/conftest.py)
 
 
 def test_user_program_variant_is_read_from_the_file():
@@ -38,10 +40,6 @@ def test_user_program_stacks_are_checked_by_cfi(guest_pool):
     assert own >= 10, f"requests {dict(r.requests)}, causes {dict(r.causes)}"
     # Every own stack is judged by CFI (frame pointers stop early in this build: each proven).
     assert r.judged("cfi") == own and "shadow" not in r.oracles
-
-
-SLEEPER = "/bin/sleep"  # Debian's coreutils: the program sleeps, so every NMI lands elsewhere
-SLEEPER_GUEST = GuestSpec(user_programs=[SLEEPER])
 
 
 @pytest.mark.pool_guest(SLEEPER_GUEST)
