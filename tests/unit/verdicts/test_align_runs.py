@@ -15,7 +15,7 @@ import pytest
 from harness.oracles.base import OracleFrames
 from harness.regs import UserRegs
 from harness.verdicts import align
-from harness.verdicts.types import EXTRA, LOST
+from harness.verdicts.types import ENDS, EXTRA, LOST
 from tests.unit.verdicts.test_align_gaps import stack_of
 
 IP, A, R, OUT = 0x401136, 0x401182, 0x4011A4, 0x4011C0
@@ -81,3 +81,13 @@ def test_without_a_cause_the_run_is_a_failure(planted):
     ok, divs = judge((IP, A, R, R, R, R, OUT), (IP, A, R, R, R, OUT))
     assert not ok
     assert divs and all(not d.explained for d in divs)
+
+
+def test_frames_past_the_unwinders_last_are_its_walk_ending_not_lost_frames(planted):
+    # The oracle has two frames after the unwinder's last: the walk ended early (ENDS), which a
+    # cause of lost frames does not explain; no LOST is ever asked after the unwinder's last frame.
+    asked = planted(lambda d: d.kind == LOST)
+    ok, divs = judge((IP, A), (IP, A, R, OUT))
+    assert not ok
+    assert [(d.kind, d.got_index, d.want_index) for d in divs] == [(ENDS, 2, 2)]
+    assert not [d for d in asked if d.kind == LOST and d.got_index >= 2]
