@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from harness.images.programs import SOURCES
 from harness.images.toolchain import Toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError
+from harness.sframe import format as F
 from harness.sframe.ar import iter_members
-from harness.unwind.sframe_check import check_file, load
+from harness.unwind.sframe_check import check_file, load, load_data
 from tests.support.toolchains import need
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
@@ -251,6 +253,52 @@ def test_the_binutils_named_for_an_archive_holds_for_each_member(built):
         assert [f.message for f in r.of_kind("header")] == [
             "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)"], r.path
         assert not o.of_kind("header"), o.path
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_object_loaded_strictly_refuses_an_fre_not_after_the_previous(built, tc_name, tmp_path):
+    """``strict`` reaches an object's section, placed or not: `plain`'s FRE 1 moved back onto FRE 0
+    (its start field in the object's bytes; .rela.sframe touches only the FDEs' starts) is an
+    SFrameError naming both when read strictly (the unwinder's reader), and decodes unstrict (the
+    checker's reading, the default), where it is an ``fre-start`` finding of that FRE."""
+    src = built(tc_name).dir / "frames.o"
+    table, _ = load(src)
+    fde = table.fdes[0]  # plain: 4 FREs, the first at +0
+    first, second = table.section.fres(fde)[:2]
+    assert first.start < second.start
+    data = bytearray(src.read_bytes())
+    at = ELFFile(io.BytesIO(data)).get_section_by_name(".sframe")["sh_offset"] + second.offset
+    size = F.FRE_START_ADDR_SIZE[fde.fre_type]
+    assert int.from_bytes(data[at:at + size], "little") == second.start
+    data[at:at + size] = first.start.to_bytes(size, "little")
+    bad = tmp_path / "frames.o"
+    bad.write_bytes(bytes(data))
+    for place in (True, False):
+        loose, _ = load(bad, place=place)
+        assert [f.start for f in loose.section.fres(loose.fdes[0])][:2] == [first.start, first.start]
+    (r,) = check_file(bad).checks
+    assert [(f.fde, f.fre) for f in r.of_kind("fre-start")] == [(0, 1)], [f.message for f in r.findings]
+    for strict in (load(bad, strict=True)[0], load(bad, strict=True, place=False)[0],
+                   load_data(bytes(data), str(bad), strict=True)[0]):
+        with pytest.raises(SFrameError, match=rf": FDE 0: FRE 1 starts at {first.start:#x}, not after FRE 0 "
+                                              rf"\({first.start:#x}\)$") as e:
+            strict.section.fres(strict.fdes[0])
+        assert (e.value.field, e.value.offset) == ("fre.start", second.offset)
+
+
+def test_an_objects_eh_frame_that_does_not_decode_is_noted_under_the_objects_name(built, tmp_path):
+    """The placed image is the object's, named by its path: the CFI's error (the first CIE's length
+    made absurd) says whose .eh_frame it is, and the rules are not compared."""
+    data = bytearray((built("host").dir / "frames.o").read_bytes())
+    eh = ELFFile(io.BytesIO(data)).get_section_by_name(".eh_frame")["sh_offset"]
+    struct.pack_into("<I", data, eh, 0xFFFFFF00)  # the first CIE's length
+    path = tmp_path / "frames.o"
+    path.write_bytes(bytes(data))
+    (r,) = check_file(path).checks
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0, [f.message for f in r.findings]
+    notes = [n for n in r.notes if n.startswith("rules not compared")]
+    assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry "
+                               f"at +0x0 claims 4294967040 bytes"), notes
 
 
 # ------------------------------------------------------------------------------ the ar reader
