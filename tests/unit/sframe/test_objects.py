@@ -255,35 +255,62 @@ def test_the_binutils_named_for_an_archive_holds_for_each_member(built):
         assert not o.of_kind("header"), o.path
 
 
-@pytest.mark.parametrize("tc_name", TOOLCHAINS)
-def test_an_object_loaded_strictly_refuses_an_fre_not_after_the_previous(built, tc_name, tmp_path):
-    """``strict`` reaches an object's section, placed or not: `plain`'s FRE 1 moved back onto FRE 0
-    (its start field in the object's bytes; .rela.sframe touches only the FDEs' starts) is an
-    SFrameError naming both when read strictly (the unwinder's reader), and decodes unstrict (the
-    checker's reading, the default), where it is an ``fre-start`` finding of that FRE."""
-    src = built(tc_name).dir / "frames.o"
-    table, _ = load(src)
+def _fre_1_moved_back(obj: Path) -> tuple[bytes, int, int]:
+    """``obj``'s bytes with `plain`'s (FDE 0's) FRE 1 moved back onto FRE 0: its start field
+    rewritten (.rela.sframe touches only the FDEs' starts); and FRE 0's start, FRE 1's section offset."""
+    table, _ = load(obj)
     fde = table.fdes[0]  # plain: 4 FREs, the first at +0
     first, second = table.section.fres(fde)[:2]
     assert first.start < second.start
-    data = bytearray(src.read_bytes())
+    data = bytearray(obj.read_bytes())
     at = ELFFile(io.BytesIO(data)).get_section_by_name(".sframe")["sh_offset"] + second.offset
     size = F.FRE_START_ADDR_SIZE[fde.fre_type]
     assert int.from_bytes(data[at:at + size], "little") == second.start
     data[at:at + size] = first.start.to_bytes(size, "little")
+    return bytes(data), first.start, second.offset
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_object_loaded_strictly_refuses_an_fre_not_after_the_previous(built, tc_name, tmp_path):
+    """``strict`` reaches an object's section, placed or not: `plain`'s FRE 1 moved back onto FRE 0
+    is an SFrameError naming both when read strictly (the unwinder's reader), and decodes unstrict
+    (the checker's reading, the default), where it is an ``fre-start`` finding of that FRE."""
+    data, start, offset = _fre_1_moved_back(built(tc_name).dir / "frames.o")
     bad = tmp_path / "frames.o"
-    bad.write_bytes(bytes(data))
+    bad.write_bytes(data)
     for place in (True, False):
         loose, _ = load(bad, place=place)
-        assert [f.start for f in loose.section.fres(loose.fdes[0])][:2] == [first.start, first.start]
+        assert [f.start for f in loose.section.fres(loose.fdes[0])][:2] == [start, start]
     (r,) = check_file(bad).checks
     assert [(f.fde, f.fre) for f in r.of_kind("fre-start")] == [(0, 1)], [f.message for f in r.findings]
     for strict in (load(bad, strict=True)[0], load(bad, strict=True, place=False)[0],
-                   load_data(bytes(data), str(bad), strict=True)[0]):
-        with pytest.raises(SFrameError, match=rf": FDE 0: FRE 1 starts at {first.start:#x}, not after FRE 0 "
-                                              rf"\({first.start:#x}\)$") as e:
+                   load_data(data, str(bad), strict=True)[0]):
+        with pytest.raises(SFrameError, match=rf": FDE 0: FRE 1 starts at {start:#x}, not after FRE 0 "
+                                              rf"\({start:#x}\)$") as e:
             strict.section.fres(strict.fdes[0])
-        assert (e.value.field, e.value.offset) == ("fre.start", second.offset)
+        assert (e.value.field, e.value.offset) == ("fre.start", offset)
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_dump_shows_an_archive_members_fres_out_of_order_as_objdump_does(built, tc_name, tmp_path, capsys,
+                                                                          monkeypatch):
+    """``dump`` shows a faulty section as it is, an archive's members too (read unstrict): frames.o
+    with FRE 1 moved back onto FRE 0, archived beside drap.o by the toolchain's own ``ar``: our
+    dump equals its ``objdump --sframe`` byte for byte."""
+    tc = need(tc_name)
+    b = built(tc_name)
+    data, start, _ = _fre_1_moved_back(b.dir / "frames.o")
+    outer, inner = tc.workdir("sframe-fre-moved-back")
+    try:
+        (outer / "frames.o").write_bytes(data)
+        shutil.copy(b.dir / "drap.o", outer / "drap.o")
+        tc.run(["ar", "rcS", "lib.a", "frames.o", "drap.o"], cwd=inner)
+        theirs = tc.run(["objdump", "--sframe", "lib.a"], cwd=inner).stdout
+        shutil.copy(outer / "lib.a", tmp_path / "lib.a")
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    assert "In archive lib.a:" in theirs and "Contents of the SFrame section .sframe:" in theirs
+    assert our_dump(capsys, monkeypatch, tmp_path, "lib.a") == theirs
 
 
 def test_an_objects_eh_frame_that_does_not_decode_is_noted_under_the_objects_name(built, tmp_path):
