@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import struct
@@ -1095,6 +1096,8 @@ def test_elf_structures_that_do_not_decode_are_bad_input(copy, capsys):
     with pytest.raises(SFrameError) as e:
         check_binary(path)
     assert e.value.field == "file" and str(e.value).startswith(f"file: {path}: ELF structures do not decode: "), e.value
+    cause = e.value.__cause__  # what pyelftools raised, named by its type and its words
+    assert str(e.value) == f"file: {path}: ELF structures do not decode: {type(cause).__name__}: {cause}", e.value
     rc, out, err = run_cli(capsys, "check", str(path))
     assert rc == 2 and out == "" and "ELF structures do not decode" in err
 
@@ -1111,7 +1114,42 @@ def test_an_archive_member_that_is_not_a_readable_elf_file_is_an_error_of_that_m
     fc = check_file(tmp_path / "lib.a")
     assert fc.members == 2 and [c.path for c in fc.checks] == [f"{tmp_path / 'lib.a'}(good.o)"]
     assert len(fc.errors) == 1 and fc.errors[0].startswith(
-        f"{tmp_path / 'lib.a'}(bad.o): file: not a readable ELF file: "), fc.errors
+        f"{tmp_path / 'lib.a'}(bad.o): file: not a readable ELF file: ELFParseError: Reading section 0 at offset "
+        f"{len(bad) + 0x1000} past EOF {len(bad)}"), fc.errors
+
+
+def test_a_path_that_is_no_readable_file_is_bad_input_of_the_file(tmp_path):
+    """Each reader of a path -- load, check_binary, check_file, load_members (dump's of an archive)
+    -- says the same of a path that does not exist and of a directory: an SFrameError of the
+    ``file`` field naming the path and what it is."""
+    from harness.unwind.sframe_check import check_file, load, load_members
+    for path, what in ((tmp_path / "missing", "no such file"), (tmp_path, "not a regular file")):
+        for read in (load, check_binary, check_file, load_members):
+            with pytest.raises(SFrameError) as e:
+                read(path)
+            assert (e.value.field, str(e.value)) == ("file", f"file: {path}: {what}"), read
+
+
+def test_a_file_that_is_not_elf_is_bad_input_naming_what_the_elf_reader_said(tmp_path):
+    """Bytes that are not ELF (a text file): load and check_file say so under the file's name,
+    with the type and the words of the error the ELF reader raised."""
+    from harness.unwind.sframe_check import check_file, load
+    text = tmp_path / "text"
+    text.write_text("not ELF\n")
+    for read in (load, check_file):
+        with pytest.raises(SFrameError) as e:
+            read(text)
+        assert e.value.field == "file" and str(e.value) == (
+            f"file: {text}: not a readable ELF file: MapsError: maps line 0 does not parse: "
+            f"'{text}: not an ELF file (Magic number does not match)'"), e.value
+
+
+def test_a_finding_is_of_a_known_kind():
+    """Every kind of KINDS makes a Finding; any other is a ValueError naming it."""
+    from harness.unwind.sframe_check import KINDS, Finding
+    assert [Finding(k, "m").kind for k in KINDS] == list(KINDS)
+    with pytest.raises(ValueError, match=r"^unknown finding kind 'fde-sorted'$"):
+        Finding("fde-sorted", "m")
 
 
 # ------------------------------------------------------------------------------ when the rules are not compared
@@ -1278,6 +1316,26 @@ def test_an_archive_of_members_of_every_kind(tmp_path):
     assert [(name, t is not None) for name, t in members] == [("named.o", False), ("good.o", True), ("badsym.o", True)]
     assert members[1][1].source == f"{lib}(good.o)" and len(members[1][1].fdes) == 2
 
+
+def test_an_archive_member_whose_one_section_is_named_sframe_is_read_for_it(tmp_path):
+    """Whether a member has a .sframe section is what its section table says, however few entries
+    it has: an object cut to one section header, the null entry, made a string table holding
+    ".sframe" and named by it (e_shstrndx 0), has one: its bytes are read as SFrame (bad magic, an
+    error of that member), not listed as a member without .sframe."""
+    from harness.unwind.sframe_check import check_file
+    good = _assemble("host", DATA_FUNCTION, tmp_path / "good.o")
+    one = bytearray(good.read_bytes())
+    shoff = ELFFile(io.BytesIO(bytes(one)))["e_shoff"]
+    name = one.find(b".sframe\0")  # .shstrtab's ".rela.sframe" ends so
+    struct.pack_into("<HH", one, 0x3C, 1, 0)  # Elf64_Ehdr.e_shnum, e_shstrndx
+    struct.pack_into("<IIQQQQIIQQ", one, shoff, 0, 3, 0, 0, name, 8, 0, 0, 1, 0)  # Elf64_Shdr 0: SHT_STRTAB
+    (tmp_path / "one.o").write_bytes(bytes(one))
+    assert [s.name for s in ELFFile(io.BytesIO(bytes(one))).iter_sections()] == [".sframe"]
+    need("host").run(["ar", "rcS", "lib.a", "one.o", "good.o"], cwd=str(tmp_path))
+    lib = tmp_path / "lib.a"
+    fc = check_file(lib)
+    assert fc.members == 2 and fc.without_sframe == [] and [c.path for c in fc.checks] == [f"{lib}(good.o)"]
+    assert fc.errors == [f"{lib}(one.o): magic at byte 0x0: bad magic 2e 73 (want 0xdee2 in either byte order)"]
 
 def test_an_fre_without_an_ra_but_with_a_cfa_is_not_the_outermost_frame(copy, capsys):
     """The header's fixed RA offset made invalid (0): an FRE of one data word (the CFA's) then has

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from harness.images.programs import SOURCES
 from harness.images.toolchain import Toolchain
 from harness.rule import UNDEFINED, ValueRule
 from harness.sframe import SFrameError
+from harness.sframe import format as F
 from harness.sframe.ar import iter_members
-from harness.unwind.sframe_check import check_file, load
+from harness.unwind.sframe_check import check_file, load, load_data
 from tests.support.toolchains import need
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
@@ -251,6 +253,79 @@ def test_the_binutils_named_for_an_archive_holds_for_each_member(built):
         assert [f.message for f in r.of_kind("header")] == [
             "SFRAME_F_FDE_FUNC_START_PCREL is not set, but binutils 2.45 writes V2 with it (from 2.45 on)"], r.path
         assert not o.of_kind("header"), o.path
+
+
+def _fre_1_moved_back(obj: Path) -> tuple[bytes, int, int]:
+    """``obj``'s bytes with `plain`'s (FDE 0's) FRE 1 moved back onto FRE 0: its start field
+    rewritten (.rela.sframe touches only the FDEs' starts); and FRE 0's start, FRE 1's section offset."""
+    table, _ = load(obj)
+    fde = table.fdes[0]  # plain: 4 FREs, the first at +0
+    first, second = table.section.fres(fde)[:2]
+    assert first.start < second.start
+    data = bytearray(obj.read_bytes())
+    at = ELFFile(io.BytesIO(data)).get_section_by_name(".sframe")["sh_offset"] + second.offset
+    size = F.FRE_START_ADDR_SIZE[fde.fre_type]
+    assert int.from_bytes(data[at:at + size], "little") == second.start
+    data[at:at + size] = first.start.to_bytes(size, "little")
+    return bytes(data), first.start, second.offset
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_an_object_loaded_strictly_refuses_an_fre_not_after_the_previous(built, tc_name, tmp_path):
+    """``strict`` reaches an object's section, placed or not: `plain`'s FRE 1 moved back onto FRE 0
+    is an SFrameError naming both when read strictly (the unwinder's reader), and decodes unstrict
+    (the checker's reading, the default), where it is an ``fre-start`` finding of that FRE."""
+    data, start, offset = _fre_1_moved_back(built(tc_name).dir / "frames.o")
+    bad = tmp_path / "frames.o"
+    bad.write_bytes(data)
+    for place in (True, False):
+        loose, _ = load(bad, place=place)
+        assert [f.start for f in loose.section.fres(loose.fdes[0])][:2] == [start, start]
+    (r,) = check_file(bad).checks
+    assert [(f.fde, f.fre) for f in r.of_kind("fre-start")] == [(0, 1)], [f.message for f in r.findings]
+    for strict in (load(bad, strict=True)[0], load(bad, strict=True, place=False)[0],
+                   load_data(data, str(bad), strict=True)[0]):
+        with pytest.raises(SFrameError, match=rf": FDE 0: FRE 1 starts at {start:#x}, not after FRE 0 "
+                                              rf"\({start:#x}\)$") as e:
+            strict.section.fres(strict.fdes[0])
+        assert (e.value.field, e.value.offset) == ("fre.start", offset)
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_dump_shows_an_archive_members_fres_out_of_order_as_objdump_does(built, tc_name, tmp_path, capsys,
+                                                                          monkeypatch):
+    """``dump`` shows a faulty section as it is, an archive's members too (read unstrict): frames.o
+    with FRE 1 moved back onto FRE 0, archived beside drap.o by the toolchain's own ``ar``: our
+    dump equals its ``objdump --sframe`` byte for byte."""
+    tc = need(tc_name)
+    b = built(tc_name)
+    data, start, _ = _fre_1_moved_back(b.dir / "frames.o")
+    outer, inner = tc.workdir("sframe-fre-moved-back")
+    try:
+        (outer / "frames.o").write_bytes(data)
+        shutil.copy(b.dir / "drap.o", outer / "drap.o")
+        tc.run(["ar", "rcS", "lib.a", "frames.o", "drap.o"], cwd=inner)
+        theirs = tc.run(["objdump", "--sframe", "lib.a"], cwd=inner).stdout
+        shutil.copy(outer / "lib.a", tmp_path / "lib.a")
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    assert "In archive lib.a:" in theirs and "Contents of the SFrame section .sframe:" in theirs
+    assert our_dump(capsys, monkeypatch, tmp_path, "lib.a") == theirs
+
+
+def test_an_objects_eh_frame_that_does_not_decode_is_noted_under_the_objects_name(built, tmp_path):
+    """The placed image is the object's, named by its path: the CFI's error (the first CIE's length
+    made absurd) says whose .eh_frame it is, and the rules are not compared."""
+    data = bytearray((built("host").dir / "frames.o").read_bytes())
+    eh = ELFFile(io.BytesIO(data)).get_section_by_name(".eh_frame")["sh_offset"]
+    struct.pack_into("<I", data, eh, 0xFFFFFF00)  # the first CIE's length
+    path = tmp_path / "frames.o"
+    path.write_bytes(bytes(data))
+    (r,) = check_file(path).checks
+    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0, [f.message for f in r.findings]
+    notes = [n for n in r.notes if n.startswith("rules not compared")]
+    assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry "
+                               f"at +0x0 claims 4294967040 bytes"), notes
 
 
 # ------------------------------------------------------------------------------ the ar reader
