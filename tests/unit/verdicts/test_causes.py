@@ -70,6 +70,7 @@ from harness.perfparse.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
 from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
+from harness.unwind.cfi import cfi_table
 from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
 from harness.unwind.snapshot import Snapshot
@@ -329,6 +330,43 @@ def nofde_snaps(tmp_path_factory) -> CauseCapture:
         raise
     return CauseCapture("nofde", "host", Variant(sframe=False), binary, snaps,
                         function_symbols(binary, ("spin", "main", "_start")))
+
+
+OWN_RESTORER_FLAGS = ["-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-static"]
+
+
+@pytest.fixture(scope="session")
+def own_restorer_snaps(tmp_path_factory) -> CauseCapture:
+    """tests/data/own_restorer.c built by the host gcc (static, frame pointers): SIGALRM's restorer
+    is the program's own own_restore_rt, whose 'S' FDE starts at its first byte (glibc's starts a
+    byte before).  One stop: restorer (own_restore_rt's first instruction: the handler has returned
+    into it, the sigreturn is still to come), interrupting spin's body after its kill syscall."""
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp("own-restorer")
+    shutil.copy(DATA / "own_restorer.c", root / "own_restorer.c")
+    binary = str(root / "own_restorer")
+    try:
+        get_toolchain("host").run(["gcc", *OWN_RESTORER_FLAGS, "-o", binary, "own_restorer.c"], cwd=str(root))
+        paths = capture([binary], [StopPoint("restorer", "break", "own_restore_rt")], root / "snaps", binary=binary)
+    except (ImageError, CaptureError) as exc:
+        require(False, f"own_restorer.c with the host gcc: {exc}")
+        raise
+    return CauseCapture("own_restorer", "host", Variant(sframe=False), binary,
+                        {n: Snapshot.load(p) for n, p in paths.items()},
+                        function_symbols(binary, ("own_restore_rt", "spin", "main")))
+
+
+def stripped(snap: Snapshot, binary: str, out: Path) -> Snapshot:
+    """``snap`` with ``binary`` replaced by a copy stripped by the host's strip (no .symtab: the
+    functions are known by their FDEs only; the loaded bytes are the same)."""
+    from harness.images.toolchain import get_toolchain
+
+    get_toolchain("host").run(["strip", "-o", str(out), binary])
+    with open(out, "rb") as f:
+        assert ELFFile(f).get_section_by_name(".symtab") is None
+    return dataclasses.replace(snap, files={**snap.files, binary: str(out)})
 
 
 @pytest.fixture(scope="session")
@@ -813,6 +851,54 @@ def refuse_signal_frame_syscall(request):
     """glibc's syscall() LOST of c (fp-frameless-function's case: frame #1, no trampoline)."""
     _cap, st, oracle, frames = fp_stop(request, "c-libc")
     return Refused(st, div(st, oracle, frames, LOST, 1, 1))
+
+
+def own_restorer_stop(request):
+    cap = _fixture(request, "own_restorer_snaps")
+    st = stack_of(cap.snaps["restorer"], "fp")
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
+def accept_signal_frame_at_the_restorer(request):
+    """own_restorer.c at its restorer's first byte, whose 'S' FDE starts there (not a byte
+    before, as glibc's): CFI looks the topmost IP up at itself (an IP), finds the trampoline and
+    goes through the signal frame to spin's interrupted IP; FP from the restorer follows the
+    interrupted rbp to spin's caller and loses spin.  The trampoline is frame 0, an IP: looked up
+    at ra - 1 it would be the byte before the FDE, no trampoline."""
+    cap, st, oracle, frames = own_restorer_stop(request)
+    r0, r1 = cap.symbols["own_restore_rt"]
+    s0, s1 = cap.symbols["spin"]
+    assert st.regs.ip == r0 and frames.ips[0] == r0 and {0, 1} <= frames.marks
+    assert s0 <= frames.ips[1] < s1 and st.trace.ips[:1] == [r0]
+    fde = cfi_table(st.space.elf_at(r0).image).fde_for(r0)
+    assert fde["initial_location"] == r0 and not is_signal_trampoline(st.space, r0)  # not at r0 - 1
+    return Accepted(st, oracle, frames, (1, 1), {
+        "interrupted_ip": frames.ips[1], "trampoline": "own_restore_rt",
+        "text": lambda t: t.startswith(f"{frames.ips[1]:#x} is the IP a signal interrupted; the frame above it "
+                                       f"is the trampoline own_restore_rt (CIE augmentation 'S')"),
+    }, (LOST,))
+
+
+def accept_signal_frame_named_at_ra_minus_1(request):
+    """Built by hand over own_restorer.c's restorer stop, its binary stripped by the real strip:
+    the trampoline's frame a return address one past the restorer's end (the int3 padding after
+    it, which no symbol and no FDE covers), looked up at ra - 1, the restorer's last byte, inside
+    its 'S' FDE.  Nothing is named at the address itself, so the trampoline is named by the FDE
+    found at ra - 1 (the file's name and the FDE's start)."""
+    cap = _fixture(request, "own_restorer_snaps")
+    snap = stripped(cap.snaps["restorer"], cap.binary, _fixture(request, "tmp_path_factory").mktemp("stripped") / "own_restorer")
+    st = stack_of(snap, "fp")
+    oracle, frames = cfi_of(st)
+    r0, r1 = cap.symbols["own_restore_rt"]
+    assert frames.ips[0] == r0 and st.code.function_at(r1) is None
+    assert st.code.function_at(r1, True).name == f"own_restorer+{r0:#x}"
+    want = (r1, *frames.ips[1:])
+    d = Divergence(st.unwinder, oracle.name, LOST, 1, 1, tuple(st.trace.ips), want, frames.marks - {0},
+                   frames.outermost)
+    return Accepted(st, oracle, dataclasses.replace(frames, ips=want, marks=frames.marks - {0}), (1, 1), {
+        "interrupted_ip": frames.ips[1], "trampoline": f"own_restorer+{r0:#x}",
+    }, (LOST,), divergence=d)
 
 
 # truncated --------------------------------------------------------------------------------------------
@@ -1519,6 +1605,9 @@ ACCEPT = [
     Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp:frameless-caller", accept_prologue_frameless_caller),
     Case("fp-epilogue-ip", "callchain-fp-static-host:c-ret", accept_epilogue),
     Case("signal-frame", "signal-fp-static-host:h2-syscall", accept_signal_frame),
+    Case("signal-frame", "own-restorer-host:restorer", accept_signal_frame_at_the_restorer),
+    Case("signal-frame", "own-restorer-host-stripped:restorer:a-return-address-past-its-end",
+         accept_signal_frame_named_at_ra_minus_1),
     Case("truncated", "recurse-fp-static-host:rec-bottom:fp", accept_truncated, ("fp",)),
     Case("truncated", "recurse-fp-static-host:rec-bottom:sframe", accept_truncated, ("sframe",)),
     Case("shadow-in-hooks", "callchain-shadow-host:in-enter:fp", accept_in_hooks, ("fp",)),
