@@ -61,7 +61,7 @@ from harness.images.errors import ImageError
 from harness.images.programs import Variant, build_program
 from harness.memory import Memory
 from harness.oracles.base import Oracle, OracleFrames, Request, Stack
-from harness.oracles.cfi import is_signal_trampoline, signal_frame_regs
+from harness.oracles.cfi import CFIOracle, is_signal_trampoline, signal_frame_regs
 from harness.oracles.regs import RegsOracle
 from harness.oracles.shadow import HOOK_ENTER, ShadowOracle, shadow_symbol
 from harness.perf.oracle import UNWINDER as PERF_UNWINDER
@@ -369,6 +369,42 @@ def stripped(snap: Snapshot, binary: str, out: Path) -> Snapshot:
     return dataclasses.replace(snap, files={**snap.files, binary: str(out)})
 
 
+NOCFI_LINKS = {"sframe": ["-Wa,--gsframe"], "gold": ["-Wa,--gsframe", "-fuse-ld=gold"], "none": []}
+
+
+@pytest.fixture(scope="session")
+def nocfi_snaps(tmp_path_factory) -> dict[str, CauseCapture | str]:
+    """tests/data/nocfi_epilogue.c built by the host gcc (static, frame pointers) three ways:
+    "sframe" (-Wa,--gsframe: .sframe and PT_GNU_SFRAME, no SFrame FDE for bare), "gold" (the same
+    linked by gold: a .sframe section, no PT_GNU_SFRAME) and "none" (no SFrame data at all); each
+    stopped at bare's ret (bare-ret, after pop %rbp).  bare has no CFI: no FDE in .eh_frame either.
+    A string says why one is missing."""
+    from harness.images.toolchain import get_toolchain
+
+    if shutil.which("gdb") is None:
+        return dict.fromkeys(NOCFI_LINKS, "gdb is not installed")
+    root = tmp_path_factory.mktemp("nocfi")
+    shutil.copy(DATA / "nocfi_epilogue.c", root / "nocfi_epilogue.c")
+    out: dict[str, CauseCapture | str] = {}
+    for kind, flags in NOCFI_LINKS.items():
+        if kind == "gold" and shutil.which("ld.gold") is None:
+            out[kind] = "ld.gold is not installed (binutils)"
+            continue
+        binary = str(root / f"nocfi-{kind}")
+        try:
+            get_toolchain("host").run(["gcc", *OWN_RESTORER_FLAGS, *flags, "-o", binary, "nocfi_epilogue.c"],
+                                      cwd=str(root))
+            paths = capture([binary], [StopPoint("bare-ret", "insn", "bare", "ret")], root / f"snaps-{kind}",
+                            binary=binary)
+        except (ImageError, CaptureError) as exc:
+            out[kind] = f"nocfi_epilogue.c ({kind}) with the host gcc: {exc}"
+            continue
+        out[kind] = CauseCapture("nocfi_epilogue", "host", Variant(sframe=kind != "none"), binary,
+                                 {n: Snapshot.load(p) for n, p in paths.items()},
+                                 function_symbols(binary, ("bare", "caller", "main")))
+    return out
+
+
 @pytest.fixture(scope="session")
 def go_nanotime_snaps(tmp_path_factory) -> CauseCapture:
     """tests/data/gospin.go built by Debian's golang-go (static, frame pointers, .debug_frame),
@@ -637,6 +673,47 @@ def accept_module_without_sframe_fallback_at(request, name: str):
         "fp_fallback": lambda s: s.startswith(why),
         "text": lambda t: f"falls back to frame pointers at the IP {st.regs.ip:#x}: {why}" in t,
     }, (LOST,))
+
+
+NOCFI_CAUSES = {"sframe": "sframe-function-without-fde", "gold": "sframe-module-without-pt-gnu-sframe",
+                "none": "sframe-module-without-sframe"}
+
+
+def accept_fallback_at_a_bare_epilogue(request, kind: str, strip: bool):
+    """nocfi_epilogue.c at bare's ret (after pop %rbp), walked with SFrame: no SFrame FDE covers
+    bare (the module has no SFrame FDE for it, its SFrame is a section the kernel does not see, or
+    it has none), so the FP fallback steps from the IP with the caller's rbp and loses caller.
+    bare has no FDE, so the CFI oracle cannot walk from it: the oracle's frames are built by hand,
+    the truth at a ret being the word at sp (caller's return address) followed by the unwinder's
+    own frames past it.  The FP fallback's reason is the epilogue's, which decodes no prologue;
+    ``strip``: the binary stripped by the real strip, bare is in no function (no symbol, no FDE)
+    and the evidence names none."""
+    cap = got(_fixture(request, "nocfi_snaps"), kind)
+    snap = cap.snaps["bare-ret"]
+    if strip:
+        snap = stripped(snap, cap.binary, _fixture(request, "tmp_path_factory").mktemp("stripped") / "nocfi")
+    st = stack_of(snap, "sframe")
+    b0, _b1 = cap.symbols["bare"]
+    c0, c1 = cap.symbols["caller"]
+    ip = st.regs.ip
+    assert st.memory.read(ip - 1, 2) == b"\x5d\xc3" and st.trace.frames[1].how is UnwinderType.FP
+    ra = word(st.memory, st.regs.sp)
+    assert c0 < ra < c1 and st.trace.ips[1] != ra
+    assert (st.code.function_at(ip) is None) == strip
+    want = (ip, ra, *st.trace.ips[1:])
+    frames = OracleFrames(want, frozenset({0}), "built by hand", True)
+    d = Divergence(st.unwinder, "cfi", LOST, 1, 1, tuple(st.trace.ips), want, frames.marks, True)
+    where = f"{ip:#x}" if strip else "bare"
+    evidence = {"module": cap.binary, "prologue": [], "address": ip,
+                "fp_fallback": lambda s: s.startswith("the IP is the ret after pop %rbp/leave"),
+                "function": "" if strip else "bare"}
+    if kind == "sframe":
+        evidence["text"] = lambda t: f"none covers {where} at the IP {ip:#x} (" in t
+        if strip:
+            evidence["function"] = lambda f: f is None  # no function's fields at all
+    else:
+        evidence["text"] = lambda t: f"falls back to frame pointers at the IP {ip:#x}: the IP is the ret after" in t
+    return Accepted(st, CFIOracle(st.space), frames, (1, 1), evidence, (LOST,), divergence=d)
 
 
 def gold_c_raw(request):
@@ -1598,6 +1675,8 @@ ACCEPT = [
          accept_module_without_sframe_fallback_at, ("c-ret",)),
     Case("sframe-module-without-pt-gnu-sframe", "callchain-nofp-static-gold-host:c-raw",
          accept_module_without_pt_gnu_sframe),
+    *[Case(NOCFI_CAUSES[kind], f"nocfi-epilogue-{kind}-host{'-stripped' if strip else ''}:bare-ret:by-hand",
+           accept_fallback_at_a_bare_epilogue, (kind, strip)) for kind in NOCFI_LINKS for strip in (False, True)],
     Case("fp-frameless-function", "callchain-fp-static-host:c-raw:ends", accept_frameless_lscm),
     Case("fp-frameless-function", "callchain-fp-static-host:c-libc:lost", accept_frameless_syscall),
     Case("fp-prologue-ip", "callchain-fp-static-host:c-push-rbp", accept_prologue, ("c-push-rbp",)),
