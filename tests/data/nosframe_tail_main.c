@@ -3,16 +3,18 @@
  * SFrame (-Wa,--gsframe), nosframe_tail.S without, as a static program's own code and the C
  * library's objects are.
  *
- *   nosframe_tail
+ *   nosframe_tail [next]
  *
- * main calls tail_exit() (nosframe_tail.S), whose last instruction calls die(), which makes
- * getppid syscalls forever.
+ * main calls tail_exit() (nosframe_tail.S; with "next", tail_exit_next()), whose last instruction
+ * calls die(), which makes getppid syscalls forever.  die is this file's first function: linked
+ * after nosframe_tail.S's object, it starts where tail_exit_next ends.
  */
 #include <sys/syscall.h>
 
 static volatile long sink;
 
 void tail_exit(void);
+void tail_exit_next(void);
 
 __attribute__((noreturn, noinline)) void die(void)
 {
@@ -23,8 +25,12 @@ __attribute__((noreturn, noinline)) void die(void)
 	}
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	tail_exit();
+	(void)argv;
+	if (argc > 1)
+		tail_exit_next();
+	else
+		tail_exit();
 	return (int)sink;
 }
