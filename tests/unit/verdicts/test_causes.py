@@ -73,7 +73,7 @@ from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_
 from harness.unwind.cfi import cfi_table
 from harness.unwind.code import CodeFacts
 from harness.unwind.maps import AddressSpace
-from harness.unwind.snapshot import Snapshot
+from harness.unwind.snapshot import Region, Snapshot
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import (
     StopReason,
@@ -594,6 +594,27 @@ def accept_tail_call_next_fde(request, tc):
         "function": "die", "return_address": d1, "next_function": "middle", "fde": [m0, m1],
         "own_fde": [d0, d1], "call": lambda s: s.endswith(f"call {cap.start('spin'):#x}"),
     }, (DIFFERS,))
+
+
+def accept_tail_call_next_fde_ends(request):
+    """Built by hand over tailcall -O2 nofp (host) at spin's call of leaf: the captured stack cut
+    right below die's frame (where the lookup at die's return address, middle's start, applies
+    middle's entry row and reads the return address at sp), so the SFrame step from there faults
+    and ends the walk; CFI, over the whole capture, goes on.  The cause's outcome is the walk's end."""
+    cap, _st, _oracle, _frames = tail_spin_call(request, "host")
+    snap = cap.snaps["spin-call"]
+    clean = stack_of(snap, "sframe")
+    sp1 = clean.trace.frames[1].sp
+    regions = [Region(r.addr, r.data[:sp1 - r.addr], r.what) if r.addr <= sp1 < r.addr + len(r.data) else r
+               for r in snap.regions]
+    st = stack_of(dataclasses.replace(snap, regions=regions), "sframe")
+    oracle, frames = cfi_of(st, snap)
+    assert st.trace.ips == clean.trace.ips[:2] and st.trace.stop.reason is StopReason.FAULT
+    assert st.trace.stopped_in is UnwinderType.SFRAME and st.trace.stop.addr == sp1
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "die", "next_function": "middle",
+        "text": lambda t: t.endswith(f"the step ended the walk ({st.trace.stop})"),
+    }, (ENDS,))
 
 
 def refuse_tail_spin_call(request, tc):
@@ -1755,6 +1776,8 @@ ACCEPT = [
     *[Case("sframe-tail-call", f"tailcall-nofp-O2-{tc}:die-entry", accept_tail_call, (tc,)) for tc in TOOLCHAINS],
     *[Case("sframe-tail-call-next-fde", f"tailcall-nofp-O2-{tc}:spin-call", accept_tail_call_next_fde, (tc,))
       for tc in TOOLCHAINS],
+    Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-host:spin-call:stack-cut-below-dies-frame",
+         accept_tail_call_next_fde_ends),
     *[Case("sframe-function-without-fde", f"callchain-nofp-static-{tc}:c-raw", accept_function_without_fde, (tc,))
       for tc in TOOLCHAINS],
     Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
