@@ -436,6 +436,33 @@ def nosframe_tail_snaps(tmp_path_factory) -> CauseCapture:
 
 
 @pytest.fixture(scope="session")
+def shadow_tail_snaps(tmp_path_factory) -> CauseCapture:
+    """tests/data/shadow_tail.c built by the host gcc with the shadow stack (-O2, frame pointers,
+    static): main -> loud -> quiet -> spin, quiet uninstrumented and ending in its call of spin,
+    loud starting at its end.  One stop: spin-raw (getppid in spin); with .data."""
+    from harness.images.programs import SOURCES
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp("shadow-tail")
+    shutil.copy(DATA / "shadow_tail.c", root / "shadow_tail.c")
+    binary = str(root / "shadow_tail")
+    try:
+        get_toolchain("host").run(["gcc", "-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-static",
+                                   "-finstrument-functions", "-DHARNESS_SHADOW", f"-I{SOURCES}", "-o", binary,
+                                   "shadow_tail.c"], cwd=str(root))
+        with data_regions():
+            paths = capture([binary], [StopPoint("spin-raw", "syscall", syscall="getppid")], root / "snaps",
+                            binary=binary)
+    except (ImageError, CaptureError) as exc:
+        require(False, f"shadow_tail.c with the host gcc: {exc}")
+        raise
+    return CauseCapture("shadow_tail", "host", Variant(shadow=True, opt="-O2"), binary,
+                        {n: Snapshot.load(p) for n, p in paths.items()},
+                        function_symbols(binary, ("spin", "quiet", "loud", "main")))
+
+
+@pytest.fixture(scope="session")
 def go_nanotime_snaps(tmp_path_factory) -> CauseCapture:
     """tests/data/gospin.go built by Debian's golang-go (static, frame pointers, .debug_frame),
     stopped in its first runtime.nanotime1 after osinit's sched_getaffinity (schedinit's, on m0's
@@ -1147,6 +1174,19 @@ def accept_hook_window(request, unwinder):
     }, (EXTRA,))
 
 
+def accept_uninstrumented_tail_call(request):
+    """shadow_tail.c at getppid in spin (fp): the shadow stack has spin (its call site quiet's end)
+    and loud, not quiet, built without the hooks; FP has quiet's frame.  quiet's return address in
+    spin's frame is its end, loud's first byte: looked up at itself it would be loud, which is
+    instrumented; as a return address it is looked up at ra - 1, in quiet."""
+    cap = _fixture(request, "shadow_tail_snaps")
+    st = stack_of(cap.snaps["spin-raw"], "fp")
+    oracle, frames = shadow_of(st, cap.binary)
+    q0, q1 = cap.symbols["quiet"]
+    assert st.trace.ips[1] == frames.ips[1] == q1 == cap.start("loud")
+    return Accepted(st, oracle, frames, (2, 2), {"function": "quiet", "start": q0, "end": q1}, (EXTRA,))
+
+
 def refuse_shadow(request, name: str, i: int, unwinder: str = "fp"):
     _cap, st, oracle, frames = shadow_stop(request, name, unwinder)
     return Refused(st, div(st, oracle, frames, EXTRA, i, 1))
@@ -1812,6 +1852,7 @@ ACCEPT = [
     Case("shadow-uninstrumented", "callchain-shadow-host:mprotect:fp", accept_uninstrumented_startup, ("fp",)),
     Case("shadow-uninstrumented", "callchain-shadow-host:mprotect:sframe", accept_uninstrumented_startup,
          ("sframe",)),
+    Case("shadow-uninstrumented", "shadow-tail-host:spin-raw:fp", accept_uninstrumented_tail_call),
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:fp", accept_hook_window, ("fp",)),
     Case("shadow-hook-window", "callchain-shadow-host:c-hook-call:sframe", accept_hook_window, ("sframe",)),
     Case("cfi-no-fde", "nofde-host:spin-raw", accept_cfi_no_fde),
@@ -2120,3 +2161,4 @@ def test_a_tail_call_into_the_next_fde_without_its_own_is_explained(request):
     v = judge(st, oracle, frames)
     assert v.verdict == EXPLAINED, describe(v)
     assert v.divergences[0].cause == "sframe-tail-call-next-fde", describe(v)
+
