@@ -463,6 +463,31 @@ def shadow_tail_snaps(tmp_path_factory) -> CauseCapture:
 
 
 @pytest.fixture(scope="session")
+def untracked_sp_snaps(tmp_path_factory) -> CauseCapture:
+    """tests/data/untracked_sp.c built by the host gcc, -static-pie (loaded away from its link
+    addresses), frame pointers: main -> realign (assembly that realigns rsp with no CFI row, and
+    starts a row at its call's return address) -> target.  One stop: target-raw (getppid in
+    target).  ``symbols`` are link addresses."""
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp("untracked-sp")
+    shutil.copy(DATA / "untracked_sp.c", root / "untracked_sp.c")
+    binary = str(root / "untracked_sp")
+    try:
+        get_toolchain("host").run(["gcc", "-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer",
+                                   "-static-pie", "-o", binary, "untracked_sp.c"], cwd=str(root))
+        paths = capture([binary], [StopPoint("target-raw", "syscall", syscall="getppid")], root / "snaps",
+                        binary=binary)
+    except (ImageError, CaptureError) as exc:
+        require(False, f"untracked_sp.c with the host gcc (-static-pie): {exc}")
+        raise
+    return CauseCapture("untracked_sp", "host", Variant(sframe=False), binary,
+                        {n: Snapshot.load(p) for n, p in paths.items()},
+                        function_symbols(binary, ("realign", "target", "main")))
+
+
+@pytest.fixture(scope="session")
 def go_nanotime_snaps(tmp_path_factory) -> CauseCapture:
     """tests/data/gospin.go built by Debian's golang-go (static, frame pointers, .debug_frame),
     stopped in its first runtime.nanotime1 after osinit's sched_getaffinity (schedinit's, on m0's
@@ -1392,6 +1417,45 @@ def accept_untracked_sp_at_the_ip(request, name: str):
     }, (PAST_END,))
 
 
+def accept_untracked_sp_pie(request):
+    """untracked_sp.c (-static-pie) at getppid in target: realign's row at the call (CFA = rsp+16,
+    from after its push) does not hold there, its code has realigned rsp; the word read as the
+    return address is the 0 realign wrote, so CFI ends there, and FP goes on through realign's
+    frame pointer.  A row starts at the return address itself (CFA = rbp+16): the row the oracle
+    used is ra - 1's.  The program is loaded at a bias: the row's start is a run-time address."""
+    cap = _fixture(request, "untracked_sp_snaps")
+    st = stack_of(cap.snaps["target-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    bias = st.space.elf_at(st.regs.ip).bias
+    r0, r1 = cap.symbols["realign"]
+    assert bias and len(frames.ips) == 2 and r0 + bias < frames.ips[1] < r1 + bias
+    assert frames.outermost and "return address 0" in frames.stop and len(st.trace) > 2
+    e = st.space.elf_at(frames.ips[1])
+    at_ra = cfi_table(e.image).row_for(e.link_address(frames.ips[1]))[0]["cfa"]
+    assert at_ra.reg == 6 and at_ra.offset == 16  # rbp + 16 from the return address on
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "realign", "address": frames.ips[1], "row_start": r0 + 1 + bias,
+        "row": "CFA = rsp+16, return address at CFA-8", "unchecked": len(st.trace) - 2,
+        "paths": lambda p: len(p) == 1 and p[0].startswith("sub rsp, 0x10; and rsp, 0xfffffffffffffff0"),
+    }, (PAST_END,))
+
+
+def refuse_untracked_sp_rbp_row(request):
+    """Built by hand: untracked_sp.c at getppid in target, CFI's frames cut after the IP and
+    marked as not outermost.  target keeps a frame pointer: its row at the IP takes the CFA from
+    rbp (after push rbp; mov rsp,rbp), and every path from that row to the IP moves rsp (sub
+    $0x20,%rsp for its locals), which an rbp-based CFA does not depend on."""
+    cap = _fixture(request, "untracked_sp_snaps")
+    st = stack_of(cap.snaps["target-raw"], "fp")
+    oracle, frames = cfi_of(st)
+    ip, e, f = st.regs.ip, st.space.elf_at(st.regs.ip), st.code.function_at(st.regs.ip)
+    row = cfi_table(e.image).row_for(e.link_address(ip))[0]
+    paths = st.code.sp_paths(f, row["pc"] + e.bias, ip)
+    assert f.name == "target" and row["cfa"].reg == 6 and row["cfa"].expr is None
+    assert paths and all(p.moved for p in paths)
+    cut = dataclasses.replace(frames, ips=frames.ips[:1], outermost=False)
+    return Refused(st, div(st, oracle, cut, PAST_END, 1, 1))
+
 def refuse_untracked_sp_before_writes(request):
     """Built by hand: gospin in runtime.nanotime1 before it moves rsp (at its cmp of m.curg), where
     CFI walks on to its callers, cut after the IP as if it had ended there: the same row, but no
@@ -1863,6 +1927,7 @@ ACCEPT = [
     Case("cfi-untracked-sp-change", "gospin-go:nt-call", accept_untracked_sp_at_the_ip, ("nt-call",)),
     Case("cfi-untracked-sp-change", "gospin-go:nt-ret", accept_untracked_sp_at_the_ip, ("nt-ret",)),
     Case("cfi-untracked-sp-change", "gospin-go:nt-vdso:not-outermost", accept_untracked_sp_not_outermost),
+    Case("cfi-untracked-sp-change", "untracked-sp-static-pie-host:target-raw", accept_untracked_sp_pie),
     Case("request-in-entry-asm", "callchain-fp-static-host:c-raw->c-ret", accept_in_entry_asm),
     Case("signal-delivery", "signal-fp-static-host:on-alarm", accept_signal_delivery),
     Case("signal-delivery", "signal-fp-static-host:on-alarm:foreign-task",
@@ -1970,6 +2035,8 @@ REFUSE = [
     Case("cfi-untracked-sp-change", "gospin-go:nt-call:as-a-return-address", refuse_untracked_sp_after_no_call),
     Case("cfi-untracked-sp-change", "callchain-fp-static-host:c-after-push:cut-at-the-ip", refuse_untracked_sp_after_push),
     Case("cfi-untracked-sp-change", "nofde-host:spin-raw:no-fde's", refuse_cfi_no_fde_case),
+    Case("cfi-untracked-sp-change", "untracked-sp-static-pie-host:target-raw:cut-at-the-ip:rbp-row",
+         refuse_untracked_sp_rbp_row),
     # the registers: each cause on the others' cases
     Case("request-in-entry-asm", "signal-fp-static-host:on-alarm:signal-delivery's", refuse_regs(regs_signal_delivery)),
     Case("request-in-entry-asm", "nofde-host:new-image:execve's", refuse_regs(regs_execve)),
@@ -2161,4 +2228,5 @@ def test_a_tail_call_into_the_next_fde_without_its_own_is_explained(request):
     v = judge(st, oracle, frames)
     assert v.verdict == EXPLAINED, describe(v)
     assert v.divergences[0].cause == "sframe-tail-call-next-fde", describe(v)
+
 
