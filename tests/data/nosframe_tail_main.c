@@ -3,11 +3,15 @@
  * SFrame (-Wa,--gsframe), nosframe_tail.S without, as a static program's own code and the C
  * library's objects are.
  *
- *   nosframe_tail [next]
+ *   nosframe_tail [next|trap|fde]
  *
  * main calls tail_exit() (nosframe_tail.S; with "next", tail_exit_next()), whose last instruction
  * calls die(), which makes getppid syscalls forever.  die is this file's first function: linked
- * after nosframe_tail.S's object, it starts where tail_exit_next ends.
+ * after nosframe_tail.S's object, it starts where tail_exit_next ends.  With "trap", main calls
+ * tail_trap (assembly here, so with SFrame): its FDE ends right after its call of die, its symbol
+ * two bytes later, after a ud2 (a trap after the call that never returns, outside the CFI).  With
+ * "fde", tail_trap_fde: the same, its ud2 in an FDE of its own inside the one symbol.
+ * Compiled with -fno-toplevel-reorder, so that die, tail_trap and main come in this order.
  */
 #include <sys/syscall.h>
 
@@ -15,6 +19,9 @@ static volatile long sink;
 
 void tail_exit(void);
 void tail_exit_next(void);
+void tail_trap(void);
+void tail_trap_fde(void);
+
 
 __attribute__((noreturn, noinline)) void die(void)
 {
@@ -25,10 +32,38 @@ __attribute__((noreturn, noinline)) void die(void)
 	}
 }
 
+__asm__(
+	".text\n"
+	".globl tail_trap\n"
+	".type tail_trap,@function\n"
+	"tail_trap:\n"
+	"  .cfi_startproc\n"
+	"  sub $8, %rsp\n"
+	"  .cfi_adjust_cfa_offset 8\n"
+	"  call die\n"
+	"  .cfi_endproc\n"
+	"  ud2\n"
+	".size tail_trap, .-tail_trap\n"
+	".globl tail_trap_fde\n"
+	".type tail_trap_fde,@function\n"
+	"tail_trap_fde:\n"
+	"  .cfi_startproc\n"
+	"  sub $8, %rsp\n"
+	"  .cfi_adjust_cfa_offset 8\n"
+	"  call die\n"
+	"  .cfi_endproc\n"
+	"  .cfi_startproc\n"
+	"  ud2\n"
+	"  .cfi_endproc\n"
+	".size tail_trap_fde, .-tail_trap_fde\n");
+
 int main(int argc, char **argv)
 {
-	(void)argv;
-	if (argc > 1)
+	if (argc > 1 && argv[1][0] == 't')
+		tail_trap();
+	else if (argc > 1 && argv[1][0] == 'f')
+		tail_trap_fde();
+	else if (argc > 1)
 		tail_exit_next();
 	else
 		tail_exit();

@@ -411,7 +411,9 @@ def nosframe_tail_snaps(tmp_path_factory) -> CauseCapture:
     (assembled without it) by the host gcc, static, no frame pointers: main -> tail_exit -> die;
     tail_exit's last instruction is its call of die, its object carries no .sframe.  Stops:
     die-raw (getppid in die), and run with "next" die-next (the same, called from tail_exit_next,
-    which ends where die starts)."""
+    which ends where die starts), with "trap" die-trap (called from tail_trap, whose symbol ends
+    after a ud2 past its FDE's end), with "fde" die-fde (called from tail_trap_fde, the same with
+    its ud2 in an FDE of its own)."""
     from harness.images.toolchain import get_toolchain
 
     require(shutil.which("gdb") is not None, "gdb is not installed")
@@ -422,17 +424,18 @@ def nosframe_tail_snaps(tmp_path_factory) -> CauseCapture:
     try:
         tc = get_toolchain("host")
         tc.run(["gcc", "-c", "-o", "nosframe_tail.o", "nosframe_tail.S"], cwd=str(root))
-        tc.run(["gcc", "-O1", "-fomit-frame-pointer", "-static", "-Wa,--gsframe", "-o", binary,
-                "nosframe_tail.o", "nosframe_tail_main.c"], cwd=str(root))
+        tc.run(["gcc", "-O1", "-fomit-frame-pointer", "-fno-toplevel-reorder", "-static", "-Wa,--gsframe", "-o",
+                binary, "nosframe_tail.o", "nosframe_tail_main.c"], cwd=str(root))
         paths = capture([binary], [StopPoint("die-raw", "syscall", syscall="getppid")], root / "snaps", binary=binary)
-        paths.update(capture([binary, "next"], [StopPoint("die-next", "syscall", syscall="getppid")],
-                             root / "snaps-next", binary=binary))
+        for arg in ("next", "trap", "fde"):
+            paths.update(capture([binary, arg], [StopPoint(f"die-{arg}", "syscall", syscall="getppid")],
+                                 root / f"snaps-{arg}", binary=binary))
     except (ImageError, CaptureError) as exc:
         require(False, f"nosframe_tail with the host gcc: {exc}")
         raise
     return CauseCapture("nosframe_tail", "host", Variant(frame_pointers=False), binary,
                         {n: Snapshot.load(p) for n, p in paths.items()},
-                        function_symbols(binary, ("tail_exit", "tail_exit_next", "die", "main")))
+                        function_symbols(binary, ("tail_exit", "tail_exit_next", "tail_trap", "tail_trap_fde", "die", "main")))
 
 
 @pytest.fixture(scope="session")
@@ -862,6 +865,36 @@ def refuse_tail_call_next_without_its_fde(request):
     case is an acceptance."""
     _cap, st, oracle, frames = nosframe_tail_next_stop(request)
     return Refused(st, div(st, oracle, frames, DIFFERS, 2, 2))
+
+
+def refuse_tail_call_before_a_trap(request):
+    """nosframe_tail trap at getppid in die: tail_trap's return address is its FDE's end (its SFrame
+    FDE's too) but not its symbol's, which goes on over the ud2 after the call: the symbol says the
+    call is not in tail position, and sframe-tail-call takes the function's bounds from it."""
+    cap = _fixture(request, "nosframe_tail_snaps")
+    st = stack_of(cap.snaps["die-trap"], "sframe")
+    oracle, frames = cfi_of(st)
+    t0, t1 = cap.symbols["tail_trap"]
+    ra = frames.ips[1]
+    table = st.sframe_for(ra)
+    assert st.trace.ips[1] == ra == t1 - 2 and st.memory.read(ra, 2) == b"\x0f\x0b"  # ud2
+    assert table.find_fde(ra) is None and table.find_fde(ra - 1).func_end == ra
+    return Refused(st, div(st, oracle, frames, rest(st, frames, 2, 2), 2, 2))
+
+
+def refuse_tail_call_next_before_a_trap(request):
+    """nosframe_tail fde at getppid in die: tail_trap_fde's return address is the start of the FDE
+    of its ud2 (SFrame steps there with that FDE's entry row) and the end of its call's FDE, but
+    not its symbol's end: the symbol says the call is not in tail position."""
+    cap = _fixture(request, "nosframe_tail_snaps")
+    st = stack_of(cap.snaps["die-fde"], "sframe")
+    oracle, frames = cfi_of(st)
+    t0, t1 = cap.symbols["tail_trap_fde"]
+    ra = frames.ips[1]
+    table = st.sframe_for(ra)
+    assert st.trace.ips[1] == ra == t1 - 2 and st.trace.frames[2].how is UnwinderType.SFRAME
+    assert table.find_fde(ra).func_start == ra and table.find_fde(ra - 1).func_end == ra
+    return Refused(st, div(st, oracle, frames, rest(st, frames, 2, 2), 2, 2))
 
 
 def after_no_call(request, stop: str, func: str, kind: str):
@@ -1955,8 +1988,11 @@ REFUSE = [
     Case("sframe-tail-call", "nosframe-tail-host:die-raw:no-fde-of-its-own", refuse_tail_call_without_its_fde),
     Case("sframe-tail-call", "nosframe-tail-host:die-raw:at-mains-end-after-no-call", after_no_call,
          ("die-raw", "main", ENDS)),
+    Case("sframe-tail-call", "nosframe-tail-host:die-trap:symbol-past-the-fde", refuse_tail_call_before_a_trap),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:no-fde-of-its-own",
          refuse_tail_call_next_without_its_fde),
+    Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-fde:symbol-past-the-fde",
+         refuse_tail_call_next_before_a_trap),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:at-dies-end-after-no-call", after_no_call,
          ("die-next", "die", DIFFERS)),
     # the step that went wrong was FP's, not SFrame's
