@@ -413,21 +413,23 @@ def nosframe_tail_snaps(tmp_path_factory) -> CauseCapture:
     die-raw (getppid in die), and run with "next" die-next (the same, called from tail_exit_next,
     which ends where die starts), with "trap" die-trap (called from tail_trap, whose symbol ends
     after a ud2 past its FDE's end), with "fde" die-fde (called from tail_trap_fde, the same with
-    its ud2 in an FDE of its own)."""
+    its ud2 in an FDE of its own), with "sonly" die-sonly (called from tail_sframe_only, which ends
+    where tests/data/sframe_only_next.S's function starts: linked last, its CFI in .sframe only)."""
     from harness.images.toolchain import get_toolchain
 
     require(shutil.which("gdb") is not None, "gdb is not installed")
     root = tmp_path_factory.mktemp("nosframe-tail")
-    for f in ("nosframe_tail_main.c", "nosframe_tail.S"):
+    for f in ("nosframe_tail_main.c", "nosframe_tail.S", "sframe_only_next.S"):
         shutil.copy(DATA / f, root / f)
     binary = str(root / "nosframe_tail")
     try:
         tc = get_toolchain("host")
         tc.run(["gcc", "-c", "-o", "nosframe_tail.o", "nosframe_tail.S"], cwd=str(root))
+        tc.run(["gcc", "-c", "-o", "sframe_only_next.o", "sframe_only_next.S"], cwd=str(root))
         tc.run(["gcc", "-O1", "-fomit-frame-pointer", "-fno-toplevel-reorder", "-static", "-Wa,--gsframe", "-o",
-                binary, "nosframe_tail.o", "nosframe_tail_main.c"], cwd=str(root))
+                binary, "nosframe_tail.o", "nosframe_tail_main.c", "sframe_only_next.o"], cwd=str(root))
         paths = capture([binary], [StopPoint("die-raw", "syscall", syscall="getppid")], root / "snaps", binary=binary)
-        for arg in ("next", "trap", "fde"):
+        for arg in ("next", "trap", "fde", "sonly"):
             paths.update(capture([binary, arg], [StopPoint(f"die-{arg}", "syscall", syscall="getppid")],
                                  root / f"snaps-{arg}", binary=binary))
     except (ImageError, CaptureError) as exc:
@@ -435,7 +437,8 @@ def nosframe_tail_snaps(tmp_path_factory) -> CauseCapture:
         raise
     return CauseCapture("nosframe_tail", "host", Variant(frame_pointers=False), binary,
                         {n: Snapshot.load(p) for n, p in paths.items()},
-                        function_symbols(binary, ("tail_exit", "tail_exit_next", "tail_trap", "tail_trap_fde", "die", "main")))
+                        function_symbols(binary, ("tail_exit", "tail_exit_next", "tail_trap", "tail_trap_fde", "tail_sframe_only",
+                                                 "next_sframe_only", "die", "main")))
 
 
 @pytest.fixture(scope="session")
@@ -895,6 +898,26 @@ def refuse_tail_call_next_before_a_trap(request):
     assert st.trace.ips[1] == ra == t1 - 2 and st.trace.frames[2].how is UnwinderType.SFRAME
     assert table.find_fde(ra).func_start == ra and table.find_fde(ra - 1).func_end == ra
     return Refused(st, div(st, oracle, frames, rest(st, frames, 2, 2), 2, 2))
+
+
+def accept_tail_call_next_fde_unnamed(request):
+    """nosframe_tail sonly at getppid in die, its binary stripped by the real strip: die's return
+    address is tail_sframe_only's end, where the SFrame lookup finds the FDE of the function that
+    follows (sframe_only_next.S's), which has no symbol left and no .eh_frame FDE: nothing names
+    it, so the evidence gives its address.  tail_sframe_only is named by its .eh_frame FDE."""
+    cap = _fixture(request, "nosframe_tail_snaps")
+    snap = stripped(cap.snaps["die-sonly"], cap.binary,
+                    _fixture(request, "tmp_path_factory").mktemp("stripped") / "nosframe_tail")
+    st = stack_of(snap, "sframe")
+    oracle, frames = cfi_of(st)
+    t0, t1 = cap.symbols["tail_sframe_only"]
+    assert st.trace.ips[1] == frames.ips[1] == t1 == cap.start("next_sframe_only")
+    assert st.code.function_at(t1) is None and st.sframe_for(t1).find_fde(t1).func_start == t1
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": f"nosframe_tail+{t0:#x}", "return_address": t1, "next_function": f"{t1:#x}",
+        "fde": lambda f: f[0] == t1, "own_fde": [t0, t1],
+        "text": lambda t: f"and the start of {t1:#x};" in t,
+    }, (LOST, ENDS, DIFFERS))
 
 
 def after_no_call(request, stop: str, func: str, kind: str):
@@ -1915,6 +1938,7 @@ ACCEPT = [
       for tc in TOOLCHAINS],
     Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-host:spin-call:stack-cut-below-dies-frame",
          accept_tail_call_next_fde_ends),
+    Case("sframe-tail-call-next-fde", "nosframe-tail-host-stripped:die-sonly", accept_tail_call_next_fde_unnamed),
     *[Case("sframe-function-without-fde", f"callchain-nofp-static-{tc}:c-raw", accept_function_without_fde, (tc,))
       for tc in TOOLCHAINS],
     Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
