@@ -345,7 +345,9 @@ def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
     found = _at_epilogue(stack, addr)
     if found is None:
         return None
-    return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)}", **found)
+    # not mutated (equivalent: fp-epilogue-ip is registered for LOSTs only, whose outcome reads d alone, not
+    # the stack)
+    return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)}", **found)  # pragma: no mutate
 cause("fp-epilogue-ip", (LOST,), "an IP at an epilogue ret: the FP step skips the caller",
       unwinders={"fp"})(_fp_epilogue)
 
@@ -613,13 +615,16 @@ def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
     if k < 0 or d.want_index != len(d.want) or d.got_index < 1 or d.got[d.got_index - 1] != d.want[k]:
         return None
     addr, is_ip = d.want[k], k in d.want_marks
-    probe = addr if is_ip else addr - 1  # where the oracle looked its row up
+    # where the oracle looked its row up; not mutated (equivalent: ra - 2 for ra - 1: a call is 2 bytes or
+    # more, so both are inside it, in its function and its row)
+    probe = addr if is_ip else addr - 1  # pragma: no mutate
     code = stack.code
     # The function is looked up at the probe too, in the ELF mapped there: no ELF, no function.
     e, f = stack.space.elf_at(probe), code.function_at(probe)
     if f is None:
         return None
-    call = None if is_ip else code.insn_ending_at(f, addr)
+    # not mutated (equivalent: the instruction ending at an IP, decoded too, is never read)
+    call = None if is_ip else code.insn_ending_at(f, addr)  # pragma: no mutate
     if not (is_ip or call is not None and _A_CALL.match(call.text)):
         return None
     end = addr if is_ip else call.addr  # the state the row must describe: before the call
