@@ -298,9 +298,7 @@ def _signal_frame(stack: Stack, d: Divergence) -> dict | None:
     # The frame's "return address" is the trampoline's first byte (the handler returns to it):
     # named at itself; glibc's FDE for it starts one byte earlier, at a nop.
     tramp = stack.code.function_at(d.want[j - 1]) or stack.code.function_at(d.want[j - 1], True)
-    # not mutated (equivalent: tramp is never None: is_signal_trampoline found an FDE at the byte one
-    # of the two lookups probes, ra itself for an IP, ra - 1 for a return address)
-    name = tramp.name if tramp else f"{d.want[j - 1]:#x}"  # pragma: no mutate
+    name = tramp.name if tramp else f"{d.want[j - 1]:#x}"
     return evidence(f"{d.want[j]:#x} is the IP a signal interrupted; the frame above it is the trampoline "
                     f"{name} (CIE augmentation 'S'), whose step follows the interrupted rbp to the interrupted "
                     f"function's caller", trampoline=name, interrupted_ip=d.want[j])
@@ -345,9 +343,7 @@ def _fp_epilogue(stack: Stack, d: Divergence) -> dict | None:
     found = _at_epilogue(stack, addr)
     if found is None:
         return None
-    # not mutated (equivalent: fp-epilogue-ip is registered for LOSTs only, whose outcome reads d alone, not
-    # the stack)
-    return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)}", **found)  # pragma: no mutate
+    return evidence(f"{found['why_fp']}, so the FP step {_outcome(stack, d)}", **found)
 cause("fp-epilogue-ip", (LOST,), "an IP at an epilogue ret: the FP step skips the caller",
       unwinders={"fp"})(_fp_epilogue)
 
@@ -615,16 +611,13 @@ def _cfi_untracked_sp(stack: Stack, d: Divergence) -> dict | None:
     if k < 0 or d.want_index != len(d.want) or d.got_index < 1 or d.got[d.got_index - 1] != d.want[k]:
         return None
     addr, is_ip = d.want[k], k in d.want_marks
-    # where the oracle looked its row up; not mutated (equivalent: ra - 2 for ra - 1: a call is 2 bytes or
-    # more, so both are inside it, in its function and its row)
-    probe = addr if is_ip else addr - 1  # pragma: no mutate
+    probe = addr if is_ip else addr - 1  # where the oracle looked its row up
     code = stack.code
     # The function is looked up at the probe too, in the ELF mapped there: no ELF, no function.
     e, f = stack.space.elf_at(probe), code.function_at(probe)
     if f is None:
         return None
-    # not mutated (equivalent: the instruction ending at an IP, decoded too, is never read)
-    call = None if is_ip else code.insn_ending_at(f, addr)  # pragma: no mutate
+    call = None if is_ip else code.insn_ending_at(f, addr)
     if not (is_ip or call is not None and _A_CALL.match(call.text)):
         return None
     end = addr if is_ip else call.addr  # the state the row must describe: before the call
