@@ -29,6 +29,13 @@ The stops, beyond those of tests/support/cause_snapshots.py:
   at its execve of itself and at the new image's ``_start``;
 * tests/data/gospin.go (Debian's golang-go): in runtime.nanotime1 on m0's g0, before it moves rsp
   and at its call of the vDSO, and inside __vdso_clock_gettime called from there;
+* programs of tests/data built by the host gcc for one rule each: own_restorer.c (a signal
+  restorer whose FDE starts at its first byte, at that byte), nocfi_epilogue.c (a function with a
+  frame pointer and no CFI, at its ret; with SFrame, linked by gold, without), nosframe_tail.S
+  with nosframe_tail_main.c and sframe_only_next.S (calls in tail position around objects without
+  SFrame data, in die), shadow_tail.c (an uninstrumented function's tail call before an
+  instrumented one), untracked_sp.c (-static-pie: rsp realigned with no CFI row); stripped copies
+  by the host's strip where a case needs no symbols;
 * the perf causes: the two real perf captures of tests/data (tests/unit/perf/test_oracle_fixture.py), checked as
   ``harness perf`` does (PerfOracle); where the captures hold no such case (a chain cut at
   perf_event_max_stack, a dump too short, an entry left unanswered at exit, a sample after its
