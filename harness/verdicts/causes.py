@@ -440,9 +440,10 @@ def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
     call = stack.code.call_before(ra)
     if f is None or f.end != ra or call is None:
         return None
-    # found is not None: SFrame took the step, looking ra itself up (the call's own FDE is ra - 1's)
+    # found is not None: SFrame took the step, looking ra itself up.  The call's own FDE (ra - 1's)
+    # plays no part in that lookup: a function without one ends here all the same.
     found, own = table.find_fde(ra), table.find_fde(call.addr)
-    if found.func_start != ra or own is None or own.func_end != ra:
+    if found.func_start != ra or (own is not None and own.func_end != ra):
         return None
     nxt = stack.code.function_at(ra)
     name = nxt.name if nxt else f"{ra:#x}"
@@ -451,8 +452,8 @@ def _sframe_tail_call_next(stack: Stack, d: Divergence) -> dict | None:
         f"never returns) and the start of {name}; the kernel's SFrame lookup takes the address itself, not "
         f"ra - 1, so it finds {name}'s FDE [{found.func_start:#x}, {found.func_end:#x}) and applies its "
         f"function-entry row to {f.name}'s frame: the step {_outcome(stack, d)}",
-        **_fn(f), return_address=ra, fde=[found.func_start, found.func_end], own_fde=[own.func_start, own.func_end],
-        next_function=name, call=str(call))
+        **_fn(f), return_address=ra, fde=[found.func_start, found.func_end],
+        own_fde=[own.func_start, own.func_end] if own else [], next_function=name, call=str(call))
 cause("sframe-tail-call-next-fde", (LOST, ENDS, DIFFERS),
       "a call in tail position whose return address is the next function's start: the kernel's lookup "
       "finds that function's FDE and applies its entry row", unwinders={"sframe"},
@@ -470,7 +471,12 @@ def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:
     e = stack.space.elf_at(addr)  # mapped: the table is the ELF's there
     f = stack.code.function_at(addr, not is_ip)
     if f is not None and not is_ip and f.end == addr:
-        return None  # a return address at its function's end: sframe-tail-call's case, not this one
+        # A return address at its function's end (a call in tail position): sframe-tail-call's
+        # case where the call has an SFrame FDE that ends there; without one, this cause's.
+        call = stack.code.call_before(addr)
+        own = table.find_fde(call.addr) if call is not None else None
+        if own is not None and own.func_end == addr:
+            return None
     name = f.name if f else f"{addr:#x}"
     return evidence(
         f"{e.path} has .sframe ({len(table.fdes)} FDEs) but none covers {name} at "

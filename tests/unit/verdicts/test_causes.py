@@ -867,16 +867,6 @@ def nosframe_tail_next_stop(request):
     return cap, st, oracle, frames
 
 
-def refuse_tail_call_next_without_its_fde(request):
-    """nosframe_tail next's divergence after tail_exit_next's end: the call before it has no SFrame
-    FDE of its own (sframe-tail-call-next-fde names the FDE the call has, ``own_fde``).  The
-    kernel's lookup does not need that FDE: a gap (the strict xfail
-    test_a_tail_call_into_the_next_fde_without_its_own_is_explained), and once it is closed this
-    case is an acceptance."""
-    _cap, st, oracle, frames = nosframe_tail_next_stop(request)
-    return Refused(st, div(st, oracle, frames, DIFFERS, 2, 2))
-
-
 def refuse_tail_call_before_a_trap(request):
     """nosframe_tail trap at getppid in die: tail_trap's return address is its FDE's end (its SFrame
     FDE's too) but not its symbol's, which goes on over the ud2 after the call: the symbol says the
@@ -2020,8 +2010,6 @@ REFUSE = [
     Case("sframe-tail-call", "nosframe-tail-host:die-raw:at-mains-end-after-no-call", after_no_call,
          ("die-raw", "main", ENDS)),
     Case("sframe-tail-call", "nosframe-tail-host:die-trap:symbol-past-the-fde", refuse_tail_call_before_a_trap),
-    Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:no-fde-of-its-own",
-         refuse_tail_call_next_without_its_fde),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-fde:symbol-past-the-fde",
          refuse_tail_call_next_before_a_trap),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:at-dies-end-after-no-call", after_no_call,
@@ -2266,11 +2254,6 @@ def test_a_lost_frame_after_the_unwinders_last_has_no_step(request):
             assert c.predicate(st, d) is None, c.name
 
 
-
-@pytest.mark.xfail(strict=True, reason=(
-    "harness bug: _sframe_no_fde leaves a return address at its function's end to sframe-tail-call, which "
-    "proves it only where the call itself has an SFrame FDE; with none (an object without .sframe, as "
-    "static glibc's exit() ending in its call of __run_exit_handlers) no cause proves it"))
 def test_a_tail_call_in_a_function_without_sframe_is_explained(request):
     """nosframe_tail at getppid in die: the SFrame walk ends at tail_exit's return address (its
     end), where neither the address nor the call before it has an SFrame FDE: the kernel's lookup
@@ -2282,11 +2265,6 @@ def test_a_tail_call_in_a_function_without_sframe_is_explained(request):
     assert [d.cause for d in v.divergences] == ["sframe-function-without-fde"], describe(v)
 
 
-
-@pytest.mark.xfail(strict=True, reason=(
-    "harness bug: _sframe_tail_call_next requires the call's own SFrame FDE (own), which the kernel's "
-    "lookup at ra never consults: a function without .sframe ending in a noreturn call right before a "
-    "function with an FDE is proven by no cause"))
 def test_a_tail_call_into_the_next_fde_without_its_own_is_explained(request):
     """nosframe_tail next at getppid in die: the kernel's SFrame lookup at tail_exit_next's return
     address (its end) finds die's FDE and applies its entry row, as sframe-tail-call-next-fde says;
