@@ -57,6 +57,12 @@ def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
     # each printed to one decimal: 0.4 x the floor's rounding (0.05) + the goal's own (0.05); 0.06 failed
     # at 669.5 against 0.4 x 1673.9 = 669.56 (issue 21's flake campaign, run b2)
     assert float(goal.group(1)) == pytest.approx(0.4 * floor, abs=0.4 * 0.05 + 0.05 + 1e-9)
-    assert float(goal.group(3)) == pytest.approx(float(rate) / float(goal.group(1)), abs=0.006)
-    assert (goal.group(2) == "met") == (float(rate) >= float(goal.group(1)))
+    # The share of the goal is printed to two decimals from the unrounded rate and goal, which are
+    # printed to one: recomputed from the printed ones it may differ by its own rounding (0.005) plus
+    # what theirs make of it, 0.05 x (1 + share) / goal, which a slow floor makes large (campaign
+    # run k1, 2026-12-06, 7.2 at load 6: 31.2 traces/s of a goal of 13.7, 2.27 printed, 2.2774 recomputed).
+    r_p, g_p, share = float(rate), float(goal.group(1)), float(goal.group(3))
+    assert share == pytest.approx(r_p / g_p, abs=0.005 + 0.05 * (1 + r_p / g_p) / (g_p - 0.05) + 1e-9)
+    if abs(r_p - g_p) > 0.1:  # "met" is decided on the unrounded figures
+        assert (goal.group(2) == "met") == (r_p >= g_p)
     assert "error in the sampling run" not in out
