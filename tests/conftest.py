@@ -82,6 +82,8 @@ def pytest_collection_modifyitems(config, items):
     9.2 no longer reads (``Node._id``, a ``NodeId``): loadgroup then ran every test on its own
     and both workers booted a module's guest (measured: most module-scoped guests were set
     up twice).  Done here where xdist's did not take."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the order the controller hands modules out in
+        _longest_first(items)
     if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
         return
     for item in items:
@@ -89,6 +91,61 @@ def pytest_collection_modifyitems(config, items):
                         for m in item.iter_markers("xdist_group")})
         if names and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+# --- the unit suite on pytest-xdist (tox -e py runs `-n 2 --dist loadfile`) ---------------------
+# With loadfile a module is a unit of work, run on one worker; the controller hands the units out
+# in the order the workers collected them, and a worker takes its next unit when two tests of its
+# current one are left.  xdist's own order (--loadscope-reorder, its default) is by number of tests
+# a module has: the modules of a few long tests (10^5 mutated logs in 4 tests, a fuzz campaign
+# in 6, the deferred model's two machines) then came last, and the worker that drew the last one
+# ran alone to the end (8 s of the suite's end on one worker, measured).  The longest modules go
+# first instead, longest first, each worker taking the next as it frees: the last units are short
+# ones, and the two workers end together.  The list is each module's CPU, largest first (the mean
+# of three whole runs, benchmarks/SUITE_TIME.md, measured by benchmarks/suite_cpu.py), with the
+# two that mostly wait placed by their wall time; the modules below 1.4 s follow in their
+# collection order.  A module missing from the list only runs later than it could.
+LONGEST_FIRST = (
+    "tests/unit/sframe/test_check.py",
+    "tests/unit/deferred/test_check_mutations.py",
+    "tests/unit/kernel/test_btf.py",
+    "tests/unit/test_fuzz_corpus.py",
+    "tests/unit/fuzz/test_campaign.py",
+    "tests/unit/unwind/test_ehframe.py",
+    "tests/unit/test_docs.py",
+    "tests/unit/sframe/test_parse_hypothesis.py",
+    "tests/unit/verdicts/test_causes.py",
+    "tests/unit/report/test_sframe_dump.py",
+    "tests/unit/deferred/test_model_stateful.py",
+    "tests/unit/sframe/test_tree.py",
+    "tests/unit/kernel/test_kallsyms.py",
+    "tests/unit/transport/test_rsp_pipeline.py",  # 5 s of wall, its timeouts; no CPU
+    "tests/unit/unwind/test_user_real.py",
+    "tests/unit/sframe/test_elf_toolchains.py",
+    "tests/unit/lockstep/test_compare.py",
+    "tests/unit/verdicts/test_cfi_libcrypto.py",
+    "tests/unit/unwind/test_cfi_compat.py",
+    "tests/unit/images/test_cache_lock.py",  # 1 s of CPU, several of wall: its lock waits
+    "tests/unit/unwind/test_mixed_tailcall.py",
+    "tests/unit/verdicts/test_align_recursion.py",
+    "tests/unit/images/test_programs_user.py",
+    "tests/unit/fuzz/test_shape.py",
+    "tests/unit/perf/test_records.py",
+    "tests/unit/test_progress_terminal.py",
+    "tests/unit/report/test_html_browser.py",
+    "tests/unit/fuzz/test_build.py",
+    "tests/unit/unwind/test_user_hypothesis.py",
+)
+
+
+def pytest_configure(config):
+    if config.getoption("dist", "no") == "loadfile":  # the controller: keep the workers' order
+        config.option.loadscopereorder = False
+
+
+def _longest_first(items) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
 
 
 # --- what a failed QEMU test leaves behind ---------------------------------------------------

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import shutil
@@ -193,10 +194,30 @@ def _where(findings) -> list[tuple]:
     return [(f.fde, f.fre, f.addr, f.end) for f in findings]
 
 
-def _symbol_at(path: Path, addr: int) -> str:
+# What pyelftools reads of a catalog program (the reference, independent of the checker), once a
+# binary: the corruption tests of each toolchain read the same program's symbols and .eh_frame
+# entries again and again (through construct, 0.1-0.5 s a reading), and a catalog program does
+# not change.  A test's patched copy is read again only where the patch is what is read.
+
+
+@functools.cache
+def _symtab(path: Path) -> tuple:
+    """``path``'s .symtab symbols, in order (pyelftools' Symbol objects); its offset and entry size."""
     with open(path, "rb") as f:
-        return next(s.name for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()
-                    if s["st_value"] == addr and s["st_info"]["type"] == "STT_FUNC")
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        return tuple(symtab.iter_symbols()), symtab["sh_offset"], symtab["sh_entsize"]
+
+
+def _symbol_entry(copy: Copy, name: str) -> int:
+    """The file offset of the first .symtab entry named ``name`` in ``copy`` (its source's layout:
+    a patch moves no section)."""
+    symbols, offset, entsize = _symtab(Path(copy.table.source))
+    return offset + next(i for i, s in enumerate(symbols) if s.name == name) * entsize
+
+
+def _symbol_at(path: Path, addr: int) -> str:
+    """The first function symbol at ``addr`` of the catalog program ``path``."""
+    return next(s.name for s in _symtab(path)[0] if s["st_value"] == addr and s["st_info"]["type"] == "STT_FUNC")
 
 
 def _check_clean(path: Path):
@@ -257,7 +278,7 @@ def test_two_fdes_overlap(copy, capsys):
     # b's start is no longer a function's: the symbol check says so too; its rules shift by 4 bytes
     assert _kinds(r) <= {"fde-overlap", "fde-symbol", "cfa", "fp", "ra"}
     assert _where(r.of_kind("fde-overlap")) == [(b.index, None, b.func_start - 4, a.func_end)]
-    name = _symbol_at(copy.path, a.func_start)
+    name = _symbol_at(Path(copy.table.source), a.func_start)  # the copy's symbols are its source's
     assert [f.message for f in r.of_kind("fde-symbol")] == [
         f"FDE {b.index} [{b.func_start - 4:#x}, {b.func_end:#x}) starts inside {name} [{a.func_start:#x}, "
         f"{a.func_end:#x}) at +{b.func_start - 4 - a.func_start:#x}, not at a function start"]
@@ -675,16 +696,24 @@ def test_a_pcmask_fde_is_compared_at_every_address_of_every_block(tmp_path, caps
                             for block in range(0, fde.func_size, 16)]
 
 
-def _eh_frame_fde(data: bytearray, dirpath: Path, func_start: int):
-    """(file offset of the .eh_frame FDE of the function at ``func_start``, its length)."""
-    with open(dirpath / "eh", "wb") as f:
-        f.write(bytes(data))
-    with open(dirpath / "eh", "rb") as f:
+def _eh_frame_fde(copy: Copy, func_start: int):
+    """(file offset of the .eh_frame FDE of the function at ``func_start``, its length) in the
+    catalog program ``copy`` was made from, as pyelftools reads it (the copy's .eh_frame is not
+    patched yet where this is asked)."""
+    return _eh_frame_fdes(Path(copy.table.source))[func_start]
+
+
+@functools.cache
+def _eh_frame_fdes(path: Path) -> dict[int, tuple[int, int]]:
+    """initial_location -> (file offset, length) of the first .eh_frame FDE of each start."""
+    with open(path, "rb") as f:
         elf = ELFFile(f)
         eh = elf.get_section_by_name(".eh_frame")
-        entry = next(e for e in elf.get_dwarf_info().EH_CFI_entries()
-                     if "initial_location" in e.header and e["initial_location"] == func_start)
-        return eh["sh_offset"] + entry.offset, entry["length"]
+        out: dict[int, tuple[int, int]] = {}
+        for e in elf.get_dwarf_info().EH_CFI_entries():
+            if hasattr(e, "header") and "initial_location" in e.header:  # not the ZERO terminator
+                out.setdefault(e["initial_location"], (eh["sh_offset"] + e.offset, e["length"]))
+        return out
 
 
 def test_cfi_the_model_cannot_read_is_noted_and_not_compared(copy, capsys):
@@ -693,7 +722,7 @@ def test_cfi_the_model_cannot_read_is_noted_and_not_compared(copy, capsys):
     are noted as not compared, and not counted as checked."""
     fde = copy.fde_with(lambda f, fres: len(fres) >= 2)
     fres = copy.sec.fres(fde)
-    off, length = _eh_frame_fde(copy.data, copy.path.parent, fde.func_start)
+    off, length = _eh_frame_fde(copy, fde.func_start)
     insns = off + 4 + 4 + 4 + 4 + 1  # length, CIE pointer, pc_begin, pc_range (sdata4), augmentation length 0
     op = copy.data.index(0x0E, insns, off + 4 + length)  # DW_CFA_def_cfa_offset, after DW_CFA_advance_loc
     assert copy.data[op - 1] & 0xC0 == 0x40 and copy.data[op + 1] < 0x80
@@ -709,19 +738,15 @@ def test_cfi_the_model_cannot_read_is_noted_and_not_compared(copy, capsys):
 
 
 def _symbols(path: Path) -> dict:
-    with open(path, "rb") as f:
-        return {s.name: s for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()}
+    """The catalog program's .symtab symbols by name (the last of a name)."""
+    return {s.name: s for s in _symtab(path)[0]}
 
 
 def _set_symbol_size(copy: Copy, name: str, size: int) -> int:
     """Set the st_size of the .symtab symbol ``name``; returns its address."""
-    with open(copy.path.parent / "syms", "wb") as f:
-        f.write(bytes(copy.data))
-    with open(copy.path.parent / "syms", "rb") as f:
-        symtab = ELFFile(f).get_section_by_name(".symtab")
-        i, sym = next((i, s) for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
-        struct.pack_into("<Q", copy.data, symtab["sh_offset"] + i * symtab["sh_entsize"] + 16, size)  # Elf64_Sym.st_size
-        return sym["st_value"]
+    at = _symbol_entry(copy, name)
+    struct.pack_into("<Q", copy.data, at + 16, size)  # Elf64_Sym.st_size
+    return struct.unpack_from("<Q", copy.data, at + 8)[0]  # st_value
 
 
 def test_an_fde_starting_where_a_function_ends_is_not_inside_it(copy, capsys):
@@ -1039,12 +1064,7 @@ def test_a_pcmask_fde_of_one_block_covers_what_its_pcinc_reading_does(copy, caps
 
 
 def _set_symbol(copy: Copy, name: str, value: int, size: int) -> None:
-    with open(copy.path.parent / "syms", "wb") as f:
-        f.write(bytes(copy.data))
-    with open(copy.path.parent / "syms", "rb") as f:
-        symtab = ELFFile(f).get_section_by_name(".symtab")
-        i = next(i for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
-        struct.pack_into("<QQ", copy.data, symtab["sh_offset"] + i * symtab["sh_entsize"] + 8, value, size)
+    struct.pack_into("<QQ", copy.data, _symbol_entry(copy, name) + 8, value, size)  # st_value, st_size
 
 
 def test_function_symbols_sharing_an_address(copy, capsys):
@@ -1214,12 +1234,7 @@ def test_a_section_of_another_abi_is_checked_but_for_its_rules(copy, capsys):
 
 def _patch_symbol(copy: Copy, name: str, **fields) -> None:
     """Set Elf64_Sym fields (st_info, st_value, st_size) of the .symtab symbol ``name``."""
-    with open(copy.path.parent / "syms", "wb") as f:
-        f.write(bytes(copy.data))
-    with open(copy.path.parent / "syms", "rb") as f:
-        symtab = ELFFile(f).get_section_by_name(".symtab")
-        i = next(i for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
-    at = symtab["sh_offset"] + i * symtab["sh_entsize"]
+    at = _symbol_entry(copy, name)
     for field_name, (off, fmt) in {"st_info": (4, "B"), "st_value": (8, "Q"), "st_size": (16, "Q")}.items():
         if field_name in fields:
             struct.pack_into("<" + fmt, copy.data, at + off, fields[field_name])
@@ -1371,7 +1386,7 @@ def test_an_fre_is_compared_where_eh_frame_begins_inside_it(copy, capsys):
     moved one byte too: what the other FREs say of them is not this test's.)"""
     fde = copy.fde_with(lambda f, fres: len(fres) >= 2 and fres[1].start >= 2 and len(fres[0].datawords) == 1)
     fres = copy.sec.fres(fde)
-    off, _ = _eh_frame_fde(copy.data, copy.path.parent, fde.func_start)
+    off, _ = _eh_frame_fde(copy, fde.func_start)
     (begin, size) = struct.unpack_from("<iI", copy.data, off + 8)  # pc_begin (pcrel sdata4), pc_range
     struct.pack_into("<iI", copy.data, off + 8, begin + 1, size - 1)
     wsize = F.DATAWORD_SIZE[F.fre_info_dataword_size_code(fres[0].info)]
