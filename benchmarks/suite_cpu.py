@@ -40,41 +40,22 @@ def _write(record: dict) -> None:
             f.write(json.dumps(record) + "\n")
 
 
-def _phase(item, when: str):
-    start = _cpu()
-    yield
-    _write({"test": item.nodeid, "when": when, "cpu": round(_cpu() - start, 4), "end": round(time.time(), 2),
-            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
+def _timed(when: str):
+    """A hook wrapper that writes the CPU its phase (``when``) of each test took."""
+    @pytest.hookimpl(wrapper=True)
+    def hook(item):
+        start = _cpu()
+        try:
+            return (yield)
+        finally:
+            _write({"test": item.nodeid, "when": when, "cpu": round(_cpu() - start, 4),
+                    "end": round(time.time(), 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
+    return hook
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
-    gen = _phase(item, "setup")
-    next(gen)
-    try:
-        return (yield)
-    finally:
-        next(gen, None)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    gen = _phase(item, "call")
-    next(gen)
-    try:
-        return (yield)
-    finally:
-        next(gen, None)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    gen = _phase(item, "teardown")
-    next(gen)
-    try:
-        return (yield)
-    finally:
-        next(gen, None)
+pytest_runtest_setup = _timed("setup")
+pytest_runtest_call = _timed("call")
+pytest_runtest_teardown = _timed("teardown")
 
 
 def summary(path: str, top: int = 40) -> str:
