@@ -355,7 +355,7 @@ class KernelDiff:
         # vCPU thread waits for a host CPU (after each continue and each step over a point), so on
         # a loaded host the same guest time costs ever more stops, and the kill, which the guest's
         # own shell carries out between the samples, ever more of them (2026-12-06, threads on 2
-        # vCPUs at load 8-9 on 2 cores: 6,400-9,700 stops and 950-1,800 requests for the 80 asked;
+        # vCPUs at load 8-9 on 2 cores: 6,300-9,700 stops and 900-1,800 requests for the 80 asked;
         # one CI run past the 20,000 stops the bound was then, with an RCU stall on the console).
         window_requests = int(seconds * self.freq * s.spec.smp)
         request_limit = self.samples + window_requests * 3 // 2
