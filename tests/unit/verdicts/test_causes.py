@@ -867,6 +867,39 @@ def nosframe_tail_next_stop(request):
     return cap, st, oracle, frames
 
 
+class _FdeInsideTheCall:
+    """An SFrame table with one FDE moved: it starts ``back`` bytes before the return address,
+    inside the call's own bytes (as a toolchain's wrong address or a corrupt section may put it).
+    Every other lookup is the real table's."""
+
+    def __init__(self, table, fde, back: int):
+        self._table = table
+        self.fde = dataclasses.replace(fde, func_start=fde.func_start - back, func_size=fde.func_size + back)
+
+    def find_fde(self, pc: int):
+        return self.fde if self.fde.func_start <= pc < self.fde.func_end else self._table.find_fde(pc)
+
+    def __getattr__(self, name: str):
+        return getattr(self._table, name)
+
+
+def refuse_tail_call_next_fde_inside_the_call(request):
+    """Built by hand over nosframe_tail next (:func:`nosframe_tail_next_stop`): die's SFrame FDE
+    moved to start two bytes before tail_exit_next's return address, inside its call of die (no
+    toolchain here emits that).  The lookup at ra finds an FDE, but not one that starts at ra: no
+    next function's entry row is applied at a function boundary, so this is not the cause's case,
+    whether the call has an FDE of its own (here it has none) or not."""
+    _cap, st, oracle, frames = nosframe_tail_next_stop(request)
+    ra = st.trace.ips[1]
+    table = st.sframe_for(ra)
+    moved = _FdeInsideTheCall(table, table.find_fde(ra), 2)
+    real = st.sframe_for
+    st = dataclasses.replace(st, sframe_for=lambda addr: moved if real(addr) is table else real(addr))
+    call = st.code.call_before(ra)
+    assert moved.find_fde(ra).func_start == ra - 2 > call.addr and moved.find_fde(call.addr) is None
+    return Refused(st, div(st, oracle, frames, DIFFERS, 2, 2))
+
+
 def refuse_tail_call_before_a_trap(request):
     """nosframe_tail trap at getppid in die: tail_trap's return address is its FDE's end (its SFrame
     FDE's too) but not its symbol's, which goes on over the ud2 after the call: the symbol says the
@@ -917,22 +950,42 @@ def accept_tail_call_next_fde_unnamed(request):
     }, (LOST, ENDS, DIFFERS))
 
 
-def after_no_call(request, stop: str, func: str, kind: str):
-    """Built by hand over a nosframe_tail stop: the unwinder's and the oracle's second frame made
-    a "return address" at ``func``'s end, which follows no call (die ends in the jmp of its loop,
-    main in its ret): no call in tail position, whatever the lookup there finds (main's FDE at
-    die's end, for the SFrame step of die-next's walk; none at main's end, for the FP fallback
-    that ended die-raw's)."""
+def _after_no_call(request, stop: str, func: str, kind: str):
+    """A nosframe_tail stop with the unwinder's and the oracle's second frame made a "return
+    address" at ``func``'s end (``func`` one of the capture's functions, or any of the static
+    binary's), which must follow no call: (stack, oracle, frames, the divergence there)."""
     cap = _fixture(request, "nosframe_tail_snaps")
     st = stack_of(cap.snaps[stop], "sframe")
     oracle, frames = cfi_of(st)
-    end = cap.symbols[func][1]
+    end = (cap.symbols.get(func) or function_symbols(cap.binary, [func])[func])[1]
     assert st.code.function_at(end, True).end == end and st.code.call_before(end) is None
     ips = list(st.trace.ips)
     ips[1] = end
     want = (frames.ips[0], end, *frames.ips[2:])
-    return Refused(st, Divergence(st.unwinder, oracle.name, kind, 2, 2, tuple(ips), want, frames.marks,
-                                  frames.outermost))
+    return st, oracle, frames, Divergence(st.unwinder, oracle.name, kind, 2, 2, tuple(ips), want, frames.marks,
+                                          frames.outermost)
+
+
+def after_no_call(request, stop: str, func: str, kind: str):
+    """Built by hand over a nosframe_tail stop (:func:`_after_no_call`): a "return address" at
+    ``func``'s end, which follows no call (die ends in the jmp of its loop, main in its ret): no
+    call in tail position, whatever the lookup there finds (main's FDE at die's end, for the SFrame
+    step of die-next's walk; none at main's end, for the FP fallback that ended die-raw's)."""
+    st, _oracle, _frames, d = _after_no_call(request, stop, func, kind)
+    return Refused(st, d)
+
+
+def accept_function_without_fde_after_no_call(request):
+    """Built by hand over nosframe_tail's die-raw stop (:func:`_after_no_call`): a "return address"
+    at _exit's end, which follows no call (_exit ends in the jmp of its loop) and which no SFrame
+    FDE covers (static glibc's objects carry no .sframe).  Nothing is in tail position, so no call
+    before it is looked up: the walk's end there is this cause's, as at any other address of _exit."""
+    st, oracle, frames, d = _after_no_call(request, "die-raw", "_exit", ENDS)
+    end = d.got[1]
+    return Accepted(st, oracle, frames, (2, 2), {
+        "function": "_exit", "address": end, "end": end,
+        "text": lambda t: f"none covers _exit at the return address {end:#x}" in t,
+    }, (ENDS,), divergence=d)
 
 
 def gold_c_raw(request):
@@ -1939,6 +1992,8 @@ ACCEPT = [
     *[Case("sframe-function-without-fde", f"callchain-nofp-static-{tc}:c-raw", accept_function_without_fde, (tc,))
       for tc in TOOLCHAINS],
     Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
+    Case("sframe-function-without-fde", "nosframe-tail-host:die-raw:at-_exits-end-after-no-call",
+         accept_function_without_fde_after_no_call),
     *[Case("sframe-module-without-sframe", f"callchain-nofp-dyn-{tc}:c-raw", accept_module_without_sframe, (tc,))
       for tc in TOOLCHAINS],
     Case("sframe-module-without-sframe", "callchain-fp-nosframe-static-host:c-entry",
@@ -2014,6 +2069,8 @@ REFUSE = [
          refuse_tail_call_next_before_a_trap),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:at-dies-end-after-no-call", after_no_call,
          ("die-next", "die", DIFFERS)),
+    Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:an-fde-inside-the-call",
+         refuse_tail_call_next_fde_inside_the_call),
     # the step that went wrong was FP's, not SFrame's
     Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-host:die-entry:tail-call's", refuse_tail_die_entry, ("host",)),
     Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-sid:die-entry:tail-call's", refuse_tail_die_entry, ("sid",)),
