@@ -612,15 +612,24 @@ def _fixture(request, name: str):
     return request.getfixturevalue(name)
 
 
+def cfi_stop(request, fixture: str, stop: str, unwinder: str, *, key=None, **kw):
+    """The capture ``fixture`` holds (with ``key``, the one of several it holds: :func:`got`, a
+    missing one skipped, or failed in CI), its stop ``stop`` walked by ``unwinder`` (``kw``:
+    :func:`stack_of`'s options), and the CFI oracle's frames there: (capture, stack, oracle, frames)."""
+    cap = _fixture(request, fixture)
+    if key is not None:
+        cap = got(cap, key)
+    st = stack_of(cap.snaps[stop], unwinder, **kw)
+    oracle, frames = cfi_of(st)
+    return cap, st, oracle, frames
+
+
 # sframe-tail-call / sframe-tail-call-next-fde ----------------------------------------------------
 
 def tail_die_entry(request, tc: str):
     """tailcall -O2 nofp at die's entry: the SFrame walk reaches middle's end, where no FDE covers
     the return address; the FP fallback goes wrong there (garbage, or fp < sp with sid)."""
-    cap = got(_fixture(request, "tailcall_snaps"), tc)
-    st = stack_of(cap.snaps["die-entry"], "sframe")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "tailcall_snaps", "die-entry", "sframe", key=tc)
 
 
 def accept_tail_call(request, tc):
@@ -642,10 +651,7 @@ def refuse_tail_die_entry(request, tc):
 
 
 def tail_spin_call(request, tc: str):
-    cap = got(_fixture(request, "tailcall_snaps"), tc)
-    st = stack_of(cap.snaps["spin-call"], "sframe")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "tailcall_snaps", "spin-call", "sframe", key=tc)
 
 
 def accept_tail_call_next_fde(request, tc):
@@ -691,10 +697,7 @@ def refuse_tail_spin_call(request, tc):
 # sframe-function-without-fde / sframe-module-without-sframe --------------------------------------
 
 def nofp_c_raw(request, tc: str, static: bool):
-    cap = got(_fixture(request, "nofp_snaps"), (tc, static))
-    st = stack_of(cap.snaps["c-raw"], "sframe")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "nofp_snaps", "c-raw", "sframe", key=(tc, static))
 
 
 def accept_function_without_fde(request, tc):
@@ -836,9 +839,7 @@ def nosframe_tail_stop(request):
     """nosframe_tail at getppid in die, walked with SFrame: die's FRE steps to tail_exit's return
     address, its end (its last instruction is the call of die); no SFrame FDE covers it nor the
     call (its object carried no .sframe), the FP fallback from tail_exit (no frame pointer) ends."""
-    cap = _fixture(request, "nosframe_tail_snaps")
-    st = stack_of(cap.snaps["die-raw"], "sframe")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "nosframe_tail_snaps", "die-raw", "sframe")
     t0, t1 = cap.symbols["tail_exit"]
     table = st.sframe_for(t1)
     assert st.trace.ips[1] == frames.ips[1] == t1 and len(st.trace) == 2 and len(frames.ips) > 3
@@ -857,9 +858,7 @@ def nosframe_tail_next_stop(request):
     """nosframe_tail next at getppid in die, walked with SFrame: die's FRE steps to
     tail_exit_next's return address, its end and die's start; the lookup there finds die's FDE and
     applies its function-entry row to tail_exit_next's frame (which has no SFrame FDE of its own)."""
-    cap = _fixture(request, "nosframe_tail_snaps")
-    st = stack_of(cap.snaps["die-next"], "sframe")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "nosframe_tail_snaps", "die-next", "sframe")
     n0, n1 = cap.symbols["tail_exit_next"]
     table = st.sframe_for(n1)
     assert st.trace.ips[1] == frames.ips[1] == n1 == cap.start("die") and st.trace.frames[2].how is UnwinderType.SFRAME
@@ -904,9 +903,7 @@ def refuse_tail_call_before_a_trap(request):
     """nosframe_tail trap at getppid in die: tail_trap's return address is its FDE's end (its SFrame
     FDE's too) but not its symbol's, which goes on over the ud2 after the call: the symbol says the
     call is not in tail position, and sframe-tail-call takes the function's bounds from it."""
-    cap = _fixture(request, "nosframe_tail_snaps")
-    st = stack_of(cap.snaps["die-trap"], "sframe")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "nosframe_tail_snaps", "die-trap", "sframe")
     t0, t1 = cap.symbols["tail_trap"]
     ra = frames.ips[1]
     table = st.sframe_for(ra)
@@ -919,9 +916,7 @@ def refuse_tail_call_next_before_a_trap(request):
     """nosframe_tail fde at getppid in die: tail_trap_fde's return address is the start of the FDE
     of its ud2 (SFrame steps there with that FDE's entry row) and the end of its call's FDE, but
     not its symbol's end: the symbol says the call is not in tail position."""
-    cap = _fixture(request, "nosframe_tail_snaps")
-    st = stack_of(cap.snaps["die-fde"], "sframe")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "nosframe_tail_snaps", "die-fde", "sframe")
     t0, t1 = cap.symbols["tail_trap_fde"]
     ra = frames.ips[1]
     table = st.sframe_for(ra)
@@ -954,9 +949,7 @@ def _after_no_call(request, stop: str, func: str, kind: str):
     """A nosframe_tail stop with the unwinder's and the oracle's second frame made a "return
     address" at ``func``'s end (``func`` one of the capture's functions, or any of the static
     binary's), which must follow no call: (stack, oracle, frames, the divergence there)."""
-    cap = _fixture(request, "nosframe_tail_snaps")
-    st = stack_of(cap.snaps[stop], "sframe")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "nosframe_tail_snaps", stop, "sframe")
     end = (cap.symbols.get(func) or function_symbols(cap.binary, [func])[func])[1]
     assert st.code.function_at(end, True).end == end and st.code.call_before(end) is None
     ips = list(st.trace.ips)
@@ -989,10 +982,7 @@ def accept_function_without_fde_after_no_call(request):
 
 
 def gold_c_raw(request):
-    cap = _fixture(request, "gold_snaps")
-    st = stack_of(cap.snaps["c-raw"], "sframe")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "gold_snaps", "c-raw", "sframe")
 
 
 def accept_module_without_pt_gnu_sframe(request):
@@ -1042,10 +1032,7 @@ def refuse_vdso_corrupt(request):
 # fp-frameless-function / fp-prologue-ip / fp-epilogue-ip ------------------------------------------
 
 def fp_stop(request, name: str):
-    cap = _fixture(request, "fp_stops")
-    st = stack_of(cap.snaps[name], "fp")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "fp_stops", name, "fp")
 
 
 def accept_frameless_lscm(request):
@@ -1130,9 +1117,7 @@ def refuse_prologue_step_not_fp(request, name: str):
     """Built by hand: callchain fp static (host) at c's push %rbp (or c's ret) walked with SFrame,
     which steps right from there, and a LOST of b as if the FP unwinder had made it: the step
     from the IP was SFrame's, not FP's, so no FP rule explains it."""
-    cap = _fixture(request, "fp_stops")
-    st = stack_of(cap.snaps[name], "sframe")
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "fp_stops", name, "sframe")
     assert st.trace.frames[1].how is UnwinderType.SFRAME
     return Refused(st, dataclasses.replace(div(st, oracle, frames, LOST, 1, 1), unwinder="fp"))
 
@@ -1171,9 +1156,7 @@ def refuse_fp_ends_at_lscm(request):
 def accept_signal_frame(request):
     """signal.c (fp) at h2's clock_gettime syscall, in the SIGALRM handler: CFI goes through the
     signal frame to the interrupted IP, FP from __restore_rt follows the interrupted rbp."""
-    cap = _fixture(request, "signal_snaps")
-    st = stack_of(cap.snaps["h2-syscall"], "fp")
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "signal_snaps", "h2-syscall", "fp")
     sym = Symbolizer(st.space)
     assert sym.functions(frames.ips[:3]) == ["h2", "h1", "on_alarm"]
     assert sym.name(frames.ips[3]) == "__restore_rt+0x0" and is_signal_trampoline(st.space, frames.ips[3])
@@ -1190,9 +1173,7 @@ def accept_signal_frame(request):
 def refuse_signal_frame_not_an_ip(request):
     """Built by hand: the signal-frame case (h2-syscall), the oracle's frame below the trampoline
     not marked as an interrupted IP (a return address): no signal interrupted it."""
-    cap = _fixture(request, "signal_snaps")
-    st = stack_of(cap.snaps["h2-syscall"], "fp")
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "signal_snaps", "h2-syscall", "fp")
     return Refused(st, div(st, oracle, frames, LOST, 4, 4, marks=frames.marks - {4}))
 
 
@@ -1203,10 +1184,7 @@ def refuse_signal_frame_syscall(request):
 
 
 def own_restorer_stop(request):
-    cap = _fixture(request, "own_restorer_snaps")
-    st = stack_of(cap.snaps["restorer"], "fp")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "own_restorer_snaps", "restorer", "fp")
 
 
 def accept_signal_frame_at_the_restorer(request):
@@ -1253,9 +1231,7 @@ def accept_signal_frame_named_at_ra_minus_1(request):
 # truncated --------------------------------------------------------------------------------------------
 
 def recurse_stack(request, **kw):
-    cap = _fixture(request, "recurse_snaps")
-    st = stack_of(cap.snaps["rec-bottom"], kw.pop("unwinder", "fp"), **kw)
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "recurse_snaps", "rec-bottom", kw.pop("unwinder", "fp"), **kw)
     return st, oracle, frames
 
 
@@ -1382,10 +1358,7 @@ def refuse_shadow_past_end_instrumented(request):
 # cfi-no-fde -------------------------------------------------------------------------------------------
 
 def nofde_stop(request):
-    cap = _fixture(request, "nofde_snaps")
-    st = stack_of(cap.snaps["spin-raw"], "fp")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "nofde_snaps", "spin-raw", "fp")
 
 
 def accept_cfi_no_fde(request):
@@ -1423,9 +1396,7 @@ def cfi_ended_at(request, which: str) -> tuple[Stack, Oracle, OracleFrames, Dive
     ``end+1`` (a return address whose call byte is not covered either), ``start`` (an FDE's first
     byte as an interrupted IP: covered; the byte before it is not), ``stack`` (an address in the
     anonymous [stack] mapping, as generated code's would be: no ELF file)."""
-    cap = _fixture(request, "fp_stops")
-    st = stack_of(cap.snaps["c-raw"], "fp")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "fp_stops", "c-raw", "fp")
     end, start = fde_gap(cap.binary)
     x = {"end": end, "end+1": end + 1, "start": start, "stack": st.regs.sp + 8}[which]
     marks = frozenset({0, 2}) if which == "start" else frozenset({0})
@@ -1464,9 +1435,7 @@ def refuse_cfi_outermost(request):
 def refuse_cfi_fde_covers(request):
     """Built by hand: callchain fp at getppid in c, CFI's frames cut after a's return address (which
     a's FDE covers) and marked as not outermost; FP goes on to main."""
-    cap: CauseCapture = _fixture(request, "fp_snaps")
-    st = stack_of(cap.snaps["c-raw"], "fp")
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "fp_snaps", "c-raw", "fp")
     cut = dataclasses.replace(frames, ips=frames.ips[:3], outermost=False)
     assert Symbolizer(st.space).name(cut.ips[2]).startswith("a+")
     return Refused(st, div(st, oracle, cut, PAST_END, 3, 3))
@@ -1475,10 +1444,7 @@ def refuse_cfi_fde_covers(request):
 # cfi-untracked-sp-change -----------------------------------------------------------------------------
 
 def go_nanotime_stop(request, name: str):
-    cap = _fixture(request, "go_nanotime_snaps")
-    st = stack_of(cap.snaps[name], "fp")
-    oracle, frames = cfi_of(st)
-    return cap, st, oracle, frames
+    return cfi_stop(request, "go_nanotime_snaps", name, "fp")
 
 
 def _nanotime1_paths(paths) -> bool:
@@ -1529,9 +1495,7 @@ def accept_untracked_sp_pie(request):
     return address is the 0 realign wrote, so CFI ends there, and FP goes on through realign's
     frame pointer.  A row starts at the return address itself (CFA = rbp+16): the row the oracle
     used is ra - 1's.  The program is loaded at a bias: the row's start is a run-time address."""
-    cap = _fixture(request, "untracked_sp_snaps")
-    st = stack_of(cap.snaps["target-raw"], "fp")
-    oracle, frames = cfi_of(st)
+    cap, st, oracle, frames = cfi_stop(request, "untracked_sp_snaps", "target-raw", "fp")
     bias = st.space.elf_at(st.regs.ip).bias
     r0, r1 = cap.symbols["realign"]
     assert bias and len(frames.ips) == 2 and r0 + bias < frames.ips[1] < r1 + bias
@@ -1551,9 +1515,7 @@ def refuse_untracked_sp_rbp_row(request):
     marked as not outermost.  target keeps a frame pointer: its row at the IP takes the CFA from
     rbp (after push rbp; mov rsp,rbp), and every path from that row to the IP moves rsp (sub
     $0x20,%rsp for its locals), which an rbp-based CFA does not depend on."""
-    cap = _fixture(request, "untracked_sp_snaps")
-    st = stack_of(cap.snaps["target-raw"], "fp")
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "untracked_sp_snaps", "target-raw", "fp")
     ip, e, f = st.regs.ip, st.space.elf_at(st.regs.ip), st.code.function_at(st.regs.ip)
     row = cfi_table(e.image).row_for(e.link_address(ip))[0]
     paths = st.code.sp_paths(f, row["pc"] + e.bias, ip)
@@ -1576,9 +1538,7 @@ def refuse_untracked_sp_at_start(request):
     """Built by hand: callchain fp static (host) at getppid in c, CFI's whole walk (to _start, whose
     row leaves the return address undefined) and one frame more as the unwinder's: _start moves
     rsp with no row (pop; and $-16; push; push), but its end is the rule's own."""
-    cap: CauseCapture = _fixture(request, "fp_snaps")
-    st = stack_of(cap.snaps["c-raw"], "fp")
-    oracle, frames = cfi_of(st)
+    _cap, st, oracle, frames = cfi_stop(request, "fp_snaps", "c-raw", "fp")
     assert frames.outermost and Symbolizer(st.space).name(frames.ips[-1]).startswith("_start+")
     n = len(frames.ips)
     return Refused(st, Divergence("fp", "cfi", PAST_END, n, n, (*frames.ips, 0x401000), frames.ips, frames.marks,
