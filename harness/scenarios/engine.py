@@ -141,6 +141,15 @@ STOPS_PER_REQUEST_LIMIT = 20
 # none the program; the same livelock as the vCPU threads at SCHED_IDLE (transport/affinity.py).
 OFF_PROGRAM_STREAK = 10
 OFF_PROGRAM_PAUSE_MAX = 0.02
+# Timer-interrupt requests have the same livelock, and worse: the request point is in the tick
+# itself, so with it in the guest stops at every tick, and where a stop (with the retranslation
+# that follows it on QEMU 7.2) costs more than a tick of guest time, the next tick is due as soon
+# as the guest resumes: it runs ticks, softirqs and kernel threads, and the program hardly ever.
+# Seen on QEMU 7.2 (issue 21's campaign, runs a7 and a9, 7.2's stops at 85-140/s): fp-timer took
+# 7 requests on the program in 8,000 stops, nearly all of them ticks passed over while a
+# delivery waited for the program to return.  So the timer's request points are out while a
+# delivery is driven (:meth:`Engine._drive`), and after OFF_PROGRAM_STREAK requests in a row on
+# other tasks the guest runs without them for the same growing pause before the next request.
 
 
 #: lines of a program's output a run that fell short of its stacks shows (Result.output_tail)
@@ -171,6 +180,10 @@ def output_tail(path: Path | None, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
 
 class Engine:
     REQUEST_POINTS: ClassVar[dict[str, str]] = {"nmi": "nmi", "timer": "apic_timer", "syscall": "syscall_entry"}
+    #: the timer's request points out while a delivery is driven, and out for a pause after a
+    #: streak of requests off the program (OFF_PROGRAM_STREAK's comment); off where a subclass
+    #: puts them in and out itself
+    LIFT_TICKS: ClassVar[bool] = True
 
     def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
                  progress: ProgressCallback | None = None, verify: bool = False, keep_snapshots: bool = False,
@@ -292,6 +305,10 @@ class Engine:
         # The returns to user space, the exit and get_signal(): wherever the task work runs.
         self.return_points = delivery_points(s.stops, s.info.symbols)
         self._returns_armed = False
+        # the timer interrupt's request points (none without timer requests), and whether they are in
+        timer = self.REQUEST_POINTS.get("timer") if "timer" in self.sc.requests and self.LIFT_TICKS else None
+        self._timer_points = [s.stops[timer].addr] if timer else []
+        self._timer_in = True
         self._plan_ok = True  # whether the next NMI stop may be left at once (_plan_request_stop)
         self._plan_off = False  # none is, for the rest of the run (_on_continued_request)
         self._seen: collections.Counter = collections.Counter()
@@ -335,6 +352,9 @@ class Engine:
                         f"{self.sc.samples} requests on its tasks")
                     break
                 planned = self._plan_request_stop()
+                if self._off_program >= OFF_PROGRAM_STREAK and self._timer_points and not s.target.running:
+                    self._run_without_ticks(min(0.001 * (self._off_program - OFF_PROGRAM_STREAK + 1),
+                                                OFF_PROGRAM_PAUSE_MAX))
                 if not s.target.running:
                     s.target.resume()
                 due = time.monotonic()
@@ -678,6 +698,9 @@ class Engine:
         Past ``max_stops`` the work still pending is a problem of the run, or, with
         ``bound_is_problem`` false, left to the caller (the end of the run: a task asleep)."""
         self._arm_returns(bool(self.pending))
+        # Ticks reached while delivering are passed over: out, so that they do not stop the guest
+        # at every tick while the task it waits for has yet to run (OFF_PROGRAM_STREAK's comment).
+        lifted = bool(self._timer_points) and waiting() and self._set_timer_points(False)
         n = 0
         self._seen = collections.Counter()
         while waiting():
@@ -710,7 +733,31 @@ class Engine:
                 # NMI and timer request points reached while delivering are passed over (they
                 # come again), so a trace's cost stays measurable.
                 self._on_request(point)
+        if lifted:
+            self._set_timer_points(True)
         self._arm_returns(bool(self.pending))
+
+    def _set_timer_points(self, on: bool) -> bool:
+        """Put the timer interrupt's request points in (``on``) or take them out; False where
+        nothing was done: the guest runs (a request stop left at once), or they are so already."""
+        if on == self._timer_in or self.s.target.running:
+            return False
+        (self.s.target.set_breakpoints if on else self.s.target.remove_breakpoints)(self._timer_points)
+        self._timer_in = on
+        return True
+
+    def _run_without_ticks(self, seconds: float) -> None:
+        """Let the guest run ``seconds`` with the timer's request points out, then stop it and
+        put them back (OFF_PROGRAM_STREAK's comment): the program gets ticks to run in."""
+        if not self._set_timer_points(False):
+            return
+        self.s.target.resume()
+        time.sleep(seconds)
+        stop = self.s.target.interrupt()
+        self.result.stops += 1
+        self._at_interrupt(stop)
+        self._drive(self._own_pending)
+        self._set_timer_points(True)
 
     def _on_lifecycle(self, point: StopPoint) -> None:
         """A stop at one of :attr:`lifecycle`'s points (a subclass's)."""
@@ -739,7 +786,9 @@ class Engine:
         # No new requests now: with the request points still in, timer interrupts on every vCPU
         # would spend the drive's stops while init wakes up.
         for a in self.request_points:
-            self.s.target.remove_breakpoint(a)
+            if a not in self._timer_points or self._timer_in:
+                self.s.target.remove_breakpoint(a)
+        self._timer_in = False
         self.s.target.resume()
         self.s.machine.wake()  # an empty control line wakes init's read loop
         self._at_interrupt(self.s.target.interrupt())

@@ -284,6 +284,9 @@ class SoakEngine(Engine):
             self._cancel_now(i)
 
     # -- the loop --------------------------------------------------------------------------------
+    # The soak puts its timer point in and out itself (_set_timer), by its own draw.
+    LIFT_TICKS = False
+
     def _set_timer(self, on: bool) -> None:
         if on == self._timer_armed:
             return
