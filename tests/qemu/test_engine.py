@@ -13,6 +13,7 @@ from harness.deferred.check import check_lines
 from harness.images.qemu import choice_from_env
 from harness.kernel import PF_KTHREAD
 from harness.report.text import stack_failures
+from harness.scenarios import engine as engine_module
 from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.engine import SNAPSHOTS_KEPT, Engine
 from harness.scenarios.snapshot import load, replay
@@ -330,6 +331,29 @@ for _guest in GUESTS:
     _t = _scenario_test(_guest)
     globals()[_t.__name__] = _t
 del _guest, _t
+
+
+@pytest.mark.parametrize("session", [pytest.param(g, marks=pytest.mark.pool_guest(_spec(g)), id=_guest_id(g))
+                                     for g in GUESTS if "fp-timer" in GUESTS[g]], indirect=True)
+def test_timer_requests_through_pauses_without_ticks(session, tmp_path, monkeypatch):
+    """Timer requests with a pause after every request (OFF_PROGRAM_STREAK 0, not the usual 10):
+    the guest runs without the timer's request point, is interrupted, and the point goes back in
+    each time (harness/scenarios/engine.py, the livelock of campaign runs a7 and a9).  Every
+    request of those pauses' runs is still delivered and checked, and the log is clean."""
+    monkeypatch.setattr(engine_module, "OFF_PROGRAM_STREAK", 0)
+    pauses = []
+    real = Engine._run_without_ticks
+    monkeypatch.setattr(Engine, "_run_without_ticks", lambda self, seconds: (pauses.append(seconds), real(self, seconds)))
+    sc = dataclasses.replace(CATALOG["fp-timer"], samples=SAMPLES)
+    log_path = tmp_path / "log.jsonl"
+    with open(log_path, "w") as log:
+        r = Engine(session, sc, log).run()
+    assert not r.errors and not r.problems and not r.failures and not r.invariant_violations, \
+        (r.errors[:2], r.problems[:2], len(r.failures), r.invariant_violations[:2])
+    assert len(pauses) >= SAMPLES and r.sampled == sc.samples, (len(pauses), r.sampled, r.notes)
+    assert r.walks == r.stacks and r.callbacks == sc.tracers * r.stacks
+    verdict = check_lines(log_path.read_text().splitlines())
+    assert verdict.clean and verdict.complete, verdict.messages()[:3]
 
 
 @pytest.mark.parametrize("session", [pytest.param(g, marks=pytest.mark.pool_guest(_spec(g)), id=_guest_id(g))
