@@ -153,7 +153,8 @@ def _assert_scenario(r, sc, name, log_path):
     refused = sum(e["ev"] == "request" and e["ret"] == -errno.EINVAL and e["task"] not in kthreads
                   for e in records) // sc.tracers
     enough = (f"only {own} of the program's stacks delivered from {sc.samples} requests ({refused} refused "
-              f"with -EINVAL): requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}")
+              f"with -EINVAL): requests {dict(r.requests)}, causes {dict(r.causes)}, stops {r.stops}; "
+              f"notes: {r.notes}")
     assert own + refused >= 8, enough
     # The walk starts from the requested registers but where a declared cause proves why not
     # (the entry assembly, execve, signal delivery, rt_sigreturn: each a fact of the scenario):
