@@ -313,6 +313,16 @@ NOFDE_FLAGS = ["-O1", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-table
                "-static"]
 
 
+def _data_build_dir(tmp_path_factory, binary: str, *sources: str) -> tuple[Path, str]:
+    """For a fixture that builds tests/data's ``sources`` into ``binary`` and captures its stops
+    under gdb (required): a fresh directory with the sources copied in, and the binary's path there."""
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    root = tmp_path_factory.mktemp(binary.replace("_", "-"))
+    for f in sources:
+        shutil.copy(DATA / f, root / f)
+    return root, str(root / binary)
+
+
 @pytest.fixture(scope="session")
 def nofde_snaps(tmp_path_factory) -> CauseCapture:
     """tests/data/nofde.c built by the host gcc without unwind tables (and without -g: no
@@ -320,10 +330,7 @@ def nofde_snaps(tmp_path_factory) -> CauseCapture:
     syscall entry) and new-image (the first instruction of the image execve started)."""
     from harness.images.toolchain import get_toolchain
 
-    require(shutil.which("gdb") is not None, "gdb is not installed")
-    root = tmp_path_factory.mktemp("nofde")
-    shutil.copy(DATA / "nofde.c", root / "nofde.c")
-    binary = str(root / "nofde")
+    root, binary = _data_build_dir(tmp_path_factory, "nofde", "nofde.c")
     try:
         get_toolchain("host").run(["gcc", *NOFDE_FLAGS, "-o", binary, "nofde.c"], cwd=str(root))
         snaps = {}
@@ -350,10 +357,7 @@ def own_restorer_snaps(tmp_path_factory) -> CauseCapture:
     into it, the sigreturn is still to come), interrupting spin's body after its kill syscall."""
     from harness.images.toolchain import get_toolchain
 
-    require(shutil.which("gdb") is not None, "gdb is not installed")
-    root = tmp_path_factory.mktemp("own-restorer")
-    shutil.copy(DATA / "own_restorer.c", root / "own_restorer.c")
-    binary = str(root / "own_restorer")
+    root, binary = _data_build_dir(tmp_path_factory, "own_restorer", "own_restorer.c")
     try:
         get_toolchain("host").run(["gcc", *OWN_RESTORER_FLAGS, "-o", binary, "own_restorer.c"], cwd=str(root))
         paths = capture([binary], [StopPoint("restorer", "break", "own_restore_rt")], root / "snaps", binary=binary)
@@ -424,11 +428,8 @@ def nosframe_tail_snaps(tmp_path_factory) -> CauseCapture:
     where tests/data/sframe_only_next.S's function starts: linked last, its CFI in .sframe only)."""
     from harness.images.toolchain import get_toolchain
 
-    require(shutil.which("gdb") is not None, "gdb is not installed")
-    root = tmp_path_factory.mktemp("nosframe-tail")
-    for f in ("nosframe_tail_main.c", "nosframe_tail.S", "sframe_only_next.S"):
-        shutil.copy(DATA / f, root / f)
-    binary = str(root / "nosframe_tail")
+    root, binary = _data_build_dir(tmp_path_factory, "nosframe_tail", "nosframe_tail_main.c", "nosframe_tail.S",
+                                   "sframe_only_next.S")
     try:
         tc = get_toolchain("host")
         tc.run(["gcc", "-c", "-o", "nosframe_tail.o", "nosframe_tail.S"], cwd=str(root))
@@ -456,10 +457,7 @@ def shadow_tail_snaps(tmp_path_factory) -> CauseCapture:
     from harness.images.programs import SOURCES
     from harness.images.toolchain import get_toolchain
 
-    require(shutil.which("gdb") is not None, "gdb is not installed")
-    root = tmp_path_factory.mktemp("shadow-tail")
-    shutil.copy(DATA / "shadow_tail.c", root / "shadow_tail.c")
-    binary = str(root / "shadow_tail")
+    root, binary = _data_build_dir(tmp_path_factory, "shadow_tail", "shadow_tail.c")
     try:
         get_toolchain("host").run(["gcc", "-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-static",
                                    "-finstrument-functions", "-DHARNESS_SHADOW", f"-I{SOURCES}", "-o", binary,
@@ -483,10 +481,7 @@ def untracked_sp_snaps(tmp_path_factory) -> CauseCapture:
     target).  ``symbols`` are link addresses."""
     from harness.images.toolchain import get_toolchain
 
-    require(shutil.which("gdb") is not None, "gdb is not installed")
-    root = tmp_path_factory.mktemp("untracked-sp")
-    shutil.copy(DATA / "untracked_sp.c", root / "untracked_sp.c")
-    binary = str(root / "untracked_sp")
+    root, binary = _data_build_dir(tmp_path_factory, "untracked_sp", "untracked_sp.c")
     try:
         get_toolchain("host").run(["gcc", "-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer",
                                    "-static-pie", "-o", binary, "untracked_sp.c"], cwd=str(root))
