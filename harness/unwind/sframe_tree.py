@@ -159,14 +159,16 @@ def check_one(path: str, archive: bool, root: str, expect_binutils: tuple[int, i
 
 def _elf_has_sframe(path: str) -> bool:
     """The cheap test: a .sframe section or a PT_GNU_SFRAME segment, from the headers alone.
-    Raises SFrameError for an ELF file whose headers do not decode (a truncated one)."""
+    Raises SFrameError for an ELF file whose headers do not decode (a truncated one), or whose
+    header offsets are past what a file offset can hold (2**63 and up: a file's seek raises
+    ValueError, where the checker's in-memory read raises OverflowError, one of ELF_DECODE_ERRORS)."""
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
             if elf.num_sections() and elf.get_section_by_name(".sframe") is not None:
                 return True
             return any(segment_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
-    except ELF_DECODE_ERRORS as exc:
+    except (*ELF_DECODE_ERRORS, ValueError) as exc:
         raise SFrameError(f"{path}: not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
 
 
