@@ -350,3 +350,12 @@ def test_a_thin_archive_s_missing_member_and_a_bsd_name_in_one_are_refused(objec
     # a BSD name (llvm-ar has no thin BSD form): its name would be in data a thin archive lacks
     e = _error_of(_set(data, h, b"#1/8", 16), tmp_path / "bsd-thin.a")
     assert str(e) == f"archive at byte {h:#x}: {tmp_path / 'bsd-thin.a'}: member at {h:#x}: BSD name '#1/8' in a thin archive"
+
+
+def test_a_name_of_a_slash_and_a_latin1_digit_is_a_name_not_a_long_name_offset(objects, tmp_path):
+    """'/²': Latin-1 has digits that str.isdigit() takes and int() refuses (it raised ValueError, a
+    crash of ``sframe check --tree``); only ASCII digits make a long-name offset."""
+    a = _archive("host", tmp_path, objects, order=("odd.txt", "even.txt"))
+    p = tmp_path / "named.a"
+    p.write_bytes(_set(a.path.read_bytes(), _header(a, "odd.txt"), b"/\xb2", 16))
+    assert [(m.name, m.data) for m in iter_members(p)] == [("/\xb2", b"abc"), ("even.txt", b"abcd")]
