@@ -230,9 +230,11 @@ def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: flo
             if r.has_sframe or r.errors or r.crash:
                 rep.results.append(r)
         if rep.timed_out:
+            # the bound holds: end the pool's own workers (started here) still on a file; their
+            # table is taken first (shutdown sets the executor's _processes to None)
+            workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
-            # the bound holds: end the pool's own workers (started here) still on a file
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            for proc in workers:
                 proc.terminate()
     pkgs = dpkg_packages(root)
     rep.packages = {r.path: pkgs.get(r.path, NO_PACKAGE) for r in rep.results}
