@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.fuzz.build import BuildConfig, build, build_source
+from harness.fuzz.campaign import _blocks_at
 from harness.fuzz.render import render
 from harness.fuzz.shape import Func, Shape
 from harness.fuzz.static import CALLER_FP, StaticChecker, generated_functions, instructions, sframe_expressible
@@ -188,3 +189,26 @@ def test_instructions_are_the_ones_objdump_decodes(built):
                              capture_output=True, text=True, check=True, timeout=60).stdout
         theirs = [int(m.group(1), 16) for m in re.finditer(r"^\s+([0-9a-f]+):\t", out, re.M)]
         assert instructions(image, fn) == theirs, fn.name
+
+
+# ------------------------------------------------------------------------------ the reproducer's tools.txt
+
+
+def test_the_toolchains_blocks_at_an_address_are_the_ones_covering_it(built):
+    """tools.txt cuts readelf's and objdump's output to the paragraphs that cover the finding's
+    address: for each generated function's start and last byte, readelf's one FDE of it and
+    objdump's one SFrame FDE of it; an address no paragraph covers keeps the whole text."""
+    frames = subprocess.run(["readelf", "--debug-dump=frames", str(built.binary)], capture_output=True, text=True,
+                            check=True, timeout=60).stdout
+    sframe = subprocess.run(["objdump", "--sframe", str(built.binary)], capture_output=True, text=True, check=True,
+                            timeout=60).stdout
+    image = ElfImage.from_path(built.binary)
+    for fn in generated_functions(image):
+        for addr in (fn.start, fn.start + fn.size - 1):
+            fdes = [ln for ln in _blocks_at(frames, addr).splitlines() if " FDE " in ln]
+            assert len(fdes) == 1, (fn.name, fdes)
+            lo, hi = (int(x, 16) for x in re.search(r"pc=([0-9a-f]+)\.\.([0-9a-f]+)", fdes[0]).groups())
+            assert (lo, hi) == (fn.start, fn.start + fn.size)
+            idx = [ln for ln in _blocks_at(sframe, addr).splitlines() if "func idx" in ln]
+            assert idx == [ln for ln in sframe.splitlines() if f"pc = {fn.start:#x}, size = {fn.size} bytes" in ln]
+    assert _blocks_at(frames, 0x10) == frames and _blocks_at(sframe, 0x10) == sframe
