@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import io
 import re
+import shutil
 import struct
 import subprocess
 from collections import Counter
@@ -235,6 +236,24 @@ def test_the_toolchains_blocks_at_an_address_are_the_ones_covering_it(built):
             idx = [ln for ln in _blocks_at(sframe, addr).splitlines() if "func idx" in ln]
             assert idx == [ln for ln in sframe.splitlines() if f"pc = {fn.start:#x}, size = {fn.size} bytes" in ln]
     assert _blocks_at(frames, 0x10) == frames and _blocks_at(sframe, 0x10) == sframe
+
+
+def test_every_block_covering_an_address_is_kept_one_blank_line_apart(tmp_path):
+    """In an object each text section starts at 0: frames.o's `plain` (.text) and `own_section`
+    (.text.own) both cover address 1, in readelf's FDEs and in sid's objdump --sframe."""
+    tc = need("sid")
+    outer, inner = tc.workdir("fuzz-blocks")
+    try:
+        (outer / "frames.s").write_text((Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
+                                         / "frames.s").read_text())
+        tc.run(["as", "--gsframe", "frames.s", "-o", "frames.o"], cwd=inner)
+        texts = [tc.run(argv, cwd=inner).stdout for argv in (["readelf", "--debug-dump=frames", "frames.o"],
+                                                              ["objdump", "--sframe", "frames.o"])]
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    for text, marker in zip(texts, (" FDE ", "func idx"), strict=True):
+        kept = _blocks_at(text, 1).split("\n\n")
+        assert len(kept) == 2 and all(marker in blk and blk in text for blk in kept), kept
 
 
 # ------------------------------------------------------------------------------ rows of other shapes
