@@ -224,8 +224,11 @@ def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: flo
             try:
                 r = fut.result(timeout=max(0.0, deadline - time.monotonic()))
             except FuturesTimeout:
+                # (not cancelled here: shutdown below cancels what is queued; a future cancelled
+                # behind the pool's back makes its manager thread raise InvalidStateError when it
+                # finds the workers ended -- CPython 3.11's terminate_broken sets every pending
+                # future's exception)
                 rep.timed_out += 1
-                fut.cancel()
                 continue
             if r.has_sframe or r.errors or r.crash:
                 rep.results.append(r)
