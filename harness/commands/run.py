@@ -20,6 +20,9 @@ from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
     arg("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario"),
     arg("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])"),
     arg("--report", action="store_true", help="write report.html into the run directory"),
+    arg("--cross-examine", action="store_true",
+        help="ask every proven cause's claims about binaries again of the toolchain's own tools (readelf, "
+             "objdump); a cause they contradict fails its stack (cause-contradicted)"),
     arg("--program", help="sample your own static or dynamic x86-64/i386 binary instead"),
     arg("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line: put it last)"),
     LIB_ARG,
@@ -58,13 +61,14 @@ def cmd_run(args) -> int:
             sc = dataclasses.replace(sc, rate=args.rate)
         spec = guest_spec(args, [])
         spec.user_programs = [args.program]
-        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report)
+        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report, args.cross_examine)
     scenarios = select_scenarios(args.scenarios)
     if args.samples:
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
     if args.rate:
         scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
-    return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report)
+    return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report,
+                           args.cross_examine)
 
 
 def check_outputs(spec, junit: str | None) -> None:
@@ -80,7 +84,8 @@ def check_outputs(spec, junit: str | None) -> None:
             raise UsageError(f"--junit-xml {junit}: no directory {path.parent}")
 
 
-def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False) -> int:
+def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False,
+                    cross_examine: bool = False) -> int:
     from ..deferred.log import LogWriteError
     from ..images.lock import write_atomic
     from ..progress import sampling_reporter
@@ -104,7 +109,8 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
                 write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
                 for sc in scenarios:
                     print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
-                run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
+                run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results,
+                              cross_examine=cross_examine)
         except KeyboardInterrupt as exc:
             # Interrupted outside a scenario's own handling (booting, between scenarios, in a
             # clean-up): what was done is still reported below, and the exit code says interrupted.

@@ -24,8 +24,9 @@ alone; for them and for the ``end`` record:
 8. a stack record's unwinder frames are the trace walked for its task in its epoch (their
    ``trace_hash`` is the ``walk``'s, or the ``callback``'s when the log has no walk), and its
    cookie, when given, the one the epoch's callback delivered;
-9. a verdict is ``"failure"`` exactly when one of its divergences has no cause (or, with no
-   divergence at all, when its ``reason`` says what failed), and ``"agree"`` has no divergence;
+9. a verdict is ``"failure"`` exactly when one of its divergences has no cause or a cause the
+   toolchain's own tools contradicted (``"cross": "contradicted"``: cause-contradicted), or, with no
+   divergence at all, when its ``reason`` says what failed; and ``"agree"`` has no divergence;
 10. the ``end`` record is the last line, and its counts (``stacks``, ``failures``, ``causes``) are
     those of the stack records.
 
@@ -352,7 +353,7 @@ class Checker:
             pair = (v["unwinder"], v["oracle"])
             self.verdicts.setdefault(pair, Counter())[v["verdict"]] += 1
             divergences = v.get("divergences", [])
-            unexplained = [d for d in divergences if d["cause"] is None]
+            unexplained = [d for d in divergences if d["cause"] is None or d.get("cross") == "contradicted"]
             if v["verdict"] == "failure":
                 if unexplained:
                     text = unexplained[0]["text"]

@@ -77,6 +77,19 @@ def cause_table(results) -> str:
     return format_table(rows)
 
 
+def cross_table(crossed: collections.Counter) -> str:
+    """Per cause, its divergences cross-examined: confirmed, unverifiable, contradicted."""
+    rows = []
+    for name in dict.fromkeys(c for c, _ in sorted(crossed)):
+        row = {"cause": name}
+        for outcome in ("confirmed", "unverifiable", "contradicted"):
+            row[outcome] = crossed[(name, outcome)]
+        rows.append(row)
+    rows.append({"cause": "total", **{o: sum(n for (_, k), n in crossed.items() if k == o)
+                                      for o in ("confirmed", "unverifiable", "contradicted")}})
+    return format_table(rows)
+
+
 def _frame(f) -> str:
     addr, module, sym = f
     where = sym or f"{addr:#x}"
@@ -183,6 +196,11 @@ def run_lines(results, out) -> list[str]:
     lines = [format_table(scenario_rows(results)),
              "\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):",
              cause_table(results)]
+    crossed = collections.Counter()
+    for r in results:
+        crossed.update(r.cross)
+    if crossed:
+        lines += ["\ncauses cross-examined by the toolchain's own tools (readelf, objdump):", cross_table(crossed)]
     for r in results:
         lines.append(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
         if r.program_output:

@@ -33,6 +33,7 @@ symbolized, and the verdict of each pair with its causes and evidence); the log 
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import json
 import random
@@ -65,6 +66,7 @@ from ..oracles.base import Oracle, Request, Setup, build_oracles
 from ..regs import UserRegs
 from ..session import Session
 from ..signals import signal_name
+from ..toolchain.witness import CrossExaminer
 from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
@@ -187,8 +189,9 @@ class Engine:
 
     def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
                  progress: ProgressCallback | None = None, verify: bool = False, keep_snapshots: bool = False,
-                 failing_dir: Path | None = None):
+                 failing_dir: Path | None = None, examiner: CrossExaminer | None = None):
         self.s = session
+        self.examiner = examiner  # harness run --cross-examine
         self.sc = scenario
         self.progress = progress
         self._reported = float("-inf")
@@ -295,7 +298,7 @@ class Engine:
         # a proven cause outside it is counted in Result.undeclared and said in a note.
         self.result.declared = self.sc.allowed_causes(self.result.oracles)
         self.checker = StackChecker(self.space, self.oracles, self.sc.unwinder, self.max_entries, self.ws,
-                                    self.sc.break_ra)
+                                    self.sc.break_ra, self.examiner)
         self.checker.warm()  # tables parsed here, not in the first trace's time
         # An own task's snapshot reads code from the files it maps (text does not change) and
         # the vDSO from the kernel's image; another task's (init, the idle task) only the vDSO.
@@ -517,6 +520,7 @@ class Engine:
         r = self.result
         self.log.emit("end", reason=reason, stacks=r.stacks, failures=r.failed_stacks,
                       causes=dict(sorted(r.causes.items())), requests=self.n_requests,
+                      cross=r.cross_outcomes(),
                       errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations),
                       program_output=r.program_output)
 
@@ -978,6 +982,8 @@ class Engine:
             if v.verdict == NOT_CHECKED:
                 r.not_checked[(v.oracle, v.reason)] += 1
             for dv in v.divergences:
+                if dv.cross is not None:
+                    r.cross[(dv.cause, dv.cross)] += 1
                 if dv.cause:
                     r.causes[dv.cause] += 1
                     # another task (init's shell, a kernel thread's user) is no program of the
@@ -1043,22 +1049,32 @@ def _comparable(trace: Trace, ev, unwinder: str) -> dict:
 
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,
-                  progress: ProgressCallback | None = None, results: list[Result] | None = None) -> list[Result]:
+                  progress: ProgressCallback | None = None, results: list[Result] | None = None,
+                  cross_examine: bool = False) -> list[Result]:
     """Run each scenario in turn; on Ctrl-C (SIGTERM, SIGHUP) the interrupted scenario's partial
     result (its log closed by an "interrupted" end record) is the last one returned, and no
     further one runs; so it is after a scenario that lost the guest (``Result.machine_lost``:
     QEMU died, stopped or went silent; its log closed by an "error" end record naming why).
     ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``).
     ``results``: the list to append to, so a caller keeps what was done even if an interrupt
-    escapes (one that lands between scenarios or in a scenario's clean-up)."""
+    escapes (one that lands between scenarios or in a scenario's clean-up).
+    ``cross_examine``: every proven cause's claims about binaries are asked again of the
+    toolchain's own tools (one witness for the whole run: each tool asked once a file)."""
     results = [] if results is None else results
+    with CrossExaminer() if cross_examine else contextlib.nullcontext() as examiner:
+        _run_each(session, scenarios, log_dir, progress, results, examiner)
+    return results
+
+
+def _run_each(session, scenarios, log_dir, progress, results, examiner) -> None:
     for sc in scenarios:
         # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
         n = sum(r.scenario.name == sc.name for r in results)
         name = f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl"
         log = JsonlFile(log_dir / name) if log_dir else None  # whole lines only, even on a full disk
         try:
-            engine = Engine(session, sc, log, progress, failing_dir=log_dir / "failing" if log_dir else None)
+            engine = Engine(session, sc, log, progress, failing_dir=log_dir / "failing" if log_dir else None,
+                            examiner=examiner)
             engine.result.log = name if log_dir else None
             # In the list before it runs: whatever escapes the run (an interrupt in its clean-up,
             # say), the caller still has this scenario's partial result.
@@ -1071,7 +1087,6 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
                 log.close()
         if engine.result.machine_lost:
             break  # the guest is gone or hangs: no scenario after this one can run on it
-    return results
 
 
 def raw_stop_rate(session: Session, program: Program, n: int = 200, batches: int = 5) -> float:

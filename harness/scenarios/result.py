@@ -36,6 +36,9 @@ class Result:
     foreign: int = 0  # of which of other tasks (init, kernel threads' users): the model's rules only
     pairs: collections.Counter = field(default_factory=collections.Counter)  # (oracle, verdict) -> stacks
     causes: collections.Counter = field(default_factory=collections.Counter)  # cause -> divergences
+    # cross-examined divergences (harness run --cross-examine): (cause, outcome) -> divergences, the
+    # outcome over the cause's claims asked of the toolchain's own tools
+    cross: collections.Counter = field(default_factory=collections.Counter)
     # The causes the program's stacks may show (Scenario.allowed_causes for the run's oracles), and
     # those proven on its stacks outside that declaration: each a finding (tests fail on it).
     declared: frozenset[str] | None = None
@@ -95,6 +98,17 @@ class Result:
         if self.output_tail:
             why += f"; its output ends: {self.output_tail[-1][:200]}"
         return why
+
+    def cross_outcomes(self) -> dict[str, int]:
+        """Divergences cross-examined, by outcome (confirmed, contradicted, unverifiable)."""
+        out: collections.Counter = collections.Counter()
+        for (_cause, outcome), n in self.cross.items():
+            out[outcome] += n
+        return dict(sorted(out.items()))
+
+    def contradicted(self) -> dict[str, int]:
+        """Causes a tool contradicted -> divergences."""
+        return {c: n for (c, o), n in sorted(self.cross.items()) if o == "contradicted"}
 
     @property
     def own_stacks(self) -> int:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gzip
 import os
 import re
@@ -75,6 +76,7 @@ from harness.perf.oracle import UNWINDER as PERF_UNWINDER
 from harness.perf.oracle import PerfOracle
 from harness.perfparse.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
+from harness.toolchain.witness import CrossExaminer
 from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
 from harness.unwind.cfi import cfi_table
@@ -89,6 +91,8 @@ from harness.unwind.user import (
 )
 from harness.verdicts.align import judge
 from harness.verdicts.causes import CAUSES, _step, explain
+from harness.verdicts.claims import CONFIRMED, UNVERIFIABLE
+from harness.verdicts.cross import NO_CLAIMS
 from harness.verdicts.types import (
     DIFFERS,
     ENDS,
@@ -2165,6 +2169,21 @@ REFUSE = [
 
 # --- the tests ------------------------------------------------------------------------------------------
 
+@functools.cache
+def examiner() -> CrossExaminer:
+    """One witness for the module: the tools' outputs are asked once a file."""
+    return CrossExaminer()
+
+
+# Accepted cases whose claims no tool can be asked (the case id, and the outcome expected instead).
+UNCLAIMED: dict[str, str] = {
+    # the address the CFI walk ended at is on the stack: in no ELF file
+    "cfi-no-fde:callchain-fp-static-host:c-raw:cut-at-an-address-on-the-stack": UNVERIFIABLE,
+    # another task's signal frame, read by the kernel's own layout (the restorer's code): no CFI asked
+    "signal-delivery:signal-fp-static-host:on-alarm:foreign-task": UNVERIFIABLE,
+}
+
+
 def test_every_cause_has_cases():
     accepted = {c.cause for c in ACCEPT}
     refused = {c.cause for c in REFUSE}
@@ -2195,6 +2214,15 @@ def test_cause_accepts(case: Case, request):
     # the predicate on its own, on the divergence as align built it, gives the same evidence
     again = CAUSES[case.cause].predicate(a.stack, dataclasses.replace(d, cause=None, evidence=None))
     assert again == d.evidence
+    # and the toolchain's own tools, asked the cause's claims about the binaries, confirm them all
+    crossed = examiner().review(a.stack, v)
+    d = next(x for x in crossed.divergences if (x.got_index, x.want_index) == a.at)
+    if case.cause in NO_CLAIMS:
+        assert d.cross is None and not d.testimony
+        return
+    assert crossed.verdict == EXPLAINED, describe(crossed) + "\n" + "\n".join(map(str, d.testimony))
+    want = UNCLAIMED.get(f"{case.cause}:{case.what}", CONFIRMED)
+    assert d.cross == want and d.testimony, "\n".join(map(str, d.testimony))
 
 
 @pytest.mark.parametrize("case", [c.param() for c in REFUSE])
