@@ -40,7 +40,6 @@ CLAIMS: dict[str, str] = {
     "hook-window": "no call to the enter hook completes before the IP, or a call to the exit hook does",
     "cfi-row": "the CFI row in effect at the address starts at row_start with CFA = rsp+cfa and RA at CFA+ra",
     "writes-rsp": "some instruction in [start, end) writes %rsp",
-    "kernel-entry-text": "the kernel address is in the kernel's .entry.text section",
 }
 
 CONFIRMED, CONTRADICTED, UNVERIFIABLE = "confirmed", "contradicted", "unverifiable"
