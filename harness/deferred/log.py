@@ -63,7 +63,8 @@ optional.
 The ``end`` record::
 
     {"seq": N, "ev": "end", "reason": "complete" | "error" | "interrupted", "stacks": N,
-     "failures": N, "causes": {"cause-name": COUNT, ...}, "requests": N, "errors": ["...", ...]}
+     "failures": N, "causes": {"cause-name": COUNT, ...}, "requests": N, "errors": ["...", ...],
+     "cross": {"confirmed" | "contradicted" | "unverifiable": COUNT, ...}}
 
 ``stacks`` counts the log's ``stack`` records, ``failures`` those with at least one ``"failure"``
 verdict, ``causes`` the divergences each cause explained over the whole log
@@ -410,6 +411,11 @@ _DIVERGENCE = _shape({
     "kind": (_one_of(*DIVERGENCE_KINDS), True), "cause": (_or_null(STR), True), "text": (STR, True),
     "got_index": (_or_null(INT), False), "want_index": (_or_null(INT), False),
     "evidence": (FieldType("an object", lambda v: isinstance(v, dict)), False),
+    # cross-examination (harness.toolchain.witness): the outcome over the cause's claims about
+    # binaries, and each claim's testimony (what the tool said, and the command)
+    "cross": (_one_of("confirmed", "contradicted", "unverifiable"), False),
+    "testimony": (FieldType("a list of objects", lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v)),
+                  False),
 })
 
 
@@ -493,6 +499,7 @@ RECORDS: dict[str, dict[str, tuple[FieldType, bool]]] = {
     "end": {"reason": _r(_one_of(*END_REASONS)), "stacks": _r(COUNT), "failures": _o(COUNT),
             "causes": _o(_Nested("an object of counts", _causes)), "requests": _o(COUNT), "errors": _o(STRINGS),
             "invariant_violations": _o(COUNT), "program_output": _o(_or_null(STR)),
+            "cross": _o(_Nested("an object of counts", _causes)),  # cross-examined divergences by outcome
             "digest": _o(DIGEST)},  # required in version 2, absent in version 1 (LogReader)
 }
 for _schema in RECORDS.values():

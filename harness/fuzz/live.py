@@ -13,7 +13,9 @@ program (:func:`live_outcome`):
 - ``disagreements``: every divergence no cause proves (kind ``unexplained``, the oracle named),
   every failing pair without one (``failure``: the oracle's reason), every delivery problem
   (``delivery``), every violated invariant of the deferred-unwinding model (``invariant``) and
-  every cause proven outside the scenario's declaration (``undeclared``), with both frame lists
+  every cause proven outside the scenario's declaration (``undeclared``), every proven cause whose
+  claims about a binary the toolchain's own tools contradict (``contradicted``: live, every cause is
+  cross-examined, :mod:`harness.toolchain.witness`), with both frame lists
   of the stack where there is one;
 - ``crash``: the program died during sampling (a signal, or a non-zero exit status: 127 is a
   program the guest's loader could not start), with the end of its output.  A crash is a
@@ -81,7 +83,9 @@ from ..scenarios.catalog import user_scenario
 from ..scenarios.engine import Engine, Sampling
 from ..scenarios.result import Result
 from ..session import GuestSpec, Session
+from ..toolchain.witness import CrossExaminer
 from ..transport.errors import GuestError, TargetError
+from ..verdicts.claims import CONTRADICTED
 from ..verdicts.types import FAILURE
 from .build import Built
 from .defaults import LIVE_SAMPLES
@@ -221,6 +225,10 @@ def _stack_disagreements(rec: dict) -> list[LiveDisagreement]:
         open_ = [d for d in v.get("divergences", []) if not d.get("cause")]
         for d in open_:
             out.append(LiveDisagreement("unexplained", unwinder, oracle, f"{_where(rec)}: {d['text']}", frames))
+        false = [d for d in v.get("divergences", []) if d.get("cross") == CONTRADICTED]
+        for d in false:
+            out.append(LiveDisagreement("contradicted", unwinder, oracle, f"{_where(rec)}: {d['text']}", frames))
+        open_ += false
         if not open_:
             why = v.get("reason") or "; ".join(d["text"] for d in v.get("divergences", [])) or "failed"
             out.append(LiveDisagreement("failure", unwinder, oracle, f"{_where(rec)}: {why}", frames))
@@ -358,19 +366,22 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
         spec = GuestSpec(kernel="default" if kernel is None or kernel_path else kernel, kernel_path=kernel_path,
                          qemu=qemu, user_programs=list(dict.fromkeys(str(path) for path in staged)), libs=libs)
         spec.check()
-        with Session(spec) as sess:
+        # Every proven cause's claims about the programs' binaries are asked again of the
+        # toolchain's own tools: a contradicted one is a finding (kind "contradicted").
+        with Session(spec) as sess, CrossExaminer() as examiner:
             for i, (prog, sc) in enumerate(zip(programs, scenarios, strict=True)):
-                outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}"))
+                outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}", examiner))
     return outcomes
 
 
-def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progress, which: str) -> LiveOutcome:
+def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progress, which: str,
+             examiner: CrossExaminer | None = None) -> LiveOutcome:
     start = time.monotonic()
     name = Path(sc.user_path).name
     where = f"live check of {prog.name} ({which}{f': {prog.description}' if prog.description else ''})"
     log = JsonlFile(Path(log_dir) / f"{name}.jsonl") if log_dir is not None else None
     try:
-        engine = Engine(sess, sc, log, progress)
+        engine = Engine(sess, sc, log, progress, examiner=examiner)
         if log is not None:
             engine.result.log = f"{name}.jsonl"
         result = engine.run()

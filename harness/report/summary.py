@@ -82,6 +82,7 @@ def summary(results, facts: dict | None = None) -> dict:
                 "walks": r.walks,
                 "stops": r.stops,
                 "truncated": r.truncated,
+                "own_frames_checked": r.own_frames_checked,
                 "at_exit": r.at_exit,
                 "problems": r.problems,
                 "errors": r.errors,

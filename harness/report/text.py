@@ -203,6 +203,10 @@ def run_lines(results, out) -> list[str]:
         lines += ["\ncauses cross-examined by the toolchain's own tools (readelf, objdump):", cross_table(crossed)]
     for r in results:
         lines.append(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
+        if r.own_stacks and "cfi" in r.oracles:
+            lines.append(f"{r.scenario.name}: the CFI oracle stepped through {r.own_frames_checked} frame(s) of the "
+                         f"program's own text" + ("" if r.own_frames_checked else
+                                                  ": none of its own frames was checked by CFI"))
         if r.program_output:
             lines.append(f"{r.scenario.name}: program output in {out / r.program_output}")
         for (oracle, reason), n in sorted(r.not_checked.items()):

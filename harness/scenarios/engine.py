@@ -291,6 +291,7 @@ class Engine:
         if isinstance(self.memory, Overlay):  # with_kernel_vdso put the kernel's image in front
             self._vdso = self.memory.first
         self.maps = maps
+        self._own_module = Path(self.program.guest_path).name  # as the frame records name it
         self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
         self.oracles = build_oracles(Setup(self.space, self.memory, str(self.program.path), self.sc.variant.shadow))
         self.result.oracles = [o.name for o in self.oracles]
@@ -976,6 +977,7 @@ class Engine:
             r.at_exit += point.kind == "exit"
             if trace.stop.reason is StopReason.LIMIT:
                 r.truncated += 1
+            r.own_frames_checked += own_text_steps(frames.get("cfi", []), self._own_module)
         undeclared = False
         for v in verdicts:
             r.pairs[(v.oracle, v.verdict)] += 1
@@ -1046,6 +1048,13 @@ def _comparable(trace: Trace, ev, unwinder: str) -> dict:
     """A check's outcome as plain data (as the log would hold it), for verify mode."""
     return json.loads(json.dumps({"trace": trace.ips, "stop": str(trace.stop), "frames": ev.frames,
                                   "stops": ev.stops, "verdicts": ev.records(unwinder)}))
+
+
+def own_text_steps(records: list, module: str) -> int:
+    """Frames of an oracle's list (``[address, module, symbol]`` records) in the program's own
+    ``module`` that the oracle stepped from to the next one: each such step read the module's own
+    unwind information there (for the CFI oracle: an FDE of the program's text)."""
+    return sum(rec[1] == module for rec in records[:-1])
 
 
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,

@@ -58,6 +58,9 @@ class Result:
     children: int = 0  # stacks of the program's children (fork, exec) checked
     at_exit: int = 0  # stacks of the program's tasks delivered in do_exit()
     truncated: int = 0  # stacks cut at UNWIND_MAX_ENTRIES
+    # frames in the program's own text the CFI oracle stepped from (with an FDE of the program's):
+    # 0 means none of the program's own frames was checked, whatever the verdicts say
+    own_frames_checked: int = 0
     pending_at_end: int = 0  # work still pending when the run ended (the task never returned)
     seconds: float = 0.0
     loop_seconds: float = 0.0  # the sampling loop alone (no program start, no log check)

@@ -17,9 +17,7 @@ as in a guest.  Over that real layout:
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
