@@ -220,18 +220,22 @@ class CrossExaminer:
         insns, cmd = self._code(path, lo, hi)
         if not insns:
             return Testimony(c, UNVERIFIABLE, f"objdump shows no instruction in [{lo:#x}, {hi:#x})", cmd)
-        mov = [i for i in insns if i.mnemonic == "mov" and i.operands in _MOV_SP_FP]
-        if mov:
-            return Testimony(c, CONTRADICTED, f"`{mov[0].line}` in [{lo:#x}, {hi:#x})", cmd)
-        return Testimony(c, CONFIRMED, f"no mov %rsp,%rbp among the {len(insns)} instructions of [{lo:#x}, {hi:#x})",
-                         cmd)
+        setups = _fp_setups(insns)
+        if setups:
+            push, mov = setups[0]
+            return Testimony(c, CONTRADICTED, f"`{push.line}` then `{mov.line}` in [{lo:#x}, {hi:#x})", cmd)
+        movs = [i for i in insns if i.mnemonic == "mov" and i.operands in _MOV_SP_FP]
+        also = (f" (`{movs[0].line}` follows no push %rbp: rbp holds rsp as any register would)" if movs else "")
+        return Testimony(c, CONFIRMED, f"no push %rbp; mov %rsp,%rbp among the {len(insns)} instructions of "
+                         f"[{lo:#x}, {hi:#x}){also}", cmd)
 
     def _in_prologue(self, path, c, pc, delta) -> Testimony:
         lo, done = c.arg("start") - delta, c.arg("setup_done") - delta
         insns, cmd = self._code(path, lo, done + 16)
-        mov = next((i for i in insns if i.mnemonic == "mov" and i.operands in _MOV_SP_FP), None)
-        if mov is None:
-            return Testimony(c, CONTRADICTED, f"no mov %rsp,%rbp in [{lo:#x}, {done + 16:#x})", cmd)
+        setups = _fp_setups(insns)
+        if not setups:
+            return Testimony(c, CONTRADICTED, f"no push %rbp; mov %rsp,%rbp in [{lo:#x}, {done + 16:#x})", cmd)
+        mov = setups[0][1]
         at = [i for i in insns if i.addr == pc]
         if mov.end != done or not at or not lo <= pc < mov.end:
             return Testimony(c, CONTRADICTED, f"`{mov.line}` ends at {mov.end:#x}; {pc:#x} "
@@ -371,6 +375,26 @@ class CrossExaminer:
             return Testimony(c, CONFIRMED, f"`{w.line}`", cmd)
         return Testimony(c, CONTRADICTED, f"none of the {len(insns)} instructions of [{lo:#x}, {hi:#x}) writes %rsp",
                          cmd)
+
+
+def _writes_sp(i: words.Insn) -> bool:
+    return i.operands.endswith(("%rsp", "%esp")) or i.mnemonic in ("push", "pop", "leave", "enter") \
+        or _CALL.match(i.mnemonic) is not None
+
+
+def _fp_setups(insns: list[words.Insn]) -> list[tuple[words.Insn, words.Insn]]:
+    """Each frame-pointer set-up in ``insns``: a ``mov %rsp,%rbp`` whose last change of rsp before
+    it is ``push %rbp`` (rbp then points at the saved rbp, the return address above it).  A mov
+    after other pushes or a ``sub ...,%rsp`` (glibc's _dl_get_origin: rbp as a buffer pointer) is
+    no frame pointer."""
+    out = []
+    for k, i in enumerate(insns):
+        if i.mnemonic != "mov" or i.operands not in _MOV_SP_FP:
+            continue
+        before = next((j for j in reversed(insns[:k]) if _writes_sp(j)), None)
+        if before is not None and before.mnemonic == "push" and before.operands in ("%rbp", "%ebp"):
+            out.append((before, i))
+    return out
 
 
 def _overall(said: list[Testimony]) -> str:

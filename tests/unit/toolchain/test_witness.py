@@ -206,3 +206,40 @@ def test_a_contradicted_cause_fails_its_pair_and_the_log_says_so(running, examin
     rec = v.divergences[0].as_record()
     assert rec["cross"] == CONTRADICTED and rec["text"].count("cause-contradicted") == 1
     assert "push   %rbp" in rec["testimony"][0]["said"]
+
+
+def _static_space(exe: Path) -> AddressSpace:
+    """The address space a static non-PIE binary gets from the kernel's ELF loader: each PT_LOAD at
+    its own address (bias 0), as /proc/PID/maps would list it."""
+    text = subprocess.run(["readelf", "-lW", str(exe)], capture_output=True, text=True, check=True).stdout
+    lines = []
+    for s in words.program_headers(text):
+        if s.type == "LOAD":
+            lo, off = s.vaddr & ~0xFFF, s.offset & ~0xFFF
+            hi = (s.vaddr + s.filesz + 0xFFF) & ~0xFFF
+            perms = "r" + ("w" if "W" in s.flags else "-") + ("x" if "E" in s.flags else "-") + "p"
+            lines.append(f"{lo:x}-{hi:x} {perms} {off:08x} 00:00 1 {exe}")
+    return AddressSpace.from_maps("\n".join(lines))
+
+
+def test_a_shrink_wrapped_frame_setup_is_found_and_the_tools_agree(examiner):
+    """The i386 shadow hook of callchain.c (host gcc -O1 -m32 -fno-omit-frame-pointer) sets up
+    ebp at byte 24, after its early exit's test: the QEMU suite's compat-fp scenario called it
+    "no frame pointer" (fp-frameless-function) until objdump -d contradicted the claim."""
+    from harness.images.programs import Variant
+    from harness.oracles.shadow import HOOK_ENTER
+    from harness.unwind.code import CodeFacts
+    from harness.unwind.maps import FileBackedMemory
+    from tests.support.toolchains import program
+
+    exe = program("callchain", "host", Variant(bits=32, shadow=True)).path
+    space = _static_space(exe)
+    sym = _symbol(exe, HOOK_ENTER)
+    code = CodeFacts(space, FileBackedMemory(space), 4)
+    f = code.function_at(sym.value)
+    setup = code.frame_setup(f)
+    assert setup is not None and setup.push - f.start >= 24, (setup, f)
+    t = examiner.examine(claim_at(space, "no-frame-setup", f.start, start=f.start, end=f.end, name=f.name))
+    assert t.outcome == CONTRADICTED and "push   %ebp" in t.said, t
+    t = examiner.examine(claim_at(space, "in-prologue", f.start + 5, start=f.start, setup_done=setup.done))
+    assert t.outcome == CONFIRMED, t
