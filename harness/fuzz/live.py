@@ -160,8 +160,10 @@ class LiveDisagreement:
     between the unwinder and ``oracle`` that no cause proves), ``failure`` (a failing pair
     without such a divergence: the oracle's reason), ``delivery`` (a delivered trace gone wrong:
     tracers given different traces, work never delivered), ``invariant`` (the deferred model's
-    rules, ``oracle`` "model") or ``undeclared`` (a cause proven that the program's facts say it
-    cannot show).  ``frames``: the unwinder's and the oracle's frames of that stack, each
+    rules, ``oracle`` "model"), ``undeclared`` (a cause proven that the program's facts say it
+    cannot show), ``contradicted`` (a proven cause whose claims about a binary the toolchain's own
+    tools contradict) or ``unchecked`` (stacks judged, but the CFI oracle stepped through none of
+    the program's own frames).  ``frames``: the unwinder's and the oracle's frames of that stack, each
     ``"0xADDR symbol+off (module)"`` (as symbolized at the stop), or two empty tuples."""
 
     kind: str
@@ -181,6 +183,10 @@ class LiveOutcome:
     crash: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the program's run in the guest: its start, sampling, checks and end
+    # frames of the program's own text the CFI oracle stepped from (Result.own_frames_checked)
+    own_frames_checked: int = 0
+    causes: dict[str, int] = field(default_factory=dict)  # divergences each cause proved
+    cross: dict[str, int] = field(default_factory=dict)  # cross-examined divergences by outcome
 
     @property
     def ok(self) -> bool:
@@ -273,6 +279,13 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         found.append(LiveDisagreement("undeclared", v["unwinder"], v["oracle"],
                                       f"cause {cause} proven {n} time(s), outside the program's declaration",
                                       _frames(rec, v["unwinder"], v["oracle"]) if rec else ((), ())))
+    if result.own_stacks and "cfi" in result.oracles and not result.own_frames_checked:
+        # Every stack agreed or was explained, yet the CFI oracle stepped through none of the
+        # program's own frames (a mold PIE read with a wrong load bias: no FDE found for any of
+        # them): a verdict on nothing.
+        found.append(LiveDisagreement("unchecked", unwinder, "cfi",
+                                      f"{result.own_stacks} stack(s) judged, but the CFI oracle stepped through "
+                                      f"none of the program's own frames"))
     found += [LiveDisagreement("delivery", unwinder, "delivery", p) for p in result.problems]
     found += [LiveDisagreement("invariant", unwinder, "model", m) for m in result.invariant_violations]
     notes = list(result.notes)
@@ -286,7 +299,9 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         notes.append(result.shortfall() or "no stack of the program was checked")
     if result.log:
         notes.append(f"stacks logged in {result.log}")
-    return LiveOutcome(program, result.own_stacks, list(dict.fromkeys(found)), crash, notes)
+    return LiveOutcome(program, result.own_stacks, list(dict.fromkeys(found)), crash, notes,
+                       own_frames_checked=result.own_frames_checked, causes=dict(sorted(result.causes.items())),
+                       cross=result.cross_outcomes())
 
 
 # -- the batch in one guest ---------------------------------------------------------------------
