@@ -419,3 +419,30 @@ def test_no_file_or_no_elf_is_no_module_not_an_error(mold_pie):
     source = TEST_DATA / "load_bias.c"  # a file, not an ELF
     assert AddressSpace.from_maps(maps, lambda p: source).elf_at(text.start) is None
 
+
+def test_a_library_read_between_two_of_ld_so_mmaps_is_not_mapped_whole(build, tmp_path):
+    """The engine reads the program's maps until every module reads whole: between ld.so's first
+    mmap of a library (the whole span from its first PT_LOAD's offset) and the next, bfd's
+    data segment (p_vaddr - p_offset a page more than the text's) is not where its file bytes
+    are mapped yet."""
+    from harness.memory import MemoryFault
+    from harness.scenarios.engine import _mapped_whole
+    from harness.unwind.maps import FileBackedMemory
+
+    b = build("bfd", "pie")
+    maps = run_stopped([str(b.prog), str(b.lib)], tmp_path / "out").maps
+    assert _mapped_whole(maps, host_resolver())
+    lib = [m for m in parse_maps(maps) if m.path == str(b.lib.resolve())]
+    first = lib[0]  # the linked instance: the lower of the two when ld.so maps the dlmopen one below it
+    span = load_image(b.lib).span()
+    instance = [m for m in lib if first.start <= m.start < first.start + span]
+    whole = Mapping(first.start, first.start + span, first.perms, first.offset, first.dev, first.inode, first.path)
+    mid = _edit(maps, b.lib, lambda m: whole if m == first else None if m in instance else m)
+    assert not _mapped_whole(mid, host_resolver())
+    with pytest.raises(LoadBiasError, match=r"the PT_LOAD of vaddr 0x[0-9a-f]+ is not mapped at"):
+        AddressSpace.from_maps(mid, host_resolver()).elf_at(first.start)
+    # a PROT_NONE hole is never read from the file
+    hole = Mapping(first.start, first.end, "---p", first.offset, first.dev, first.inode, first.path)
+    space = AddressSpace.from_maps(_edit(maps, b.lib, lambda m: hole if m == first else m), host_resolver())
+    with pytest.raises(MemoryFault):
+        FileBackedMemory(space).read(first.start, 4)
