@@ -70,7 +70,7 @@ from ..toolchain.witness import CrossExaminer
 from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
-from ..unwind.maps import AddressSpace, parse_maps
+from ..unwind.maps import AddressSpace, LoadBiasError, parse_maps
 from ..unwind.user import StopReason, Trace
 from ..verdicts.types import NOT_CHECKED
 from .catalog import Scenario
@@ -160,6 +160,15 @@ OUTPUT_TAIL_LINES = 5
 LOADER_WAIT = 10.0
 
 
+def _mapped_whole(maps: str, resolve) -> bool:
+    """Every module of ``maps`` (its files through ``resolve``) reads as the loaders map it."""
+    try:
+        AddressSpace.from_maps(maps, resolve).elves()
+    except LoadBiasError:
+        return False
+    return True
+
+
 def unmapped(maps: str, names: frozenset[str]) -> set[str]:
     """Which of the file ``names`` no line of a /proc/PID/maps text maps (by the file's name,
     whatever its directory)."""
@@ -214,6 +223,9 @@ class Engine:
         self.memory = TargetMemory(session.target)
         self.space: AddressSpace | None = None
         self.proc = None
+        # set by _prepare; empty until then, for the clean-up of a run that failed inside it
+        self.request_points: dict[int, StopPoint] = {}
+        self._returns_armed = False
         self.pending: dict[int, Request] = {}
         self.n_requests = 0  # every request, whichever task it landed on
         self._off_program = 0  # requests in a row that landed on other tasks than the program's
@@ -248,7 +260,7 @@ class Engine:
         self.lifecycle: dict[int, StopPoint] = {}
         # The guest's or the debugger's error that ended the run (also a line of result.errors),
         # for a caller that raises it rather than reports it (harness/fuzz/live.py).
-        self.failure: GuestError | TargetError | ModelError | None = None
+        self.failure: GuestError | TargetError | ModelError | LoadBiasError | None = None
 
     # -- model hooks -------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
@@ -282,10 +294,10 @@ class Engine:
         s = self.s
         self.proc = s.run_program([self.program.guest_path, *self.sc.args], output=self._output_path())
         s.target.resume()
-        maps = self._maps_once_loaded()
-        s.target.interrupt()
         resolve = {self.program.guest_path: str(self.program.path)}
         resolve.update({guest: str(host) for host, guest in self.program.runtime})
+        maps = self._maps_once_loaded(resolve.get)
+        s.target.interrupt()
         self.memory = with_kernel_vdso(self.memory, maps, self.s.read, self.s.info.symbols,
                                        32 if self.ws == 4 else 64, (MemoryFault, TargetError))
         if isinstance(self.memory, Overlay):  # with_kernel_vdso put the kernel's image in front
@@ -424,11 +436,13 @@ class Engine:
             # mid-stop can keep each clean-up step waiting for its timeout.
             interrupted = True
             raise
-        except (GuestError, TargetError, ModelError) as exc:
+        except (GuestError, TargetError, ModelError, LoadBiasError) as exc:
+            # (LoadBiasError: the program's maps and the files they name disagree, found while the
+            # checker is built: no stack of it could be judged)
             self.failure = exc
             # A guest that died or hangs ends the whole run (run_scenarios): its cause, in one
             # line, is the scenario's first error; the transport's own words follow.
-            lost = None if isinstance(exc, ModelError) else s.machine_lost(exc)
+            lost = None if isinstance(exc, (ModelError, LoadBiasError)) else s.machine_lost(exc)
             if lost:
                 self.result.machine_lost = lost
                 self.result.errors.append(f"the guest is lost: {lost}")
@@ -475,19 +489,23 @@ class Engine:
         self._report(finished=True)
         return self.result
 
-    def _maps_once_loaded(self) -> str:
+    def _maps_once_loaded(self, resolve) -> str:
         """The program's /proc/PID/maps once its loader has mapped the libraries it needs (the
         guest runs): read before that, a dynamic program's libraries are unknown to the oracles
         for the whole run (issue 21's flake campaign, run b3: no CFI frame in libc.so.6 in any
-        stack of a dynamic program, each stopped and explained by cfi-no-fde).  Bounded by
-        LOADER_WAIT; what is still missing then is said in a note."""
+        stack of a dynamic program, each stopped and explained by cfi-no-fde).  And once every
+        module in it is mapped whole: read between two of ld.so's mmaps of one library, its
+        mappings and its file disagree (a LoadBiasError, which the checker's warm() raises if it
+        lasts).  Bounded by LOADER_WAIT; what is still missing then is said in a note."""
         needed = needed_sonames(self.program)
         deadline = time.monotonic() + LOADER_WAIT
         while True:
             maps = self.s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
             missing = unmapped(maps, needed)
-            if not missing or not maps.strip() or time.monotonic() >= deadline:
+            if not maps.strip() or time.monotonic() >= deadline:
                 break  # (empty: the program is gone already; its exit is the run's to report)
+            if not missing and _mapped_whole(maps, resolve):
+                break
             time.sleep(0.02)
         if missing and maps.strip():
             self.result.notes.append(f"{', '.join(sorted(missing))} not mapped {LOADER_WAIT:g}s after the program "

@@ -1,0 +1,17 @@
+"""Maps text of an ELF file mapped the way the loaders map it, for tests that need an address
+space without a process (tests/unit/unwind/test_load_bias.py checks the rule on real runs)."""
+
+from __future__ import annotations
+
+from harness.unwind.maps import load_image, page_down, page_up
+
+
+def loader_maps(path, base: int, name: str | None = None, perms: str = "r-xp") -> str:
+    """The maps lines of the ELF file ``path`` (named ``name`` in them, ``path`` by default) with
+    its first PT_LOAD's page at ``base`` (an ET_EXEC's where it was linked, whatever ``base``):
+    each PT_LOAD's pages, from its offset's page."""
+    img = load_image(path)
+    loads = img.loads
+    bias = base - page_down(loads[0].vaddr) if img.is_pie_or_shared else 0
+    return "\n".join(f"{bias + page_down(s.vaddr):x}-{bias + page_up(s.vaddr + s.memsz):x} {perms} "
+                     f"{page_down(s.offset):08x} 08:01 1 {name or path}" for s in loads)
