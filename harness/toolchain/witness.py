@@ -211,6 +211,8 @@ class CrossExaminer:
         return Testimony(c, CONTRADICTED, f"no symbol {name!r} and no FDE [{lo:#x}, {hi:#x})", f"{cmd}; {fcmd}")
 
     def _code(self, path: str, lo: int, hi: int) -> tuple[list[words.Insn], str]:
+        if hi <= lo:  # an empty range (a symbol of size 0; the code before a function's first byte)
+            return [], f"objdump -d of [{lo:#x}, {hi:#x}): an empty range, nothing to ask"
         text, cmd = self._tool("objdump", ["-d", "--insn-width=16", f"--start-address={lo:#x}",
                                            f"--stop-address={hi:#x}"], path)
         return words.disassembly(text), cmd

@@ -243,3 +243,14 @@ def test_a_shrink_wrapped_frame_setup_is_found_and_the_tools_agree(examiner):
     assert t.outcome == CONTRADICTED and "push   %ebp" in t.said, t
     t = examiner.examine(claim_at(space, "in-prologue", f.start + 5, start=f.start, setup_done=setup.done))
     assert t.outcome == CONFIRMED, t
+
+
+def test_an_empty_range_asks_no_tool(running, examiner):
+    """At a function's first byte no call precedes the IP (hook-window: nothing completed), and a
+    symbol of size 0 bounds nothing objdump could show: neither is 'the tool failed'."""
+    exe, run, space = running("bfd", "pie")
+    at = run.where["middle"]
+    t = examiner.examine(claim_at(space, "hook-window", at, start=at, enter="enter", exit="exit"))
+    assert t.outcome == CONFIRMED and "none to enter or exit" in t.said, t
+    t = examiner.examine(claim_at(space, "no-frame-setup", at, start=at, end=at, name="middle"))
+    assert t.outcome == "unverifiable" and "empty range" in t.command and "no instruction" in t.said, t
