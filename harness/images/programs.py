@@ -183,6 +183,7 @@ class ElfFacts:
     static: bool
     sframe: bool
     shadow: bool
+    pie: bool = False  # ET_DYN: a PIE (static-pie without an interpreter)
 
 
 DF_1_PIE = 0x08000000  # DT_FLAGS_1: a position-independent executable (elf.h)
@@ -220,7 +221,7 @@ def elf_facts(path: Path, what: str = "--program") -> ElfFacts:
                 s["p_type"] == "PT_GNU_SFRAME" for s in segments)
             symtab = elf.get_section_by_name(".symtab")
             shadow = bool(symtab and symtab.get_symbol_by_name("harness_shadow"))
-            return ElfFacts(elf.elfclass, not has_interp, sframe, shadow)
+            return ElfFacts(elf.elfclass, not has_interp, sframe, shadow, h.e_type == "ET_DYN")
     except ELFError as exc:
         raise ProgramError(f"{what} {path}: not an ELF file ({exc})") from exc
 
@@ -229,11 +230,12 @@ def user_program(path: str | Path, libs: tuple[str | Path, ...] = ()) -> Program
     """A user's own x86-64 or i386 binary, run in the guest as it was linked: its interpreter
     and libraries are copied from this machine to where the guest's loader looks for them
     (:func:`user_runtime_files`), with ``libs`` (the ones it dlopens: ``--lib``) and theirs.
-    The variant records what the binary has (32/64-bit, static, SFrame, the shadow-stack
-    symbol); whether it keeps frame pointers cannot be read from the file, so it is left True."""
+    The variant records what the binary has (32/64-bit, static, PIE, SFrame, the shadow-stack
+    symbol); whether it keeps frame pointers cannot be read from the file, so it is left True,
+    and which linker wrote it is not recorded (left bfd)."""
     path = Path(path).resolve()
     facts = elf_facts(path)
-    variant = Variant(bits=facts.bits, sframe=facts.sframe, static=facts.static, shadow=facts.shadow)
+    variant = Variant(bits=facts.bits, sframe=facts.sframe, static=facts.static, shadow=facts.shadow, pie=facts.pie)
     root = _linked_to_root(path)
     if root is not None:
         runtime = tuple(root_runtime_files(path, root, [Path(p) for p in libs]))
