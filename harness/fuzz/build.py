@@ -10,8 +10,8 @@ compile step's and the link step's.
 A program is compiled in its root (``gcc -c``) and linked there when the root has the linker.
 The debootstrap roots carry ld.bfd only: gold, mold and lld link a root's object with the host's
 gcc and that linker (the host's crt files and glibc; the generated code names nothing newer
-than glibc 2.34), as ``tests/unit/sframe/test_linkers.py`` does -- :attr:`Built.link_toolchain`
-records which.
+than glibc 2.34), through :mod:`harness.images.link` as the guest programs are --
+:attr:`Built.link_toolchain` records which.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from ..errors import EXIT_USAGE, HarnessError
 from ..images.errors import ImageError
+from ..images.link import plan_build, root_has_linker
 from ..images.programs import Variant, cflags
 from ..images.toolchain import TOOLCHAINS, Toolchain, get_toolchain
 from .defaults import LINKERS
@@ -33,7 +34,8 @@ from .render import render, source_name
 from .shape import Shape
 
 OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
-LINKER_BINARY = {"bfd": "ld.bfd", "gold": "ld.gold", "mold": "mold", "lld": "ld.lld"}
+__all__ = ["LINKERS", "OPTS", "TOOLCHAINS", "BuildConfig", "Built", "MatrixError", "build",
+           "build_source", "configs", "linker_available", "root_has_linker", "toolchain"]
 BUILD_TIMEOUT = 120.0
 
 
@@ -100,13 +102,6 @@ def toolchain(name: str) -> Toolchain:
     return get_toolchain(name)
 
 
-def root_has_linker(tc: Toolchain, linker: str) -> bool:
-    binary = LINKER_BINARY[linker]
-    if tc.is_host:
-        return shutil.which(binary) is not None
-    return (tc.root / "usr/bin" / binary).exists()
-
-
 def linker_available(tc_name: str, linker: str) -> bool:
     """Whether a program of root ``tc_name`` can be linked with ``linker`` (in the root, or on the
     host with the host's gcc)."""
@@ -134,12 +129,6 @@ class Built:
         return self.binary is not None
 
 
-def _split(flags: list[str]) -> tuple[list[str], list[str]]:
-    """cflags' flags as (compile step's, link step's)."""
-    link = [f for f in flags if f == "-static" or f.startswith("-Wl,")]
-    return [f for f in flags if f not in link], link
-
-
 def build(shape: Shape, config: BuildConfig, dest: Path) -> Built:
     """Build ``shape`` with ``config``; the binary and source land in ``dest`` (created).  A
     compiler or linker that fails leaves ``Built.error`` (a finding's matter, not an error of
@@ -154,25 +143,15 @@ def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest
     out = Built(shape, config, source, name, binutils=tc.binutils_version, gcc=tc.gcc_version)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / name).write_text(source)
-    compile_flags, link_flags = _split(cflags(tc, config.variant))
-    driver = "g++" if cxx else "gcc"
-    in_root = root_has_linker(tc, config.linker)
-    linker_tc = tc if in_root else toolchain("host")
-    if not in_root and not root_has_linker(linker_tc, config.linker):
-        raise ImageError(f"{LINKER_BINARY[config.linker]} is in neither the {tc.name} root nor on the host")
-    out.link_toolchain = linker_tc.name
-    compile_argv = [driver, *compile_flags, "-c", name, "-o", "prog.o"]
-    link_argv = [driver, *compile_flags, *link_flags, f"-fuse-ld={config.linker}", "-pthread", "-o", "prog", "prog.o"]
-    out.commands = [f"[{tc.name}] " + " ".join(compile_argv), f"[{linker_tc.name}] " + " ".join(link_argv)]
+    plan = plan_build(tc, "g++" if cxx else "gcc", name, "prog", cflags(tc, config.variant), config.linker,
+                      ("-pthread",))
+    out.link_toolchain = plan.link_tc.name
+    out.commands = plan.commands
     outer, inner = tc.workdir("fuzz")
     try:
         shutil.copy(dest / name, outer / name)
         try:
-            tc.run(compile_argv, cwd=inner, timeout=BUILD_TIMEOUT)
-            if in_root:
-                tc.run(link_argv, cwd=inner, timeout=BUILD_TIMEOUT)
-            else:
-                linker_tc.run(link_argv, cwd=str(outer), timeout=BUILD_TIMEOUT)
+            plan.run(outer, inner, BUILD_TIMEOUT)
         except ImageError as exc:
             if "timed out" in str(exc):
                 raise

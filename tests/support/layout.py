@@ -15,3 +15,11 @@ def loader_maps(path, base: int, name: str | None = None, perms: str = "r-xp") -
     bias = base - page_down(loads[0].vaddr) if img.is_pie_or_shared else 0
     return "\n".join(f"{bias + page_down(s.vaddr):x}-{bias + page_up(s.vaddr + s.memsz):x} {perms} "
                      f"{page_down(s.offset):08x} 08:01 1 {name or path}" for s in loads)
+
+
+def shares_file_pages(loads) -> bool:
+    """Whether two PT_LOADs (in address order) have a file page in common: the next one starts in
+    the page where the last one ends (mold's and lld's layout; ld.bfd's -z separate-code and
+    gold's keep them apart)."""
+    return any(page_down(b.offset) <= page_down(a.offset + max(a.filesz, 1) - 1)
+               for a, b in zip(loads, loads[1:], strict=False) if a.filesz and b.filesz)
