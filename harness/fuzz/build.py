@@ -53,8 +53,13 @@ class BuildConfig:
     sframe: bool = True
     static: bool = False
     linker: str = "bfd"
+    # position-independent: None is the toolchains' default (PIE when dynamic, ET_EXEC when static),
+    # read back as a bool; True of a static build is -static-pie, False of a dynamic one -no-pie
+    pie: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.pie is None:
+            object.__setattr__(self, "pie", not self.static)
         if self.toolchain not in TOOLCHAINS:
             raise MatrixError(f"unknown toolchain {self.toolchain!r}; known: {', '.join(TOOLCHAINS)}")
         if self.opt not in OPTS:
@@ -64,18 +69,24 @@ class BuildConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(bits=64, frame_pointers=self.fp, sframe=self.sframe, static=self.static, opt=self.opt)
+        return Variant(bits=64, frame_pointers=self.fp, sframe=self.sframe, static=self.static, opt=self.opt,
+                       linker=self.linker, pie=self.pie)
+
+    @property
+    def _pie_word(self) -> list[str]:
+        """"pie"/"nopie" where not the toolchains' default (today's signatures keep their words)."""
+        return [] if self.pie == (not self.static) else ["pie" if self.pie else "nopie"]
 
     @property
     def flags(self) -> str:
         """The flags part of a signature: ``-O2 fp sframe dyn``."""
         return " ".join([self.opt, "fp" if self.fp else "nofp", "sframe" if self.sframe else "nosframe",
-                         "static" if self.static else "dyn"])
+                         "static" if self.static else "dyn", *self._pie_word])
 
     @property
     def link_flags(self) -> str:
         """The flags of a signature that only the link decides: ``sframe dyn``."""
-        return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn"])
+        return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn", *self._pie_word])
 
     @property
     def tag(self) -> str:
@@ -91,10 +102,12 @@ class BuildConfig:
 
 def configs(toolchains=TOOLCHAINS, linkers=LINKERS) -> st.SearchStrategy[BuildConfig]:
     """Points of the matrix; shrinks towards the first toolchain and linker, -O0, frame
-    pointers and SFrame on, dynamic."""
+    pointers and SFrame on, dynamic, the toolchain's default PIE-ness (then PIE, static-pie or
+    -no-pie: the four linkers' layouts, as tests/qemu/test_linker_matrix.py runs them live)."""
     return st.builds(BuildConfig, toolchain=st.sampled_from(tuple(toolchains)), opt=st.sampled_from(OPTS),
                      fp=st.booleans().map(lambda b: not b), sframe=st.booleans().map(lambda b: not b),
-                     static=st.booleans(), linker=st.sampled_from(tuple(linkers)))
+                     static=st.booleans(), linker=st.sampled_from(tuple(linkers)),
+                     pie=st.one_of(st.none(), st.booleans()))
 
 
 @functools.cache
