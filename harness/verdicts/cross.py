@@ -30,25 +30,27 @@ CLAIMS_OF: dict[str, ClaimsFn] = {}
 NO_CLAIMS: dict[str, str] = {}
 
 
+def _new(name: str) -> str:
+    if name not in CAUSES:
+        raise ValueError(f"claims for {name!r}, which is no registered cause")
+    if name in CLAIMS_OF or name in NO_CLAIMS:
+        raise ValueError(f"claims of {name!r} registered twice")
+    return name
+
+
 def claims(*names: str):
+    """Register ``fn(stack, divergence) -> [Claim | None, ...]`` as the claims of the causes ``names``."""
     def deco(fn: ClaimsFn) -> ClaimsFn:
         for n in names:
-            if n not in CAUSES:
-                raise ValueError(f"claims for {n!r}, which is no registered cause")
-            if n in CLAIMS_OF or n in NO_CLAIMS:
-                raise ValueError(f"claims of {n!r} registered twice")
-            CLAIMS_OF[n] = fn
+            CLAIMS_OF[_new(n)] = fn
         return fn
     return deco
 
 
 def no_claims(reason: str, *names: str) -> None:
+    """Register why the causes ``names`` assert no fact about a binary."""
     for n in names:
-        if n not in CAUSES:
-            raise ValueError(f"no_claims for {n!r}, which is no registered cause")
-        if n in CLAIMS_OF or n in NO_CLAIMS:
-            raise ValueError(f"claims of {n!r} registered twice")
-        NO_CLAIMS[n] = reason
+        NO_CLAIMS[_new(n)] = reason
 
 
 def claims_for(stack: Stack, d: Divergence) -> list[Claim]:
