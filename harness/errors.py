@@ -30,6 +30,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `GuestTimeout`
  |         |    +-- `GuestDied`
  |         |    +-- `PinError`
+ |         +-- `ControlLineError` [ValueError] transport: harness/transport/errors.py
  |         +-- `OutputFrameError` [ValueError] transport: harness/transport/errors.py
  |         +-- `TargetError`                   transport: harness/transport/errors.py
  |         |    +-- `TargetTimeout`

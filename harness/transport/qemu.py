@@ -49,7 +49,7 @@ import pexpect
 
 from .. import signals
 from ..images.qemu import resolve_qemu
-from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
+from .channels import END, PANIC_RE, FrameDecoder, control_line, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
 from .fdio import nonblocking, read_now, wait_readable, write_all
 
@@ -589,6 +589,13 @@ def sweep_orphan_workdirs(tmp: Path | None = None) -> list[Path]:
     return removed
 
 
+def _file_name(guest_path: str) -> str:
+    """The part of a program's output file name that comes from its guest path: the basename,
+    with bytes other than letters, digits and ._+- as "_" (a program may be named anything; the
+    host's file of its output need not carry a newline or a quote for it)."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", guest_path.rsplit("/", 1)[-1])[:64] or "_"
+
+
 @dataclass(frozen=True)
 class GuestProcess:
     id: int
@@ -750,11 +757,15 @@ class Machine:
     def run(self, argv: list[str], timeout: float = 30.0, output: Path | None = None) -> GuestProcess:
         """Start ``argv`` in the guest and return once it has a pid (it keeps running).  Its
         stdout and stderr go to ``output`` on the host (created now, empty; by default
-        ``OUTPUT_DIR/ID-NAME.out`` in the machine's private directory)."""
+        ``OUTPUT_DIR/ID-NAME.out`` in the machine's private directory).  The program gets
+        ``argv`` word for word, whatever bytes a word holds (channels.encode_word); a word with
+        a NUL byte or a line too long for the guest's tty is a ControlLineError, before
+        anything is sent."""
         i = self._id()
-        path = Path(output) if output is not None else self.output_dir / f"{i}-{Path(argv[0]).name}.out"
+        line = control_line("run", i, words=argv)
+        path = Path(output) if output is not None else self.output_dir / f"{i}-{_file_name(argv[0])}.out"
         self.output.expect(i, path)
-        self.control.send(f"run {i} " + " ".join(argv))
+        self.control.send(line)
         m = self.control.wait(rf"pid {i} (\d+)", timeout, f"pid of {argv[0]}")
         return GuestProcess(i, int(m.group(1)), tuple(argv), path)
 
@@ -788,11 +799,10 @@ class Machine:
         """Send a shell command to /init and return its id at once, without waiting for its
         ``done`` line (for a guest that stops at breakpoints meanwhile: the caller keeps serving
         them).  Its output goes to the output channel as the command's frames."""
-        if "\n" in command:
-            raise ValueError(f"a guest shell command is one line: {command!r}")
         i = self._id()
+        line = control_line("sh", i, words=[command])
         self.output.expect(i, None)
-        self.control.send(f"sh {i} {command}")
+        self.control.send(line)
         return i
 
     def run_later(self, argv: list[str], delay: float, output: Path | None = None) -> GuestProcess:
@@ -801,9 +811,10 @@ class Machine:
         Its exit is reported as :meth:`run`'s (:meth:`exit_status`, :meth:`wait_exit`), its output
         framed as :meth:`run`'s; the pid of the subshell that waits for it is in ``/tmp/.later.ID``."""
         i = self._id()
-        path = Path(output) if output is not None else self.output_dir / f"{i}-{Path(argv[0]).name}.out"
+        line = control_line("later", i, f"{delay:g}", words=argv)
+        path = Path(output) if output is not None else self.output_dir / f"{i}-{_file_name(argv[0])}.out"
         self.output.expect(i, path)
-        self.control.send(f"later {i} {delay:g} " + " ".join(argv))
+        self.control.send(line)
         return GuestProcess(i, 0, tuple(argv), path)
 
     def shell(self, command: str, timeout: float = 60.0) -> int:
@@ -820,11 +831,10 @@ class Machine:
         return status, data
 
     def _shell(self, command: str, timeout: float) -> tuple[int, int]:
-        if "\n" in command:
-            raise ValueError(f"a guest shell command is one line: {command!r}")
         i = self._id()
+        line = control_line("sh", i, words=[command])
         self.output.expect(i, None)
-        self.control.send(f"sh {i} {command}")
+        self.control.send(line)
         return int(self.control.wait(rf"done {i} (\d+)", timeout, f"shell {command!r}").group(1)), i
 
     def upload(self, data: bytes, path: str, mode: str = "755", timeout: float = 300.0) -> None:
@@ -833,7 +843,7 @@ class Machine:
         is canonical, each read() returns one line, so ``head -c`` takes exactly the text)."""
         text = base64.encodebytes(data)
         i = self._id()
-        self.control.send(f"recv {i} {len(text)} {mode} {path}")
+        self.control.send(control_line("recv", i, str(len(text)), mode, words=[path]))
         for k in range(0, len(text), 65536):
             self.control.send_bytes(text[k:k + 65536])
         status = int(self.control.wait(rf"done {i} (\d+)", timeout, f"upload of {path}").group(1))
@@ -855,7 +865,7 @@ class Machine:
             if status != 0:
                 raise GuestError(f"gzip of {path} failed in the guest (status {status})", self.console.tail())
         i = self._id()
-        self.control.send(f"dump {i} {source}")
+        self.control.send(control_line("dump", i, words=[source]))
         f = self.workdir / "dump.bin"
         arrived, moved = f.stat().st_size, time.monotonic()
         size = None
