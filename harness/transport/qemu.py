@@ -589,6 +589,17 @@ def sweep_orphan_workdirs(tmp: Path | None = None) -> list[Path]:
     return removed
 
 
+#: QEMU's line when a signal it handles ends it (system/runstate.c, qemu_kill_report)
+_TERMINATED = re.compile(r"qemu-system-\w+: terminating on signal (\d+)( from pid \d+)?")
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return f" ({signal.Signals(sig).name})"
+    except ValueError:
+        return ""
+
+
 def _file_name(guest_path: str) -> str:
     """The part of a program's output file name that comes from its guest path: the basename,
     with bytes other than letters, digits and ._+- as "_" (a program may be named anything; the
@@ -653,15 +664,41 @@ class Machine:
         try:
             self._connect_channels(cond)
             m = self.control.wait(r"ready (\S+) cpus=(\d+)", self.config.boot_timeout, "readiness")
-        except GuestError:
-            if not self.child.isalive() and self.child.exitstatus:
-                raise QemuStartError(f"QEMU exited with status {self.child.exitstatus}: {shlex.join(cmd)}",
-                                     self.console.tail()) from None
+            self.release, self.cpus = m.group(1), int(m.group(2))
+            self.boot_seconds = time.monotonic() - start
+            self._connect_qmp()
+        except Exception as exc:
+            # QEMU gone (a signal, an exit) is said as such, not as the wait it broke ("QEMU
+            # exited while waiting for readiness", or a refused QMP connection); anything else
+            # goes on as it was raised.
+            if isinstance(exc, QemuStartError) and " during boot" in str(exc):
+                raise
+            gone = self.ended_during_boot(exc)
+            if gone is not None:
+                raise QemuStartError(gone, self.console.tail()) from exc
             raise
-        self.release, self.cpus = m.group(1), int(m.group(2))
-        self.boot_seconds = time.monotonic() - start
-        self._connect_qmp()
         return self
+
+    def ended_during_boot(self, exc: BaseException, stage: str = "before the guest was ready",
+                          settle: float = 2.0) -> str | None:
+        """After ``exc`` in a boot, one line saying that QEMU ended and how ("QEMU was killed by
+        signal 9 (SIGKILL) during boot, before the guest was ready"), or None while QEMU runs or
+        when the guest kernel panicked (``exc`` says that itself).  The sockets close a moment
+        before the process is reaped: up to ``settle`` seconds for the exit to show."""
+        if isinstance(exc, GuestPanic) or self.child is None:
+            return None
+        if not isinstance(exc, GuestTimeout):  # a connection that died, not a silence
+            deadline = time.monotonic() + settle
+            while self.child.isalive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        cause = self.exit_cause()
+        if cause is None:
+            return None
+        said = f"QEMU {cause} during boot, {stage}"
+        if cause.startswith("exited with status") and self.child.exitstatus:
+            # QEMU refused to run: its error is in the console's tail, its command line says what it got
+            return f"{said}: {(self.workdir / 'cmdline').read_text().strip()}"
+        return said
 
     def _connect_channels(self, cond: threading.Condition) -> None:
         """Connect to the control and output sockets as soon as QEMU creates them (before the
@@ -670,9 +707,8 @@ class Machine:
         ctl, out = self.workdir / "ctl.sock", self.workdir / "out.sock"
         while not (ctl.exists() and out.exists()):
             if not self.child.isalive():
-                raise QemuStartError(f"QEMU exited with status {self.child.exitstatus} before its sockets "
-                                     f"appeared: {(self.workdir / 'cmdline').read_text().strip()}",
-                                     self.console.tail())
+                raise QemuStartError(f"QEMU {self.exit_cause()} during boot, before its sockets appeared: "
+                                     f"{(self.workdir / 'cmdline').read_text().strip()}", self.console.tail())
             if time.monotonic() > deadline:
                 raise QemuStartError("QEMU's control and output sockets never appeared", self.console.tail())
             time.sleep(0.01)
@@ -907,11 +943,18 @@ class Machine:
             return None
         sig = self.child.signalstatus
         if sig:
-            try:
-                name = f" ({signal.Signals(sig).name})"
-            except ValueError:
-                name = ""
-            return f"was killed by signal {sig}{name}"
+            return f"was killed by signal {sig}{_signal_name(sig)}"
+        # SIGTERM, SIGINT and SIGHUP are QEMU's own to handle: it shuts down and exits 0 after
+        # printing "qemu-system-x86_64: terminating on signal 15 from pid N (COMM)" (its stderr
+        # is the console's pty: read to its end first, bounded).
+        if self.console is not None:
+            self.console.wait_eof(1.0)
+            for line in reversed(self.console.tail(20)):
+                m = _TERMINATED.search(line)
+                if m:
+                    n = int(m.group(1))
+                    return (f"was terminated by signal {n}{_signal_name(n)}{m.group(2) or ''} "
+                            f"(QEMU's own handler: exit status {self.child.exitstatus})")
         return f"exited with status {self.child.exitstatus}"
 
     def process_state(self) -> str | None:
