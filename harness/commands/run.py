@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 from ..errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from . import UsageError, arg, command, positive_float, positive_int
+from . import UsageError, arg, command, positive_float, sample_count
 from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
 
 
 @command("run", help="run scenarios on a guest and check every delivered stack", args=[
     arg("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)"),
-    arg("--samples", type=positive_int, help="requests on the program's tasks per scenario"),
+    arg("--samples", type=sample_count, help="requests on the program's tasks per scenario"),
     arg("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)"),
     arg("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario"),
     arg("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])"),
