@@ -129,8 +129,9 @@ class LogDigestError(LogFormatError):
     the log its writer wrote (a value or a line changed after it was written)."""
 
 
-class DuplicateKey(ValueError):
-    """A JSON object that names one key twice (:func:`loads`)."""
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice (:func:`loads`; a ValueError, as json.loads raises
+    for what is not JSON: :func:`parse_line` turns it into a LogFormatError naming the line)."""
 
     def __init__(self, key: str):
         self.key = key
@@ -141,7 +142,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set[str] = set()
-        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
     return d
 
 
@@ -149,7 +150,7 @@ _DECODE = json.JSONDecoder(object_pairs_hook=_unique_keys).decode
 
 
 def loads(text: str):
-    """:func:`json.loads` that refuses an object naming a key twice (:class:`DuplicateKey`).  The
+    """:func:`json.loads` that refuses an object naming a key twice (:class:`_DuplicateKey`).  The
     writer never writes one; a reader that took one would keep one of the two values (Python's
     json the last, others the first, or refuse), and an end record read so could say what its
     digest never covered.  About a quarter slower than json.loads (its pairs go through Python)."""
@@ -604,7 +605,7 @@ def parse_line(line_no: int, text: str, loads: Callable[[str], object] = loads) 
     top-level object: the reader adds ``line`` to it), or raise what it raises."""
     try:
         event = loads(text)
-    except DuplicateKey as exc:
+    except _DuplicateKey as exc:
         raise LogFormatError(line_no, f"{exc} (the writer writes each key once; which value a reader takes "
                              "is the reader's choice)", text) from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
