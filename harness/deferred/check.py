@@ -41,12 +41,11 @@ complete with no failure, 1 violations, failures or an incomplete log, 2 unreada
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .log import LogReader, stack_causes, stack_failed, trace_hash
+from .log import LogReader, loads, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 
@@ -446,11 +445,12 @@ def check_events(events: Iterable[dict]) -> Verdict:
     return checker.verdict()
 
 
-def check_lines(lines: Iterable[str], loads: Callable[[str], object] = json.loads) -> Verdict:
+def check_lines(lines: Iterable[str], loads: Callable[[str], object] = loads) -> Verdict:
     """Check JSONL text; raises :class:`LogFormatError` naming the first line that is not what the
     writer writes (:class:`~harness.deferred.log.LogReader`: the header, seq, each record's
-    fields, the digest).  ``loads``: the reader's JSON decoder (a caller checking many logs made of
-    the same lines may share their decoding: tests/support/log_mutations.py)."""
+    fields, the digest, no key twice in an object).  ``loads``: the reader's JSON decoder, as
+    :func:`~harness.deferred.log.loads` decodes (a caller checking many logs made of the same
+    lines may share their decoding: tests/support/log_mutations.py)."""
     reader = LogReader(loads)
     verdict = check_events(reader.events(lines))
     verdict.version, verdict.sealed = reader.version, reader.sealed

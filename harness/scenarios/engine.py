@@ -56,7 +56,7 @@ from ..deferred.model import (
     ModelError,
     UnwindWork,
 )
-from ..deferred.profile import get_profile
+from ..deferred.profile import COOKIES_PER_CPU, get_profile
 from ..images.programs import Program, needed_sonames
 from ..kernel import PF_EXITING, TaskInfo
 from ..kernel.stops import StopPoint, delivery_points
@@ -77,7 +77,8 @@ from .catalog import Scenario
 from .result import Result
 from .snapshot import StackChecker, StopSnapshot, loaded_digest, save
 
-__all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "Sampling", "raw_stop_rate", "run_scenarios"]
+__all__ = ["MAX_REQUESTS_PER_SAMPLE", "MAX_SAMPLES", "Engine", "Sampling", "raw_stop_rate", "request_budget",
+           "run_scenarios"]
 
 # Entry and exit assembly: a request interrupting it sees pt_regs that are not (or no longer)
 # those of the user context the task returns to next.
@@ -130,6 +131,21 @@ ProgressCallback = Callable[[Sampling], None]
 # Sampling gives up after this many requests per requested sample (plus 100) when too few land
 # on the program: a program that sleeps must not keep the run going for ever.
 MAX_REQUESTS_PER_SAMPLE = 10
+REQUESTS_BEYOND_SAMPLES = 100
+
+
+def request_budget(samples: int) -> int:
+    """The most requests a scenario (or a soak) of ``samples`` samples makes before it gives up."""
+    return MAX_REQUESTS_PER_SAMPLE * samples + REQUESTS_BEYOND_SAMPLES
+
+
+#: The most samples a scenario may ask for (--samples): its request budget must stay within the
+#: cookies one CPU's counter gives before they wrap (COOKIES_PER_CPU, 2^31: every request may
+#: open a new entry, all on one vCPU), else the model's cookies, like the kernel's, repeat within
+#: one task and the checker reports them as reused.  214,748,354 samples (days of sampling at
+#: the engine's hundreds of requests a second: a bound no real run meets, and a number no typo
+#: of an exponent gets past).
+MAX_SAMPLES = (COOKIES_PER_CPU - REQUESTS_BEYOND_SAMPLES) // MAX_REQUESTS_PER_SAMPLE
 # ... and after this many stops per allowed request: an NMI goes only into a running guest, so
 # a guest that keeps stopping at return points (another task's work pending) before each
 # injection would otherwise take no request and keep the loop going.
@@ -338,7 +354,7 @@ class Engine:
         loop_start = start
         rng = random.Random(self.sc.seed)
         interrupted = False
-        limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
+        limit = request_budget(self.sc.samples)
         try:
             # In the try: a guest that dies or hangs while the program starts closes the log
             # with its end record too.

@@ -21,7 +21,6 @@ The stops, beyond those of tests/support/cause_snapshots.py:
   ``pop %rbp``), at the getppid syscall; and with ``libc`` inside glibc's ``syscall()``;
 * callchain.c without frame pointers, static and dynamic, host/trixie/sid, at getppid in c;
 * signal.c (fp, raw): on_alarm's entry, h2's clock_gettime syscall, the rt_sigreturn syscall;
-* recurse.c 600 (fp): rec(0)'s call of bottom, 600 levels deep;
 * callchain.c and vdso.c built with the shadow stack (-finstrument-functions): inside
   ``__cyg_profile_func_enter``, at c's call of it, at getppid in c, at mprotect in glibc's
   start-up (before main); in ``__vdso_clock_gettime``;
@@ -244,14 +243,6 @@ def signal_snaps(tmp_path_factory) -> CauseCapture:
                    StopPoint("h2-syscall", "insn", "h2", "syscall"),
                    StopPoint("sigreturn", "syscall", syscall="rt_sigreturn")]),
     ])
-
-
-@pytest.fixture(scope="session")
-def recurse_snaps(tmp_path_factory) -> CauseCapture:
-    """recurse.c 600 (host, fp, static) at rec(0)'s call of bottom: 600 rec frames deep.  It makes
-    no getppid: the stops are set at static glibc's first brk, before main."""
-    return _one(tmp_path_factory, "recurse", "recurse", "host", Variant(),
-                [(["600"], [StopPoint("rec-bottom", "insn", "rec", "<bottom>")])], loaded_syscall="brk")
 
 
 @pytest.fixture(scope="session")
