@@ -27,7 +27,7 @@ def test_a_clean_run_exits_0_with_junit_and_summary(tmp_path):
     # --rt where it may be (root: CI): the run's facts say what it did
     rt = ["--rt"] if os.geteuid() == 0 else []
     p = subprocess.run([*HARNESS, "run", "fp-syscall", "--samples", "10", *rt, "--out", str(out),
-                        "--junit-xml", str(junit)], capture_output=True, text=True, timeout=600)
+                        "--junit-xml", str(junit), "--cross-examine"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert p.stdout.rstrip().endswith("exit 0: every stack agrees or is explained")
     summary = json.loads((out / "summary.json").read_text())
@@ -39,6 +39,14 @@ def test_a_clean_run_exits_0_with_junit_and_summary(tmp_path):
     assert case.name == "fp-syscall" and case.is_passed
     last = json.loads((out / "fp-syscall.jsonl").read_text().splitlines()[-1])
     assert last["ev"] == "end" and last["reason"] == "complete"
+    # --cross-examine: fp-syscall's causes (glibc's __libc_start_call_main keeps no frame pointer)
+    # asked of objdump, each confirmed; the table, summary.json and the end record count them
+    sc = summary["scenarios"][0]
+    claimed = sum(n for c, n in sc["causes"].items() if c != "truncated")
+    assert claimed and sc["cross_examined"] == {"confirmed": claimed} and sc["contradicted"] == {}, sc
+    assert summary["totals"]["cross_examined"] == sc["cross_examined"] and last["cross"] == sc["cross_examined"]
+    assert "causes cross-examined by the toolchain's own tools" in p.stdout
+    assert sc["own_frames_checked"] > 0
 
 
 def _foreground_signals():
