@@ -51,6 +51,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `EhFrameError` [DWARFError]     unwind: harness/unwind/ehframe.py
  |         +-- `MapsError` [ValueError]        unwind: harness/unwind/maps.py
  |         +-- `LoadBiasError` [ValueError]    unwind: harness/unwind/maps.py
+ |         +-- `ToolError`                     toolchain: harness/toolchain/binutils.py
  |         +-- `SnapshotError` [ValueError]    unwind: harness/unwind/snapshot.py
  |         +-- `KernelIntrospectionError`      kernel: harness/kernel/__init__.py
  |         +-- `BtfError` [ValueError]         kernel: harness/kernel/btf.py
