@@ -14,8 +14,8 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
   FDE_FUNC_START_PCREL can only come from 2.45, whose objdump is not among the toolchains here:
   it is rendered in the 2.46+ way, unverified.
 * V3 appends ``, attr = "S"`` (signal frame) and/or ``"F"`` (flexible FDE) to the function line;
-  flexible FREs print ``reg+off``, ``(reg+off)`` for a dereference, ``c`` for the CFA, ``U`` for a
-  padding RA word.
+  flexible FREs print ``reg+off``, ``(reg+off)`` for a register-based dereference, ``c+off`` for
+  a CFA-based value, dereferenced or not (:func:`_loc`), ``U`` for a padding RA word.
 """
 
 from __future__ import annotations
@@ -211,5 +211,15 @@ def _saved(loc, stored: int) -> str:
 
 
 def _loc(loc: Location) -> str:
-    reg = "c" if loc.base == "cfa" else loc.base
-    return f"({reg}{loc.offset:+d})" if loc.deref else f"{reg}{loc.offset:+d}"
+    """A flexible FRE's column: ``reg+off`` for a register's value plus an offset, ``(reg+off)``
+    for the word there, and ``c+off`` for a CFA-based entity whether dereferenced or not.
+
+    libsframe's dump (2.46+) reads a control word's deref bit only when its reg_p bit names a
+    register: for a CFA-based FP or RA (reg_p 0, the usual "saved at CFA-16") it prints
+    ``c%+d`` as a default FDE's column, never bracketed (binutils' own test
+    cfi-sframe-x86_64-ra-undefined-flex-1 shows ``c-16``; guest_programs/sframe_cases/flex.s
+    holds every form gas writes, tests/unit/sframe/test_objects.py compares them with sid's
+    objdump byte for byte)."""
+    if loc.base == "cfa":
+        return f"c{loc.offset:+d}"
+    return f"({loc.base}{loc.offset:+d})" if loc.deref else f"{loc.base}{loc.offset:+d}"
