@@ -48,6 +48,23 @@ The checks, in the order they run:
 Input that cannot be read at all -- no such file, not ELF, no SFrame section, a header or FDE
 table that does not decode, a relocation this reader does not apply -- raises
 :class:`SFrameError` (the CLI's exit code 2); an archive member's is an error of that member.
+
+No verdict on nothing: a check that checked nothing is never clean.  :attr:`BinaryCheck.no_verdict`
+says why a check is no verdict on its section, and the CLI exits 2 for it (bad input: what
+was given cannot be judged), whatever else it found:
+
+* the section has no FDE (well-formed, but nothing to check -- gas 2.41-2.45 write such a
+  section where they skip every function of an object);
+* the rules could not be compared at all: ``.eh_frame`` (or ``.debug_frame``) does not decode,
+  there is no CFI to compare with, or the ABI's frame rules are not modelled -- the section is
+  still checked structurally and those findings reported, but the comparison, the check's
+  main claim, has no input;
+* some FREs were not compared because their ``.eh_frame`` FDE does not decode (a partly
+  corrupted ``.eh_frame`` is bad input for the comparison as a wholly corrupted one is);
+* no FRE was compared and nothing was found (every row one the model cannot read).
+
+Each count a verdict rests on -- FDEs, FREs, FREs checked against ``.eh_frame``, addresses
+compared -- is kept beside it and printed with it (:func:`harness.report.sframe.format_summary`).
 """
 
 from __future__ import annotations
@@ -72,7 +89,7 @@ from ..sframe.elf import PT_GNU_SFRAME, SFrameTable, segment_type
 from ..sframe.errors import SFrameError
 from ..sframe.parse import SFrameFDE, SFrameFRE, SFrameSection
 from ..sframe.reloc import place_object
-from .cfi import CFITable, UnsupportedCFI, cfi_table
+from .cfi import CFITable, CorruptCFI, UnsupportedCFI, cfi_table
 from .elfsyms import FUNCTION_TYPE_NUMBERS, SHN_UNDEF, symbols
 from .maps import ElfImage, MapsError
 
@@ -150,10 +167,31 @@ class BinaryCheck:
     linked: bool = True  # False: a relocatable object, checked by the rules that hold for objects
     pieces: int = 1  # SFrame sections found laid end to end in the one .sframe
     cfi_without_sframe: int = 0  # .eh_frame FDEs no SFrame FDE covers (a note, not a finding)
+    rules_not_compared: str | None = None  # why no FRE's rules could be compared (no usable CFI, another ABI)
+    fres_cfi_undecodable: int = 0  # FREs not compared: the .eh_frame FDE covering them does not decode
+
+    @property
+    def no_verdict(self) -> str | None:
+        """Why this check is no verdict on the section (the CLI's exit 2), or None.  See the
+        module docstring: a section with no FDE has nothing to check; a comparison without
+        usable CFI, or with some FREs' CFI undecodable, rests on bad input; a check that compared
+        no FRE and found nothing has checked nothing."""
+        if self.num_fdes == 0:
+            return "nothing to check: the section has no FDE"
+        if self.rules_not_compared is not None:
+            return f"no verdict: rules not compared: {self.rules_not_compared}"
+        if self.fres_cfi_undecodable:
+            return (f"no verdict: {self.fres_cfi_undecodable} FREs not compared, their .eh_frame FDE does not "
+                    f"decode")
+        if self.fres_checked == 0 and not self.findings:
+            why = "the FDEs have no FRE" if self.num_fres == 0 else "see the notes"
+            return f"no verdict: no FRE compared with .eh_frame ({why})"
+        return None
 
     @property
     def clean(self) -> bool:
-        return not self.findings
+        """No finding, and something checked: never a verdict on nothing."""
+        return not self.findings and self.no_verdict is None
 
     def by_kind(self) -> Counter:
         return Counter(f.kind for f in self.findings)
@@ -174,8 +212,18 @@ class FileCheck:
     without_sframe: list[str] = field(default_factory=list)  # archive members with no .sframe
 
     @property
+    def no_verdict(self) -> list[str]:
+        """Why this file's verdict would rest on nothing, one line each: each check's
+        :attr:`BinaryCheck.no_verdict` (an archive's named by its member), and an archive none
+        of whose members has a .sframe section (an ELF file without one is an SFrameError)."""
+        out = [f"{c.path}: {c.no_verdict}" if self.archive else c.no_verdict for c in self.checks if c.no_verdict]
+        if self.archive and not self.checks and not self.errors:
+            out.append("nothing to check: no member has a .sframe section")
+        return out
+
+    @property
     def clean(self) -> bool:
-        return not self.errors and all(c.clean for c in self.checks)
+        return not self.errors and not self.no_verdict and all(c.clean for c in self.checks)
 
 
 def load(path: str | os.PathLike, *, strict: bool = False, place: bool = True) -> tuple[SFrameTable, ElfImage]:
@@ -322,18 +370,24 @@ def check_table(table: SFrameTable, image: ElfImage, *,
     out = BinaryCheck(table.source, h.version, h.flag_names(), table.via, h.num_fdes, h.num_fres, linked=linked)
     syms = _function_symbols(image)
     cfi = None
+    # Without usable CFI the section is still checked structurally, but the comparison -- the
+    # check's main claim -- has nothing to rest on: rules_not_compared makes the check no
+    # verdict (exit 2: bad input for the comparison), never a clean one.
     if h.abi_arch == F.ABI_AMD64_ENDIAN_LITTLE:
         cfi = cfi_table(image)
         if cfi.error is not None:
-            out.notes.append(f"rules not compared: {cfi.error}")
-        if not len(cfi):
-            out.notes.append("rules not compared: no .eh_frame or .debug_frame FDEs")
-            cfi = None
-        elif cfi.error is not None:
+            out.rules_not_compared = cfi.error
+        elif not len(cfi) and not image.elf.num_sections():
+            # read through PT_GNU_SFRAME: the CFI reader finds .eh_frame by its section header
+            out.rules_not_compared = "no section headers, by which .eh_frame is found"
+        elif not len(cfi):
+            out.rules_not_compared = "no .eh_frame or .debug_frame FDEs"
+        if out.rules_not_compared is not None:
             cfi = None
     else:
-        out.notes.append(f"rules not compared: frame rules are modelled for AMD64 only, not "
-                         f"{F.ABI_NAMES[h.abi_arch]}")
+        out.rules_not_compared = f"frame rules are modelled for AMD64 only, not {F.ABI_NAMES[h.abi_arch]}"
+    if out.rules_not_compared is not None:
+        out.notes.append(f"rules not compared: {out.rules_not_compared}")
     pieces = [("", sec)]
     if linked:
         pieces = _linker_findings(table, image, syms, cfi, out)
@@ -657,15 +711,26 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
         # decoded with the FREs: sec.fres() raised (an FDE's fre-decode) for any rule that does not
         ours = sec.rule(fde, fre)
         complete = True
+        corrupt = False  # some address's CFI does not decode: bad input for the comparison
         open_: dict[str, int] = {}  # kind -> index of the finding the next address may widen
         for lo, hi in ranges:
-            points = list(range(lo, hi)) if fde.pcmask else [lo, *_row_starts(cfi, lo, hi)]
+            if fde.pcmask:
+                points = list(range(lo, hi))
+            else:
+                try:
+                    points = [lo, *cfi.row_starts(lo, hi)]
+                except UnsupportedCFI as exc:  # an FDE in [lo, hi) whose rows do not decode
+                    complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
+                    corrupt = corrupt or isinstance(exc, CorruptCFI)
+                    out.notes.append(f"{_fde_where(fde)}: FRE {k} at [{lo:#x}, {hi:#x}): rows not read: {exc}")
+                    points = [lo]
             for i, pc in enumerate(points):
                 end = points[i + 1] if i + 1 < len(points) else hi
                 try:
                     theirs = cfi.rule_for_link(pc, signal_ok=True)
                 except UnsupportedCFI as exc:
                     complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
+                    corrupt = corrupt or isinstance(exc, CorruptCFI)
                     out.notes.append(f"{_fde_where(fde)}: FRE {k} at {pc:#x} not compared: {exc}")
                     continue
                 out.addresses_compared += 1
@@ -680,13 +745,7 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
                                              fde.index, k, pc, end, ours, theirs))
         if complete:
             out.fres_checked += 1
-
-
-def _row_starts(cfi: CFITable, lo: int, hi: int) -> list[int]:
-    try:
-        return cfi.row_starts(lo, hi)
-    except UnsupportedCFI:
-        return []
+        out.fres_cfi_undecodable += corrupt
 
 
 def _differences(ours: FrameRule, theirs: FrameRule, compare_signal: bool) -> list[str]:

@@ -891,9 +891,12 @@ def test_a_file_without_section_headers_is_checked_through_pt_gnu_sframe(tc_name
     assert (r.via, r.version, r.pieces, r.findings) == ("PT_GNU_SFRAME", VERSION[tc_name], 1, [])
     assert not [n for n in r.notes if "after the SFrame data" in n], r.notes
     assert check_binary(p.path).via == "section"
+    # the CFI reader finds .eh_frame by its section header: the structure is checked, the rules
+    # are not compared, and that is no verdict, never a clean one
+    _no_verdict(capsys, path, "no verdict: rules not compared: no section headers, by which .eh_frame is found")
     rc, out, _ = run_cli(capsys, "check", str(path))
     flags = ", ".join(SFrameTable.from_elf(p.path).header.flag_names())
-    assert rc == 0 and out.splitlines()[0] == f"{path}: SFrame V{VERSION[tc_name]} ({flags}) via PT_GNU_SFRAME"
+    assert rc == 2 and out.splitlines()[0] == f"{path}: SFrame V{VERSION[tc_name]} ({flags}) via PT_GNU_SFRAME"
 
 
 # ------------------------------------------------------------------------------ objects: where the functions lie
@@ -1184,10 +1187,26 @@ def _rename_section(copy: Copy, name: str, other: str) -> None:
         struct.pack_into("<I", copy.data, at, elf.get_section_by_name(other)["sh_name"] + 1)  # Elf64_Shdr.sh_name
 
 
+def _no_verdict(capsys, path: Path, reason: str):
+    """``path`` checks with no finding but is no verdict for ``reason`` (its start, where the
+    reason ends in "(": what pyelftools raised, whose words vary) -- never clean: the CLI exits 2
+    and its summary says why, beside the counts (0 FREs checked, 0 addresses)."""
+    r = check_binary(path)
+    assert not r.clean and not r.findings, [f.message for f in r.findings]
+    assert r.no_verdict == reason or reason.endswith("(") and r.no_verdict.startswith(reason), r.no_verdict
+    rc, out, err = run_cli(capsys, "check", str(path))
+    assert rc == 2 and err == "", err
+    summary = out.splitlines()[-1]
+    assert summary.startswith(f"  {r.num_fdes} FDEs, {r.num_fres} FREs, {r.fres_checked} FREs checked against "
+                              f".eh_frame ({r.addresses_compared} addresses): {reason}"), out
+    assert "clean" not in out
+    return r
+
+
 def test_without_eh_frame_the_rules_are_not_compared(copy, capsys):
     _rename_section(copy, ".eh_frame", ".comment")
-    r = check_binary(copy.write())
-    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    r = _no_verdict(capsys, copy.write(), "no verdict: rules not compared: no .eh_frame or .debug_frame FDEs")
+    assert r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0 and r.num_fres > 0
     assert [n for n in r.notes if n.startswith("rules not compared")] == [
         "rules not compared: no .eh_frame or .debug_frame FDEs"]
 
@@ -1198,11 +1217,14 @@ def test_an_eh_frame_that_does_not_decode_is_noted_and_not_compared(copy, capsys
     struct.pack_into("<I", copy.data, eh, 0xFFFFFF00)  # the first CIE's length
     path = copy.write()
     r = check_binary(path)
-    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0
+    assert r.fres_checked == 0 and r.addresses_compared == 0
     notes = [n for n in r.notes if n.startswith("rules not compared")]
     # the .eh_frame reader (harness/unwind/ehframe.py) says which entry and why
-    assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry "
-                               f"at +0x0 claims 4294967040 bytes"), notes
+    assert len(notes) == 1 and notes[0].startswith(
+        f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry at +0x0 claims 4294967040 "
+        f"bytes"), notes
+    # bad input for the comparison: no verdict, whose reason is the note's
+    _no_verdict(capsys, path, "no verdict: " + notes[0])
 
 
 def test_a_debug_frame_that_does_not_decode_beside_eh_frame_is_noted_and_not_compared(copy, capsys):
@@ -1217,9 +1239,10 @@ def test_a_debug_frame_that_does_not_decode_beside_eh_frame_is_noted_and_not_com
     copy.data[at:at + 13] = b".debug_frame\0"
     path = copy.write()
     r = check_binary(path)
-    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    assert r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
     notes = [n for n in r.notes if n.startswith("rules not compared")]
     assert len(notes) == 1 and notes[0].startswith(f"rules not compared: {path}: .debug_frame does not decode ("), notes
+    _no_verdict(capsys, path, f"no verdict: rules not compared: {path}: .debug_frame does not decode (")
 
 
 def test_a_section_of_another_abi_is_checked_but_for_its_rules(copy, capsys):
@@ -1227,9 +1250,135 @@ def test_a_section_of_another_abi_is_checked_but_for_its_rules(copy, capsys):
     are checked as they are, the rules (modelled for AMD64 only) not, nor AMD64's fixed offsets."""
     copy.put("B", 4, F.ABI_AARCH64_ENDIAN_LITTLE)
     copy.put("b", 6, 0)  # AArch64 has no fixed RA offset
-    r = check_binary(copy.write())
-    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
+    r = _no_verdict(capsys, copy.write(),
+                    "no verdict: rules not compared: frame rules are modelled for AMD64 only, not aarch64-le")
+    assert r.fres_checked == 0 and r.addresses_compared == 0 and r.cfi_without_sframe == 0
     assert "rules not compared: frame rules are modelled for AMD64 only, not aarch64-le" in r.notes
+
+
+# What mutating real binaries found (issue 34): of 1,500 copies of host-built callchains with 1-8
+# random bytes changed, 55 were "clean" with 0 FREs checked -- each one of the shapes below,
+# rebuilt here from the catalog's binaries.  None is clean now: each is no verdict (exit 2).
+
+
+def _eh_frame_cie(copy: Copy) -> int:
+    """The file offset of the first .eh_frame CIE of ``copy``: gcc's "zR" CIE (length, id,
+    version 1, "zR", code alignment 1, data alignment -8, RA column 16, augmentation length 1, R)."""
+    with open(copy.table.source, "rb") as f:
+        eh = ELFFile(f).get_section_by_name(".eh_frame")["sh_offset"]
+    assert bytes(copy.data[eh + 8:eh + 16]) == b"\x01zR\x00\x01\x78\x10\x01", bytes(copy.data[eh:eh + 16]).hex()
+    return eh
+
+
+def test_a_cie_whose_augmentation_runs_past_it_leaves_no_verdict(copy, capsys):
+    """The CIE's augmentation length made 65 (a mutant's shape): .eh_frame does not decode, every
+    rule is uncompared -- bad input for the comparison, not a clean section."""
+    eh = _eh_frame_cie(copy)
+    copy.data[eh + 15] = 65
+    path = copy.write()
+    r = _no_verdict(capsys, path, f"no verdict: rules not compared: {path}: .eh_frame does not decode (")
+    assert "has 65 bytes of augmentation data, past its end" in r.no_verdict
+    assert r.fres_checked == 0 and r.num_fres > 0
+
+
+def test_a_cie_naming_another_return_address_column_leaves_no_fre_compared(copy, capsys):
+    """The return address column of the CIEs of the functions SFrame describes made 17 (a mutant's
+    shape): .eh_frame decodes, but no row has a rule for that column, so no FRE is compared --
+    each address noted, and the check is no verdict, not "clean" over 0 FREs."""
+    with open(copy.table.source, "rb") as f:
+        eh = ELFFile(f).get_section_by_name(".eh_frame")
+        entries = parse_eh_frame(eh.data(), eh["sh_addr"])
+        base = eh["sh_offset"]
+    cies = {e.cie.offset for e in entries if isinstance(e, EhFDE)
+            and any(fde.func_start <= e["initial_location"] < fde.func_end for fde in copy.sec.fdes)}
+    for cie in cies:  # version 1, augmentation, code alignment 1, data alignment -8, RA column 16
+        nul = copy.data.index(0, base + cie + 9)
+        assert copy.data[base + cie + 8] == 1 and bytes(copy.data[nul + 1:nul + 4]) == b"\x01\x78\x10"
+        copy.data[nul + 3] = 17
+    r = _no_verdict(capsys, copy.write(), "no verdict: no FRE compared with .eh_frame (see the notes)")
+    assert r.fres_checked == 0 and r.num_fres > 0 and r.addresses_compared == 0
+    assert r.rules_not_compared is None and r.fres_cfi_undecodable == 0
+    assert all(n.endswith(" not compared: no rule for the return address") for n in r.notes
+               if " not compared: " in n)
+
+
+def test_an_fde_whose_instructions_do_not_decode_leaves_its_fres_uncompared_and_no_verdict(copy, capsys):
+    """One function's .eh_frame FDE with its first instruction made a DW_CFA_def_cfa_expression of
+    127 bytes, past the FDE's end (a mutant's shape): that FDE does not decode, its function's FREs
+    are not compared, every other FRE is -- a partly corrupted .eh_frame is bad input for the
+    comparison too: no verdict, with the counts it rests on."""
+    fde = copy.fde_with(lambda f, fres: len(fres) >= 2 and not f.pcmask)
+    fres = copy.sec.fres(fde)
+    off, length = _eh_frame_fde(copy, fde.func_start)
+    insns = off + 4 + 4 + 4 + 4 + 1  # length, CIE pointer, pc_begin, pc_range (sdata4), augmentation length 0
+    assert copy.data[off + 16] == 0 and length - 13 >= 2
+    copy.data[insns:insns + 2] = bytes([0x0F, 0x7F])  # DW_CFA_def_cfa_expression, 127 bytes
+    r = _no_verdict(capsys, copy.write(),
+                    f"no verdict: {len(fres)} FREs not compared, their .eh_frame FDE does not decode")
+    assert r.fres_cfi_undecodable == len(fres) and r.fres_checked == r.num_fres - len(fres) > 0
+    assert r.rules_not_compared is None
+    assert any(n.startswith(f"FDE {fde.index} [") and " does not decode (" in n for n in r.notes), r.notes
+
+
+DRAP_ONLY = """\
+\t.text
+\t.globl\tdrap
+\t.type\tdrap, @function
+drap:
+\t.cfi_startproc
+\tleaq\t8(%rsp), %r10
+\t.cfi_def_cfa 10, 0
+\tandq\t$-64, %rsp
+\tpushq\t-8(%r10)
+\tleaq\t-8(%r10), %rsp
+\t.cfi_def_cfa 7, 8
+\tret
+\t.cfi_endproc
+\t.size\tdrap, .-drap
+"""
+
+
+def test_a_section_gas_left_without_fdes_has_nothing_to_check(tmp_path, capsys):
+    """gas 2.44 skips a function whose CFA it cannot express (a DRAP register) and, that being the
+    object's only function, writes a well-formed .sframe with no FDE: nothing to check, said so
+    beside the counts (0 FDEs, 0 FREs), exit 2 -- never "clean"."""
+    path = _assemble("trixie", DRAP_ONLY, tmp_path / "drap.o")
+    from harness.unwind.sframe_check import check_file
+    fc = check_file(path)
+    (r,) = fc.checks
+    assert (r.version, r.num_fdes, r.num_fres, r.findings, r.cfi_without_sframe) == (2, 0, 0, [], 1)
+    assert fc.no_verdict == ["nothing to check: the section has no FDE"] and not fc.clean
+    rc, out, err = run_cli(capsys, "check", str(path))
+    assert rc == 2 and err == ""
+    assert out.splitlines()[-1] == ("  0 FDEs, 0 FREs, 0 FREs checked against .eh_frame (0 addresses): nothing to "
+                                    "check: the section has no FDE")
+    # in an archive, beside a member that is checked: the member has no verdict, and so has the archive
+    good = _assemble("trixie", DATA_FUNCTION, tmp_path / "good.o")
+    need("host").run(["ar", "rcS", "lib.a", good.name, path.name], cwd=str(tmp_path))
+    lib = check_file(tmp_path / "lib.a")
+    assert lib.no_verdict == [f"{tmp_path / 'lib.a'}(drap.o): nothing to check: the section has no FDE"]
+    rc, out, _ = run_cli(capsys, "check", str(tmp_path / "lib.a"))
+    assert rc == 2 and out.splitlines()[-1].startswith(
+        f"{tmp_path / 'lib.a'}: archive of 2 members: 2 with .sframe checked (1 with findings, 1 with no verdict), "
+        f"0 without, 0 unreadable; ")
+    assert out.splitlines()[-1].endswith(": no verdict")
+
+
+def test_an_archive_without_sframe_data_has_nothing_to_check(tmp_path, capsys):
+    """An archive whose members have no .sframe section (gas without --gsframe): nothing to
+    check, exit 2, as an ELF file without one is bad input -- not "clean" over no member."""
+    tc = need("host")
+    (tmp_path / "f.s").write_text(DATA_FUNCTION)
+    tc.run(["as", "f.s", "-o", "f.o"], cwd=str(tmp_path))
+    tc.run(["ar", "rcS", "lib.a", "f.o"], cwd=str(tmp_path))
+    from harness.unwind.sframe_check import check_file
+    fc = check_file(tmp_path / "lib.a")
+    assert (fc.members, fc.checks, fc.without_sframe) == (1, [], ["f.o"])
+    assert fc.no_verdict == ["nothing to check: no member has a .sframe section"] and not fc.clean
+    rc, out, _ = run_cli(capsys, "check", str(tmp_path / "lib.a"))
+    assert rc == 2 and out == (f"{tmp_path / 'lib.a'}: archive of 1 members: 0 with .sframe checked (0 with findings, "
+                               f"0 with no verdict), 1 without, 0 unreadable; 0 FDEs, 0 FREs, 0 FREs checked against "
+                               f".eh_frame (0 addresses): nothing to check: no member has a .sframe section\n")
 
 
 def _patch_symbol(copy: Copy, name: str, **fields) -> None:

@@ -280,8 +280,13 @@ def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
     with_findings = {"host": 2, "trixie": 2, "sid": 0}[tc_name]
     assert [r.path for r in fc.checks if not r.clean] == [f"{lib}({c}.o)" for c in CASES
                                                           if c in ("frames", "flex")][:with_findings]
-    assert out.rstrip().endswith(f"{lib}: archive of {len(CASES) + 1} members: {len(CASES)} with .sframe checked "
-                                 f"({with_findings} with findings), 1 without, 0 unreadable")
+    checks = fc.checks
+    assert out.rstrip().endswith(
+        f"{lib}: archive of {len(CASES) + 1} members: {len(CASES)} with .sframe checked ({with_findings} with "
+        f"findings, 0 with no verdict), 1 without, 0 unreadable; {sum(r.num_fdes for r in checks)} FDEs, "
+        f"{sum(r.num_fres for r in checks)} FREs, {sum(r.fres_checked for r in checks)} FREs checked against "
+        f".eh_frame ({sum(r.addresses_compared for r in checks)} addresses): "
+        f"{'findings' if with_findings else 'clean'}")
 
 
 def test_an_elf_file_is_one_check_of_itself_not_an_archive(built):
@@ -382,11 +387,14 @@ def test_an_objects_eh_frame_that_does_not_decode_is_noted_under_the_objects_nam
     struct.pack_into("<I", data, eh, 0xFFFFFF00)  # the first CIE's length
     path = tmp_path / "frames.o"
     path.write_bytes(bytes(data))
-    (r,) = check_file(path).checks
-    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0, [f.message for f in r.findings]
+    fc = check_file(path)
+    (r,) = fc.checks
+    assert not r.findings and r.fres_checked == 0 and r.addresses_compared == 0, [f.message for f in r.findings]
     notes = [n for n in r.notes if n.startswith("rules not compared")]
     assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry "
                                f"at +0x0 claims 4294967040 bytes"), notes
+    # no verdict on the object, never a clean one
+    assert not r.clean and not fc.clean and fc.no_verdict == [r.no_verdict] == ["no verdict: " + notes[0]]
 
 
 # ------------------------------------------------------------------------------ the ar reader
