@@ -92,6 +92,7 @@ from ..sframe.reloc import place_object
 from .cfi import CFITable, CorruptCFI, UnsupportedCFI, cfi_table
 from .elfsyms import FUNCTION_TYPE_NUMBERS, SHN_UNDEF, symbols
 from .maps import ElfImage, MapsError
+from .symbolize import Places, places
 
 __all__ = ["KINDS", "LINKER_KINDS", "RULE_KINDS", "BinaryCheck", "FileCheck", "Finding", "check_binary",
            "check_file", "check_table", "load", "load_data"]
@@ -136,7 +137,8 @@ AMD64_FIXED_RA = -8
 @dataclass(frozen=True)
 class Finding:
     """One violation or disagreement.  ``addr``/``end``: the address range at fault (link-time);
-    ``sframe``/``cfi``: the two rules of a rule disagreement, else None."""
+    ``sframe``/``cfi``: the two rules of a rule disagreement, else None; ``section``/``symbol``:
+    where ``addr`` lies (:class:`harness.unwind.symbolize.Places`), which the message names too."""
 
     kind: str
     message: str
@@ -146,6 +148,8 @@ class Finding:
     end: int | None = None
     sframe: FrameRule | None = None
     cfi: FrameRule | None = None
+    section: str | None = None  # the section holding addr (None: no section holds it, or no addr)
+    symbol: str | None = None  # the symbol at addr, "name" or "name+0xoff", as objdump -d names it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -388,13 +392,17 @@ def check_table(table: SFrameTable, image: ElfImage, *,
         out.rules_not_compared = f"frame rules are modelled for AMD64 only, not {F.ABI_NAMES[h.abi_arch]}"
     if out.rules_not_compared is not None:
         out.notes.append(f"rules not compared: {out.rules_not_compared}")
+    where = places(image)
     pieces = [("", sec)]
     if linked:
         pieces = _linker_findings(table, image, syms, cfi, out)
     for prefix, piece in pieces:
-        _check_section(piece, prefix, table, syms, cfi, expect_binutils, out)
+        _check_section(piece, prefix, table, syms, cfi, expect_binutils, out, where)
     if cfi is not None:
         _uncovered(cfi, [p for _, p in pieces], syms, out)
+    # every finding with an address names where it lies: the section and the symbol
+    out.findings = [replace(f, section=where.section(f.addr), symbol=where.symbol(f.addr)) if f.addr is not None
+                    else f for f in out.findings]
     return out
 
 
@@ -419,17 +427,17 @@ def _uncovered(cfi: CFITable, sections: list[SFrameSection], syms: dict[int, lis
 
 
 def _check_section(sec: SFrameSection, prefix: str, table: SFrameTable, syms, cfi, expect_binutils,
-                   out: BinaryCheck) -> None:
+                   out: BinaryCheck, where: Places) -> None:
     n = len(out.findings)
     _check_header(sec, out, expect_binutils, out.linked)
-    outside = _check_fdes(sec, table.text_ranges, syms, out, out.linked)
+    outside = _check_fdes(sec, table.text_ranges, syms, out, out.linked, where)
     for fde in sec.fdes:
-        fres = _fres(sec, fde, out)
+        fres = _fres(sec, fde, out, where)
         if fres is None:
             continue
-        _check_fre_starts(fde, fres, out)
+        _check_fre_starts(fde, fres, out, where)
         if cfi is not None and fde.index not in outside:
-            _compare_rules(sec, fde, fres, cfi, out)
+            _compare_rules(sec, fde, fres, cfi, out, where)
     if prefix:
         out.findings[n:] = [replace(f, message=prefix + f.message) for f in out.findings[n:]]
 
@@ -486,7 +494,7 @@ def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: Binary
                     f"{prefix}the function starts are PC-relative -- read from their own fields, "
                     f"{hits_pc} of {len(piece.fdes)} FDEs start at a function, read from the section as the "
                     f"header says (no SFRAME_F_FDE_FUNC_START_PCREL), {hits_sec} do: FDE 0's field at "
-                    f"{piece.section_vaddr + off0:#x} holds "
+                    f"{piece.section_vaddr + off0:#x} in .sframe holds "
                     f"{as_pcrel.fdes[0].func_start - piece.section_vaddr - off0:#x}"
                     f", the input's relocated value, not rewritten", addr=piece.section_vaddr,
                     end=piece.section_vaddr + h.end))
@@ -581,26 +589,34 @@ def _function_symbols(image: ElfImage) -> dict[int, list[_Sym]]:
     return syms
 
 
-def _fde_where(fde: SFrameFDE) -> str:
-    return f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end:#x})"
+def _fde_where(fde: SFrameFDE, where: Places | None = None) -> str:
+    """``FDE 2 [0x1040, 0x1048)``, and with ``where`` the section and symbol of its start:
+    ``in .plt.got (__cxa_finalize@plt)`` (a finding's; a note names the FDE alone)."""
+    at = f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end:#x})"
+    return at if where is None else f"{at} {where.describe(fde.func_start)}"
+
+
+def _at(where: Places, pc: int) -> str:
+    """The symbol ``pc`` lies in, for an FRE's range: ``(main+0x4)``, ``(no symbol)``."""
+    return f"({where.symbol(pc) or 'no symbol'})"
 
 
 def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int, list[_Sym]],
-                out: BinaryCheck, linked: bool) -> set[int]:
+                out: BinaryCheck, linked: bool, where: Places) -> set[int]:
     """Order (linked outputs), overlap, placement and symbols.  Returns the indexes of FDEs
     outside the text (executable PT_LOADs; an object's executable sections, as placed)."""
     fdes = sec.fdes
     for prev, fde in itertools.pairwise(fdes):
         if linked and fde.func_start < prev.func_start:
             out.findings.append(Finding(
-                "fde-order", f"{_fde_where(fde)} starts before FDE {prev.index} ({prev.func_start:#x})",
+                "fde-order", f"{_fde_where(fde, where)} starts before FDE {prev.index} ({prev.func_start:#x})",
                 fde.index, addr=fde.func_start, end=fde.func_end))
     by_start = sorted(fdes, key=lambda f: (f.func_start, f.index))
     reach: SFrameFDE | None = None  # the FDE reaching furthest so far
     for fde in by_start:
         if reach is not None and fde.func_start < reach.func_end:
             out.findings.append(Finding(
-                "fde-overlap", f"{_fde_where(fde)} overlaps {_fde_where(reach)} by "
+                "fde-overlap", f"{_fde_where(fde, where)} overlaps {_fde_where(reach, where)} by "
                                f"{min(reach.func_end, fde.func_end) - fde.func_start} bytes",
                 fde.index, addr=fde.func_start, end=min(reach.func_end, fde.func_end)))
         if reach is None or fde.func_end > reach.func_end:
@@ -616,7 +632,7 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             segs = ", ".join(f"[{lo:#x}, {hi:#x})" for lo, hi in text) or "none"
             what = "an executable PT_LOAD segment" if linked else "an executable section (as placed)"
             out.findings.append(Finding(
-                "fde-outside-text", f"{_fde_where(fde)} is not inside {what} (those: {segs})", fde.index,
+                "fde-outside-text", f"{_fde_where(fde, where)} is not inside {what} (those: {segs})", fde.index,
                 addr=fde.func_start, end=fde.func_end))
             continue
         at = syms.get(fde.func_start)
@@ -626,7 +642,7 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             if sized and not any(s.size == fde.func_size for s in at):
                 names = ", ".join(f"{s.name} ({s.size} bytes)" for s in sized)
                 out.findings.append(Finding(
-                    "fde-symbol", f"{_fde_where(fde)}: {fde.func_size} bytes, the function symbol at its start "
+                    "fde-symbol", f"{_fde_where(fde, where)}: {fde.func_size} bytes, the function symbol at its start "
                                   f"says otherwise: {names}", fde.index, addr=fde.func_start, end=fde.func_end))
             continue
         i = bisect.bisect_right(sym_starts, fde.func_start) - 1
@@ -635,8 +651,8 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             # s.addr < fde.func_start: at or below it (bisect), and no symbol is at it (above)
             if fde.func_start < s.addr + s.size:
                 out.findings.append(Finding(
-                    "fde-symbol", f"{_fde_where(fde)} starts inside {s.name} [{s.addr:#x}, {s.addr + s.size:#x}) "
-                                  f"at +{fde.func_start - s.addr:#x}, not at a function start",
+                    "fde-symbol", f"{_fde_where(fde, where)} starts inside {s.name} [{s.addr:#x}, "
+                                  f"{s.addr + s.size:#x}) at +{fde.func_start - s.addr:#x}, not at a function start",
                     fde.index, addr=fde.func_start, end=fde.func_end))
                 break
             if s.size:
@@ -648,16 +664,16 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
 # ------------------------------------------------------------------------------------ FREs
 
 
-def _fres(sec: SFrameSection, fde: SFrameFDE, out: BinaryCheck) -> list[SFrameFRE] | None:
+def _fres(sec: SFrameSection, fde: SFrameFDE, out: BinaryCheck, where: Places) -> list[SFrameFRE] | None:
     try:
         return sec.fres(fde)
     except SFrameError as exc:
-        out.findings.append(Finding("fre-decode", f"{_fde_where(fde)}: {exc}", fde.index,
+        out.findings.append(Finding("fre-decode", f"{_fde_where(fde, where)}: {exc}", fde.index,
                                     addr=fde.func_start, end=fde.func_end))
         return None
 
 
-def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck) -> None:
+def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck, where: Places) -> None:
     limit, what = (fde.rep_size, f"its {fde.rep_size}-byte repetition block") if fde.pcmask else \
         (fde.func_size, f"the function's {fde.func_size} bytes")
     prev = None
@@ -665,11 +681,11 @@ def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck) -
         if fre.start >= limit and not (limit == 0 and fre.start == 0):  # gas gives a 0-byte function one FRE at 0
             addr = fde.func_start + fre.start
             out.findings.append(Finding(
-                "fre-start", f"{_fde_where(fde)}: FRE {k} starts at +{fre.start:#x} ({addr:#x}), past {what}",
+                "fre-start", f"{_fde_where(fde, where)}: FRE {k} starts at +{fre.start:#x} ({addr:#x}), past {what}",
                 fde.index, k, addr=addr))
         elif prev is not None and fre.start <= prev:
             out.findings.append(Finding(
-                "fre-start", f"{_fde_where(fde)}: FRE {k} starts at +{fre.start:#x}, not after FRE {k - 1} "
+                "fre-start", f"{_fde_where(fde, where)}: FRE {k} starts at +{fre.start:#x}, not after FRE {k - 1} "
                              f"(+{prev:#x})", fde.index, k, addr=fde.func_start + fre.start))
         prev = fre.start
 
@@ -705,7 +721,7 @@ def _fre_ranges(fde: SFrameFDE, fres: list[SFrameFRE]):
 
 
 def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cfi: CFITable,
-                   out: BinaryCheck) -> None:
+                   out: BinaryCheck, where: Places) -> None:
     compare_signal = fde.has_attr  # V1/V2 cannot mark a signal frame
     for k, fre, ranges in _fre_ranges(fde, fres):
         # decoded with the FREs: sec.fres() raised (an FDE's fre-decode) for any rule that does not
@@ -736,12 +752,13 @@ def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cf
                 out.addresses_compared += 1
                 if theirs is None:
                     complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
-                    _add(out, open_, Finding("no-cfi", f"{_fde_where(fde)}: FRE {k} describes "
-                                                       f"[{pc:#x}, {end:#x}), .eh_frame has no row there",
+                    _add(out, open_, Finding("no-cfi", f"{_fde_where(fde, where)}: FRE {k} describes "
+                                                       f"[{pc:#x}, {end:#x}) {_at(where, pc)}, .eh_frame has no "
+                                                       f"row there",
                                              fde.index, k, pc, end, ours))  # no CFI rule: cfi None
                     continue
                 for kind in _differences(ours, theirs, compare_signal):
-                    _add(out, open_, Finding(kind, _rule_message(kind, fde, k, pc, end, ours, theirs),
+                    _add(out, open_, Finding(kind, _rule_message(kind, fde, k, pc, end, ours, theirs, where),
                                              fde.index, k, pc, end, ours, theirs))
         if complete:
             out.fres_checked += 1
@@ -763,8 +780,8 @@ def _differences(ours: FrameRule, theirs: FrameRule, compare_signal: bool) -> li
 
 
 def _rule_message(kind: str, fde: SFrameFDE, k: int, pc: int, end: int, ours: FrameRule,
-                  theirs: FrameRule) -> str:
-    where = f"{_fde_where(fde)}: FRE {k} at [{pc:#x}, {end:#x})"
+                  theirs: FrameRule, places_: Places) -> str:
+    where = f"{_fde_where(fde, places_)}: FRE {k} at [{pc:#x}, {end:#x}) {_at(places_, pc)}"
     if kind == "signal":
         return (f"{where}: SFrame says {'a' if ours.signal_frame else 'not a'} signal frame, .eh_frame "
                 f"{'does' if theirs.signal_frame else 'does not'} (CIE augmentation 'S')")
@@ -778,10 +795,10 @@ def _add(out: BinaryCheck, open_: dict[str, int], f: Finding) -> None:
     i = open_.get(f.kind)
     prev = out.findings[i] if i is not None else None
     if prev is not None and prev.end == f.addr and prev.sframe == f.sframe and prev.cfi == f.cfi:
-        old, new = f"[{f.addr:#x}, {f.end:#x})", f"[{prev.addr:#x}, {f.end:#x})"
-        # `old` occurs once in the message: the FDE's range before it starts below prev.addr < f.addr
-        message = f.message.replace(old, new, 1)  # pragma: no mutate (equivalent: any count, `old` occurs once)
-        out.findings[i] = replace(f, addr=prev.addr, message=message)
+        # prev's message (its range's start and symbol) with the range's end moved to f's: the
+        # FRE's range is the last in the message ("FDE i [lo, hi) ...: FRE k at [a, b) ...")
+        head, old, tail = prev.message.rpartition(f"[{prev.addr:#x}, {prev.end:#x})")
+        out.findings[i] = replace(prev, end=f.end, message=f"{head}[{prev.addr:#x}, {f.end:#x}){tail}")
         return
     open_[f.kind] = len(out.findings)
     out.findings.append(f)
