@@ -165,12 +165,17 @@ class Symbolizer:
 # The x86-64 PLT sections whose entries objdump -d names ``NAME@plt`` (bfd's synthetic symbols,
 # elf_x86_64_get_synthetic_symtab): the lazy .plt (its PLT0 and, with .plt.sec beside it, its
 # entries jump to PLT0, not through a GOT slot: no name), the IBT second PLT .plt.sec, the
-# non-lazy .plt.got (a function whose GOT slot is a GLOB_DAT, such as crtbeginS's
-# __cxa_finalize, or every function under -z now) and MPX's .plt.bnd.
+# non-lazy .plt.got (a function whose GOT slot is a GLOB_DAT relocation, such as crtbeginS's
+# __cxa_finalize) and MPX's .plt.bnd.
 PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".plt.bnd")
 EM_X86_64 = "EM_X86_64"
 R_X86_64_IRELATIVE = 37
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
 _JMP_SLOT = b"\xff\x25"  # jmp *disp32(%rip)
+STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE = 1, 2, 3, 4
+STB_LOCAL = 0
+SHN_LORESERVE = 0xFF00  # SHN_ABS, SHN_COMMON and the other reserved indexes from here
+_NOT_PLACES = frozenset((STT_SECTION, STT_FILE, STT_TLS))  # symbols objdump does not name addresses by
 
 
 def plt_symbols(image: ElfImage) -> list[Symbol]:
@@ -207,8 +212,6 @@ def _plt_symbols(image: ElfImage) -> list[Symbol]:
                 out.append(Symbol(f"{name}@plt", base + at, size))
     return out
 
-
-ENDBR64 = b"\xf3\x0f\x1e\xfa"
 
 
 def _plt_slot_names(image: ElfImage) -> dict[int, str]:
@@ -280,7 +283,7 @@ class Places:
             add(s.name + (versions[k] if versions else ""), s.value, s.size,
                 _objdump_rank(s.name, s.type, s.bind, s.size))
         for p in plt_symbols(self.image):
-            add(p.name, p.addr, p.size, _objdump_rank(p.name, STT_FUNC_, STB_GLOBAL, 0))
+            add(p.name, p.addr, p.size, _objdump_rank(p.name, STT_FUNC, STB_GLOBAL, 0))
         self._symbols = sorted((Symbol(name, addr, size) for addr, (_, name, size) in best.items()),
                                key=lambda s: s.addr)
         self._starts = [s.addr for s in self._symbols]
@@ -320,13 +323,6 @@ class Places:
         return f"in {self.section(addr) or 'no section'} ({self.symbol(addr) or 'no symbol'})"
 
 
-STT_OBJECT, STT_SECTION, STT_FILE = 1, 3, 4
-STT_FUNC_ = 2
-_NOT_PLACES = frozenset((STT_SECTION, STT_FILE, STT_TLS))
-SHN_LORESERVE = 0xFF00  # SHN_ABS, SHN_COMMON and the other reserved indexes from here
-STB_LOCAL = 0
-
-
 def _version_suffixes(elf, count: int) -> list[str]:
     """Each dynamic symbol's version as objdump appends it to a defined one's name: ``@@VER``
     for its default version, ``@VER`` for a hidden one (bit 15 of its .gnu.version entry), none
@@ -353,7 +349,7 @@ def _objdump_rank(name: str, kind: int, bind: int, size: int) -> tuple:
     """objdump's ``compare_symbols`` order of symbols at one address, as a sort key: functions
     first, then objects, then not local, then global, then the larger, then names not starting
     with ".", then by name (bytes)."""
-    return (kind != STT_FUNC_, kind != STT_OBJECT, bind == STB_LOCAL, bind != STB_GLOBAL, -size,
+    return (kind != STT_FUNC, kind != STT_OBJECT, bind == STB_LOCAL, bind != STB_GLOBAL, -size,
             name.startswith("."), name.encode())
 
 

@@ -7,8 +7,9 @@ disassembly (a symbol's start; a label with an offset, such as ``<printf@plt-0x1
 a place with no symbol of its own) must be our symbol at that address, in the section objdump
 disassembles there.  The binaries are real, built in each toolchain root: ld.bfd 2.44 and 2.47
 PIE, non-PIE, ``-z now``, IBT (``-z ibtplt``: .plt.sec, and a .plt.got of 16-byte entries), IBT
-with ``-z now``, a C++ shared library, a static program (aliases galore, IFUNCs); and the host's
-gold, mold and lld.  PLT entries have no symbol in .symtab: their names (``printf@plt``,
+with ``-z now``, a C++ shared library, a static program (aliases galore, IFUNCs), a local IFUNC
+called through the PLT (an IRELATIVE slot: ``*ABS*+0xADDEND@plt``); and the host's gold, mold and
+lld.  PLT entries have no symbol in .symtab: their names (``printf@plt``,
 ``__cxa_finalize@plt`` in .plt.got) come from the relocations of their GOT slots.
 """
 
@@ -31,6 +32,12 @@ MAIN_C = """\
 #include <string.h>
 int main(int argc, char **argv) { printf("%d %d\\n", (int)strlen(argv[0]), atoi(argc > 1 ? argv[1] : "1")); return 0; }
 """
+IFUNC_C = """\
+static int impl(void) { return 1; }
+static void *resolve(void) { return (void *)impl; }
+int f(void) __attribute__((ifunc("resolve")));
+int main(void) { return f(); }
+"""
 LIB_CC = """\
 #include <string>
 #include <vector>
@@ -45,6 +52,7 @@ BUILDS = {
     "ibtnow": "gcc -O1 -fcf-protection=full -Wl,-z,ibtplt,-z,now m.c -o ibtnow",
     "libg.so": "g++ -O1 -fPIC -shared l.cc -o libg.so",
     "static": "gcc -O1 -static m.c -o static",
+    "ifunc": "gcc -O1 ifunc.c -o ifunc",  # a local IFUNC called through the PLT: an IRELATIVE slot
 }
 HOST_LINKERS = {"gold": "ld.gold", "mold": "mold", "lld": "ld.lld"}
 _LABEL = re.compile(r"^([0-9a-f]+) <(.+)>:$")
@@ -78,6 +86,7 @@ def built(tmp_path_factory):
         try:
             (outer / "m.c").write_text(MAIN_C)
             (outer / "l.cc").write_text(LIB_CC)
+            (outer / "ifunc.c").write_text(IFUNC_C)
             builds = dict(BUILDS)
             if tc_name == "host":
                 for linker, binary in HOST_LINKERS.items():
@@ -131,6 +140,19 @@ def test_the_plt_got_entry_is_named_from_its_glob_dat_slot(built, tc_name):
         assert where.describe(addr + 4) == "in .plt.got (__cxa_finalize@plt+0x4)"
         plt0 = image.elf.get_section_by_name(".plt")["sh_addr"]
         assert where.describe(plt0) == "in .plt (no symbol)"
+
+
+@pytest.mark.parametrize("tc_name", ["trixie", "sid"])
+def test_a_plt_entry_of_an_irelative_slot_is_named_by_its_addend(built, tc_name):
+    """A local IFUNC called through the PLT: its GOT slot's relocation is R_X86_64_IRELATIVE, of
+    no symbol, whose addend is the resolver: objdump names the entry ``*ABS*+0xADDEND@plt``."""
+    path, text = built(tc_name)["ifunc"]
+    image = ElfImage.from_path(str(path))
+    resolve = next(s["st_value"] for s in image.elf.get_section_by_name(".symtab").iter_symbols()
+                   if s.name == "resolve")
+    name = f"*ABS*+{resolve:#x}@plt"
+    assert [v for v in objdump_labels(text).values() if v[1] and v[1].startswith("*ABS*")] == [(".plt", name)]
+    assert [s.name for s in plt_symbols(image) if s.name.startswith("*ABS*")] == [name]
 
 
 def test_an_address_past_a_function_or_in_no_section_has_no_symbol(built):
