@@ -54,7 +54,8 @@ says why a check is no verdict on its section, and the CLI exits 2 for it (bad i
 was given cannot be judged), whatever else it found:
 
 * the section has no FDE (well-formed, but nothing to check -- gas 2.41-2.45 write such a
-  section where they skip every function of an object);
+  section where they skip every function of an object), or no FRE covers an address (an
+  object of 0-byte functions) and nothing else was found;
 * the rules could not be compared at all: ``.eh_frame`` (or ``.debug_frame``) does not decode,
   there is no CFI to compare with, or the ABI's frame rules are not modelled -- the section is
   still checked structurally and those findings reported, but the comparison, the check's
@@ -172,6 +173,7 @@ class BinaryCheck:
     pieces: int = 1  # SFrame sections found laid end to end in the one .sframe
     cfi_without_sframe: int = 0  # .eh_frame FDEs no SFrame FDE covers (a note, not a finding)
     rules_not_compared: str | None = None  # why no FRE's rules could be compared (no usable CFI, another ABI)
+    fres_covering: int = 0  # FREs that cover an address, in FDEs inside the text (a 0-byte function's covers none)
     fres_cfi_undecodable: int = 0  # FREs not compared: the .eh_frame FDE covering them does not decode
 
     @property
@@ -182,14 +184,15 @@ class BinaryCheck:
         no FRE and found nothing has checked nothing."""
         if self.num_fdes == 0:
             return "nothing to check: the section has no FDE"
+        if self.fres_covering == 0 and not self.findings:  # 0-byte functions only, or FDEs without FREs
+            return "nothing to check: no FRE covers an address"
         if self.rules_not_compared is not None:
             return f"no verdict: rules not compared: {self.rules_not_compared}"
         if self.fres_cfi_undecodable:
             return (f"no verdict: {self.fres_cfi_undecodable} FREs not compared, their .eh_frame FDE does not "
                     f"decode")
         if self.fres_checked == 0 and not self.findings:
-            why = "the FDEs have no FRE" if self.num_fres == 0 else "see the notes"
-            return f"no verdict: no FRE compared with .eh_frame ({why})"
+            return "no verdict: no FRE compared with .eh_frame (see the notes)"
         return None
 
     @property
@@ -436,8 +439,10 @@ def _check_section(sec: SFrameSection, prefix: str, table: SFrameTable, syms, cf
         if fres is None:
             continue
         _check_fre_starts(fde, fres, out, where)
-        if cfi is not None and fde.index not in outside:
-            _compare_rules(sec, fde, fres, cfi, out, where)
+        if fde.index not in outside:
+            out.fres_covering += sum(1 for _ in _fre_ranges(fde, fres))
+            if cfi is not None:
+                _compare_rules(sec, fde, fres, cfi, out, where)
     if prefix:
         out.findings[n:] = [replace(f, message=prefix + f.message) for f in out.findings[n:]]
 

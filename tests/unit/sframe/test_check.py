@@ -1421,6 +1421,32 @@ def test_a_section_gas_left_without_fdes_has_nothing_to_check(tmp_path, capsys):
     assert out.splitlines()[-1].endswith(": no verdict")
 
 
+EMPTY_ONLY = """\
+\t.text
+\t.globl\tempty
+\t.type\tempty, @function
+empty:
+\t.cfi_startproc
+\t.cfi_endproc
+\t.size\tempty, .-empty
+"""
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_a_section_whose_fres_cover_no_address_has_nothing_to_check(tmp_path, capsys, tc_name):
+    """An object whose one function has 0 bytes: gas writes its FDE and one FRE at 0, which
+    covers no address -- there is nothing to compare, said so, exit 2, not "clean" (and not
+    "see the notes": there are none to see)."""
+    path = _assemble(tc_name, EMPTY_ONLY, tmp_path / "empty.o")
+    from harness.unwind.sframe_check import check_file
+    (r,) = check_file(path).checks
+    assert (r.num_fdes, r.num_fres, r.fres_covering, r.fres_checked, r.findings) == (1, 1, 0, 0, [])
+    assert r.no_verdict == "nothing to check: no FRE covers an address" and not r.clean
+    rc, out, _ = run_cli(capsys, "check", str(path))
+    assert rc == 2 and out.splitlines()[-1] == ("  1 FDEs, 1 FREs, 0 FREs checked against .eh_frame (0 addresses): "
+                                                "nothing to check: no FRE covers an address")
+
+
 def test_an_archive_without_sframe_data_has_nothing_to_check(tmp_path, capsys):
     """An archive whose members have no .sframe section (gas without --gsframe): nothing to
     check, exit 2, as an ELF file without one is bad input -- not "clean" over no member."""
