@@ -4,6 +4,7 @@ setjmp/longjmp, a noreturn exit), and each loops in getppid for as long as it is
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import subprocess
 
@@ -76,3 +77,19 @@ def test_a_linker_the_root_lacks_links_on_the_host(tmp):
     assert b.ok, b.error
     assert b.link_toolchain == "host" and b.commands[0].startswith("[sid] gcc")
     assert b.commands[1].startswith("[host] gcc") and "-fuse-ld=lld" in b.commands[1]
+
+
+def test_a_check_that_compared_nothing_is_a_finding(tmp):
+    """The static checker on a generated program whose .eh_frame was taken out (binutils' objcopy):
+    sframe check compares no FRE, and says so; the fuzzer does not count it clean."""
+    from harness.fuzz.static import StaticChecker
+
+    need("host")
+    b = built("host", "c", True, tmp)
+    assert b.ok, b.error
+    bare = tmp / "no-eh-frame"
+    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", str(b.binary),
+                    str(bare)], check=True, capture_output=True, timeout=60)
+    found = [f for f in StaticChecker()(dataclasses.replace(b, binary=bare)) if f.kind == "sframe-check"]
+    assert [f.detail for f in found if f.detail == "no-verdict"] == ["no-verdict"], [f.detail for f in found]
+    assert not [f for f in StaticChecker()(b) if f.detail == "no-verdict"]
