@@ -93,3 +93,22 @@ def test_a_check_that_compared_nothing_is_a_finding(tmp):
     found = [f for f in StaticChecker()(dataclasses.replace(b, binary=bare)) if f.kind == "sframe-check"]
     assert [f.detail for f in found if f.detail == "no-verdict"] == ["no-verdict"], [f.detail for f in found]
     assert not [f for f in StaticChecker()(b) if f.detail == "no-verdict"]
+
+
+def test_gold_cannot_make_a_static_pie_and_the_matrix_never_asks_it(tmp):
+    """What `linkable` leaves out of the matrix, gold refuses for real."""
+    from hypothesis import given, settings
+
+    from harness.fuzz.build import configs, linkable
+
+    need("host")
+    b = build(C_SHAPE, BuildConfig("host", "-O1", True, True, True, "gold", pie=True), tmp / "gold-static-pie")
+    assert not b.ok and "exit status" in (b.error or "")
+    assert not linkable(BuildConfig("host", "-O1", True, True, True, "gold", pie=True))
+    assert linkable(BuildConfig("host", "-O1", True, True, True, "lld", pie=True))
+
+    @settings(max_examples=200, database=None)
+    @given(configs(toolchains=("host",)))
+    def drawn(c):
+        assert linkable(c)
+    drawn()
