@@ -47,6 +47,9 @@ NOTHING_TO_ASK = {"outcome": UNVERIFIABLE, "said": "the proof names no binary fi
                   "claimed": "", "command": ""}
 _MOV_SP_FP = ("%rsp,%rbp", "%esp,%ebp")
 _CALL = re.compile(r"^(?:\S+ )?call")
+# gcc's DRAP realignment in objdump's words: lea 0x8(%rsp),%r10 ... and $0xffffffffffffffe0,%rsp
+_DRAP_LEA = re.compile(r"0x[48]\(%[er]sp\),%[er]\w+")
+_REALIGN = re.compile(r"\$0xf+[0-9a-f]0,%[er]sp")
 
 
 class CrossExaminer:
@@ -368,6 +371,16 @@ class CrossExaminer:
         have = (loc, row.get("CFA"), row.get("ra"))
         said = f"{fde.line}: the row from {loc:#x} says CFA {have[1]}, ra {have[2]}"
         return Testimony(c, CONFIRMED if have == want else CONTRADICTED, said, cmd)
+
+    def _drap_realign(self, path, c, pc, delta) -> Testimony:
+        lo = c.arg("start") - delta
+        insns, cmd = self._code(path, lo, lo + 32)
+        head = insns[:4]
+        lea = next((i for i in head if i.mnemonic == "lea" and _DRAP_LEA.fullmatch(i.operands)), None)
+        realign = next((i for i in head if i.mnemonic == "and" and _REALIGN.fullmatch(i.operands)), None)
+        said = "; ".join(f"`{i.line}`" for i in head) or "nothing"
+        ok = lea is not None and realign is not None and lea.addr < realign.addr
+        return Testimony(c, CONFIRMED if ok else CONTRADICTED, said, cmd)
 
     def _writes_rsp(self, path, c, pc, delta) -> Testimony:
         lo, hi = c.arg("start") - delta, c.arg("end") - delta

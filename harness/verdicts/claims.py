@@ -40,6 +40,7 @@ CLAIMS: dict[str, str] = {
     "hook-window": "no call to the enter hook completes before the IP, or a call to the exit hook does",
     "cfi-row": "the CFI row in effect at the address starts at row_start with CFA = rsp+cfa and RA at CFA+ra",
     "writes-rsp": "some instruction in [start, end) writes %rsp",
+    "drap-realign": "the function's first instructions are lea 0x8(%rsp),%rX then and $-N,%rsp (a DRAP realignment)",
 }
 
 CONFIRMED, CONTRADICTED, UNVERIFIABLE = "confirmed", "contradicted", "unverifiable"

@@ -154,6 +154,14 @@ def _sframe_no_section(stack: Stack, d: Divergence) -> list:
     return [module_claim(stack.space, "no-sframe", d.evidence["address"]), *_fallback(stack, d)]
 
 
+@claims("sframe-after-drap-fp-step")
+def _after_drap(stack: Stack, d: Divergence) -> list:
+    ev = d.evidence
+    return [claim_at(stack.space, "function", ev["start"], name=ev["function"], start=ev["start"], end=ev["end"]),
+            claim_at(stack.space, "drap-realign", ev["start"], start=ev["start"]),
+            claim_at(stack.space, "no-sframe-fde", ev["start"])]
+
+
 # -- the shadow stack --------------------------------------------------------------------------
 @claims("shadow-in-hooks")
 def _shadow_in_hooks(stack: Stack, d: Divergence) -> list:
