@@ -62,7 +62,7 @@ def claims_for(stack: Stack, d: Divergence) -> list[Claim]:
 
 
 # -- pieces shared by several causes -----------------------------------------------------------
-def _function(stack: Stack, ev: dict, probe: int) -> Claim | None:
+def _function(stack: Stack, ev: dict) -> Claim | None:
     """The function the evidence names, at its bounds: a symbol (or an FDE) spans [start, end)."""
     if "start" not in ev or "end" not in ev:
         return None
@@ -70,16 +70,15 @@ def _function(stack: Stack, ev: dict, probe: int) -> Claim | None:
                     end=ev["end"])
 
 
-def _fp_reason(stack: Stack, addr: int, is_ip: bool, ev: dict) -> list[Claim | None]:
+def _fp_reason(stack: Stack, addr: int, ev: dict) -> list[Claim | None]:
     """The claims behind "frame pointers could not step from ``addr``": the function sets up no
     frame pointer (a prologue in the evidence, no setup_done), the IP is in a prologue, or it is at
     an epilogue's ret."""
-    probe = addr if is_ip else addr - 1
     if "setup_done" in ev:
-        return [_function(stack, ev, probe),
+        return [_function(stack, ev),
                 claim_at(stack.space, "in-prologue", addr, start=ev["start"], setup_done=ev["setup_done"])]
     if "prologue" in ev:
-        return [_function(stack, ev, probe),
+        return [_function(stack, ev),
                 claim_at(stack.space, "no-frame-setup", ev["start"], start=ev["start"], end=ev["end"],
                          name=ev.get("function", ""))]
     return [claim_at(stack.space, "at-epilogue-ret", addr)]
@@ -92,14 +91,14 @@ def _fallback(stack: Stack, d: Divergence) -> list[Claim | None]:
         return []
     addr, is_ip = found
     fp = _fp_cannot_step(stack, addr, is_ip)
-    return [] if fp is None else _fp_reason(stack, addr, is_ip, fp)
+    return [] if fp is None else _fp_reason(stack, addr, fp)
 
 
 # -- frame pointers ----------------------------------------------------------------------------
 @claims("fp-prologue-ip")
 def _fp_prologue(stack: Stack, d: Divergence) -> list:
     ev = d.evidence
-    return _fp_reason(stack, ev["ip"], True, ev)
+    return _fp_reason(stack, ev["ip"], ev)
 
 
 @claims("fp-epilogue-ip")
@@ -109,15 +108,15 @@ def _fp_epilogue(stack: Stack, d: Divergence) -> list:
 
 @claims("fp-frameless-function")
 def _fp_frameless(stack: Stack, d: Divergence) -> list:
-    addr, is_ip = _from(d)
-    return _fp_reason(stack, addr, is_ip, d.evidence)
+    addr, _is_ip = _from(d)
+    return _fp_reason(stack, addr, d.evidence)
 
 
 # -- SFrame ------------------------------------------------------------------------------------
 def _tail_call(stack: Stack, d: Divergence) -> list:
     ev = d.evidence
     ra = ev["return_address"]
-    return [claim_at(stack.space, "function", ev["start"], name=ev["function"], start=ev["start"], end=ev["end"]),
+    return [_function(stack, ev),
             claim_at(stack.space, "call-ends-at", ra, probe=ra - 1, start=ev["start"], end=ra)]
 
 
@@ -157,7 +156,7 @@ def _sframe_no_section(stack: Stack, d: Divergence) -> list:
 @claims("sframe-after-drap-fp-step")
 def _after_drap(stack: Stack, d: Divergence) -> list:
     ev = d.evidence
-    return [claim_at(stack.space, "function", ev["start"], name=ev["function"], start=ev["start"], end=ev["end"]),
+    return [_function(stack, ev),
             claim_at(stack.space, "drap-realign", ev["start"], start=ev["start"]),
             claim_at(stack.space, "no-sframe-fde", ev["start"])]
 
@@ -171,14 +170,14 @@ def _shadow_in_hooks(stack: Stack, d: Divergence) -> list:
 @claims("shadow-uninstrumented")
 def _shadow_uninstrumented(stack: Stack, d: Divergence) -> list:
     ev = d.evidence
-    return [claim_at(stack.space, "function", ev["start"], name=ev["function"], start=ev["start"], end=ev["end"]),
+    return [_function(stack, ev),
             claim_at(stack.space, "no-call-to", ev["start"], start=ev["start"], end=ev["end"], target=HOOK_ENTER)]
 
 
 @claims("shadow-hook-window")
 def _shadow_hook_window(stack: Stack, d: Divergence) -> list:
     ev = d.evidence
-    return [claim_at(stack.space, "function", ev["start"], name=ev["function"], start=ev["start"], end=ev["end"]),
+    return [_function(stack, ev),
             claim_at(stack.space, "hook-window", ev["ip"], start=ev["start"], enter=HOOK_ENTER, exit=HOOK_EXIT)]
 
 
