@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..unwind.maps import VDSO
+
 __all__ = ["CLAIMS", "CONFIRMED", "CONTRADICTED", "OUTCOMES", "UNVERIFIABLE", "Claim", "Testimony", "claim_at",
            "module_claim"]
 
@@ -123,7 +125,7 @@ def claim_at(space, fact: str, address: int, *, probe: int | None = None, **args
     if e is None or m is None:
         return None
     items = tuple((k, v) for k, v in args.items() if v is not None)
-    host = None if e.image.name == e.path and not e.image.name.startswith("/") else e.image.name
+    host = None if e.path == VDSO else e.image.name  # the vDSO's image was read from memory
     return Claim(fact, e.path, host, at, e.link_address(at), (m.start, m.end, m.offset, m.perms), items,
                  e.image.data if host is None else None)
 
