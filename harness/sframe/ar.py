@@ -69,10 +69,12 @@ def iter_members(path: str | os.PathLike, data: bytes | None = None) -> Iterator
         if hdr[58:60] != FMAG:
             raise _error(path, f"member header at {pos:#x} lacks its `\\n terminator", pos + 58)
         raw_name = hdr[0:16].decode("latin-1").rstrip(" ")
-        try:
-            size = int(hdr[48:58].decode("ascii").strip() or "0")
-        except ValueError:
-            raise _error(path, f"member header at {pos:#x}: size {hdr[48:58]!r} is not a number", pos + 48) from None
+        # decimal digits, space padded: bfd refuses a blank field too; a sign would let a size of
+        # -60 or less keep the reader on one header forever, or walk it backwards
+        digits = hdr[48:58].decode("latin-1").strip(" ")
+        if not (digits.isascii() and digits.isdigit()):
+            raise _error(path, f"member header at {pos:#x}: size {hdr[48:58]!r} is not a number", pos + 48)
+        size = int(digits)
         body = pos + HEADER_SIZE
         is_index = raw_name in _INDEX_NAMES
         is_longnames = raw_name == "//"
@@ -85,7 +87,10 @@ def iter_members(path: str | os.PathLike, data: bytes | None = None) -> Iterator
         if is_longnames:
             longnames = content
         elif not is_index:
-            name, content = _name(path, raw_name, content, longnames, pos)
+            name, content = _name(path, raw_name, content, longnames, pos, thin)
+            if raw_name.startswith("#1/") and name in _INDEX_NAMES:  # llvm-ar's BSD index, named in its data
+                pos = nxt
+                continue
             if thin:
                 member_path = path.parent / name
                 try:
@@ -96,14 +101,16 @@ def iter_members(path: str | os.PathLike, data: bytes | None = None) -> Iterator
         pos = nxt
 
 
-def _name(path, raw: str, content: bytes, longnames: bytes, pos: int) -> tuple[str, bytes]:
+def _name(path, raw: str, content: bytes, longnames: bytes, pos: int, thin: bool) -> tuple[str, bytes]:
     if raw.startswith("#1/"):  # BSD: the name leads the data
-        try:
-            k = int(raw[3:])
-        except ValueError:
-            raise _error(path, f"member at {pos:#x}: bad BSD name {raw!r}", pos) from None
+        k = raw[3:]
+        if thin:  # its name would be in data a thin archive does not hold (llvm-ar: no thin BSD form)
+            raise _error(path, f"member at {pos:#x}: BSD name {raw!r} in a thin archive", pos)
+        if not (k.isascii() and k.isdigit()) or int(k) > len(content):
+            raise _error(path, f"member at {pos:#x}: bad BSD name {raw!r}", pos)
+        k = int(k)
         return content[:k].rstrip(b"\0").decode("utf-8", "replace"), content[k:]
-    if raw.startswith("/") and raw[1:].isdigit():
+    if raw.startswith("/") and raw[1:].isascii() and raw[1:].isdigit():  # not "/²": latin-1 has digits int() refuses
         off = int(raw[1:])
         if off >= len(longnames):
             raise _error(path, f"member at {pos:#x}: long name offset {off} is past the name table "

@@ -179,14 +179,16 @@ def check_one(path: str, archive: bool, root: str, expect_binutils: tuple[int, i
 
 def _elf_has_sframe(path: str) -> bool:
     """The cheap test: a .sframe section or a PT_GNU_SFRAME segment, from the headers alone.
-    Raises SFrameError for an ELF file whose headers do not decode (a truncated one)."""
+    Raises SFrameError for an ELF file whose headers do not decode (a truncated one), or whose
+    header offsets are past what a file offset can hold (2**63 and up: a file's seek raises
+    ValueError, where the checker's in-memory read raises OverflowError, one of ELF_DECODE_ERRORS)."""
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
             if elf.num_sections() and elf.get_section_by_name(".sframe") is not None:
                 return True
             return any(segment_type(s) == PT_GNU_SFRAME for s in elf.iter_segments())
-    except ELF_DECODE_ERRORS as exc:
+    except (*ELF_DECODE_ERRORS, ValueError) as exc:
         raise SFrameError(f"{path}: not a readable ELF file: {type(exc).__name__}: {exc}", field="file") from exc
 
 
@@ -248,9 +250,11 @@ def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: flo
             if r.has_sframe or r.errors or r.crash:
                 rep.results.append(r)
         if rep.timed_out:
+            # the bound holds: end the pool's own workers (started here) still on a file; their
+            # table is taken first (shutdown sets the executor's _processes to None)
+            workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
-            # the bound holds: end the pool's own workers (started here) still on a file
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            for proc in workers:
                 proc.terminate()
     pkgs = dpkg_packages(root)
     rep.packages = {r.path: pkgs.get(r.path, NO_PACKAGE) for r in rep.results}
