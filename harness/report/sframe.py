@@ -105,6 +105,7 @@ def format_tree(rep, *, limit: int | None = 20) -> str:
         said = [f"{p['kinds'][k]} {k}" for k in KINDS if p["kinds"].get(k)]
         said += [f"{p['no_verdict']} no verdict"] if p["no_verdict"] else []
         said += [f"{p['errors']} unreadable"] if p["errors"] else []
+        said += [f"{p['crashes']} checker errors"] if p["crashes"] else []
         kinds = ", ".join(said) or "clean"
         shown = ", ".join(p["files"][:3]) + (f", ... {len(p['files']) - 3} more" if len(p["files"]) > 3 else "")
         out.append(f"    {name}: {len(p['files'])} files ({shown}): {kinds}")

@@ -91,17 +91,18 @@ class TreeReport:
     def by_package(self) -> dict[str, dict]:
         """package -> {"files": [...], "kinds": Counter of findings, "versions": Counter,
         "no_verdict": files whose check checked nothing, "errors": files with SFrame data that
-        could not be read}."""
+        could not be read, "crashes": files the checker itself failed on (not the input's fault)}."""
         out: dict[str, dict] = {}
         for r in self.with_sframe:
             p = out.setdefault(self.packages.get(r.path, NO_PACKAGE),
                                {"files": [], "kinds": Counter(), "versions": Counter(), "no_verdict": 0,
-                                "errors": 0})
+                                "errors": 0, "crashes": 0})
             p["files"].append(r.path)
             p["kinds"].update(r.kinds)
             p["versions"].update(r.versions)
             p["no_verdict"] += bool(r.no_verdict)
-            p["errors"] += bool(r.errors or r.crash)
+            p["errors"] += bool(r.errors)
+            p["crashes"] += bool(r.crash)
         return out
 
 
