@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pexpect
@@ -166,16 +168,22 @@ def test_shell_batch_os_exit_maps_into_the_contract(tmp_path, where, code, rc):
 
     script = tmp_path / "exit.py"
     script.write_text(f"WHERE, CODE = {where!r}, {code}\n" + OS_EXIT)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)], env={**_env(), "TMPDIR": str(tmp)},
-                       cwd=str(REPO), capture_output=True, text=True, check=False, timeout=BOOT_TIMEOUT + 60)
-    assert r.returncode == rc, (r.stdout[-2000:], r.stderr[-2000:])
-    assert "BATCH-STARTED" in r.stdout and "not reached" not in r.stdout
-    said = f"harness shell: the script called os._exit({code}): exit 1"
-    assert (said in r.stderr) == (code != 0), r.stderr[-2000:]
-    if where == "main":
-        assert not list(tmp.glob(WORKDIR_PREFIX + "*"))  # the guest was closed, its directory removed
+    # A TMPDIR of its own, short: QEMU's serial sockets go under it, and a Unix socket's path holds
+    # 107 bytes (CI's pytest directory for this test's name alone took 83; seen: "AF_UNIX path too
+    # long", exit 3, in the clean-clone CI of 2026-12-07).
+    tmp = Path(tempfile.mkdtemp(prefix="hx-"))
+    try:
+        r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)],
+                           env={**_env(), "TMPDIR": str(tmp)}, cwd=str(REPO), capture_output=True, text=True,
+                           check=False, timeout=BOOT_TIMEOUT + 60)
+        assert r.returncode == rc, (r.stdout[-2000:], r.stderr[-2000:])
+        assert "BATCH-STARTED" in r.stdout and "not reached" not in r.stdout
+        said = f"harness shell: the script called os._exit({code}): exit 1"
+        assert (said in r.stderr) == (code != 0), r.stderr[-2000:]
+        if where == "main":
+            assert not list(tmp.glob(WORKDIR_PREFIX + "*"))  # the guest was closed, its directory removed
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_shell_batch_missing_file_exits_2(tmp_path):
