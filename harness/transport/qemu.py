@@ -568,13 +568,27 @@ class ProgramOutput(_SocketReader):
 WORKDIR_PREFIX = "harness-qemu-"
 
 
+# A Unix socket's path holds 107 bytes (sun_path, with its NUL); the private directory adds
+# "/harness-qemu-XXXXXXXX/" and the longest socket name "ctl.sock" (and the like) to the base.
+SOCKET_PATH_MAX = 107
+_WORKDIR_TAIL = len("/" + WORKDIR_PREFIX + "XXXXXXXX/" + "ctl.sock")
+
+
+def workdir_base() -> Path:
+    """Where a guest's private directory goes: ``$TMPDIR`` (tempfile's choice), or /tmp where that
+    is too long for the sockets under it (a test runner's deep temporary directory made QEMU's
+    serial sockets fail with "AF_UNIX path too long")."""
+    base = Path(tempfile.gettempdir())
+    return base if len(str(base)) + _WORKDIR_TAIL <= SOCKET_PATH_MAX else Path("/tmp")
+
+
 def sweep_orphan_workdirs(tmp: Path | None = None) -> list[Path]:
     """Remove the private directories of harness processes that died without cleaning up (a
     SIGKILLed harness: its QEMU dies with it, its sockets and console log stay).  A directory is
     an orphan when the pid in its ``owner`` file is no longer a live process; directories of
     live harnesses, and anything without an owner file, are left alone."""
     removed = []
-    for d in Path(tmp or tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
+    for d in Path(tmp or workdir_base()).glob(WORKDIR_PREFIX + "*"):
         try:
             owner = int((d / "owner").read_text())
         except (OSError, ValueError):
@@ -621,7 +635,7 @@ class Machine:
     def __init__(self, config: MachineConfig, keep_workdir: bool = False):
         self.config = config
         sweep_orphan_workdirs()
-        self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+        self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=workdir_base()))
         os.chmod(self.workdir, 0o700)
         (self.workdir / "owner").write_text(f"{os.getpid()}\n")
         self.keep_workdir = keep_workdir
