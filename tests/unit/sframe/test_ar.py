@@ -203,7 +203,7 @@ def test_a_header_without_its_terminator_is_refused_at_the_terminator(gnu, tmp_p
 
 # bfd refuses the blank and the negative size too; it reads "3x", "+3" and "1_0" by sscanf's
 # prefix (3, 3, 1): this reader takes decimal digits only
-@pytest.mark.parametrize("size", [b"3x", b"", b"-60", b"-1000", b"+3", b"1_0", b"3 3", b"\xb3"])
+@pytest.mark.parametrize("size", [b"3x", b"3X", b"3\t", b"", b"-60", b"-1000", b"+3", b"1_0", b"3 3", b"\xb3"])
 def test_a_size_that_is_not_decimal_digits_is_refused(gnu, tmp_path, size):
     """A size of -60 kept the reader on one header for ever: a signed size is no size."""
     h = _header(gnu, LONG)
@@ -267,12 +267,13 @@ def test_a_long_name_ends_at_its_newline_or_at_the_tables_end(objects, tmp_path)
     data = a.path.read_bytes()
     start = data.index(b"//") + HEADER_SIZE  # the // table's first byte
     assert data[start:start + len(LONG) + 2] == LONG.encode() + b"/\n"
-    # its terminator "/\n" overwritten: the name runs to the table's end
+    # its terminator "/\n" and the table's padding overwritten: the name runs to the table's end
+    size = int(data[start - HEADER_SIZE + 48:start - HEADER_SIZE + 58])
     cut = bytearray(data)
-    cut[start + len(LONG):start + len(LONG) + 2] = b"ZZ"
+    cut[start + len(LONG):start + size] = b"Z" * (size - len(LONG))
     p = tmp_path / "cut.a"
     p.write_bytes(bytes(cut))
-    assert [m.name for m in iter_members(p)][1] == LONG + "ZZ"
+    assert [m.name for m in iter_members(p)][1] == LONG + "Z" * (size - len(LONG))
     # a table whose first byte is its first entry's newline: the name at 0 is empty
     empty = bytearray(data)
     empty[start] = ord("\n")
@@ -302,12 +303,13 @@ def _llvm_ar_bsd(files: dict[bytes, bytes], where: Path) -> tuple[Path, list[str
 
 def test_bsd_names_are_read_as_llvm_ar_and_ar_list_them(objects, tmp_path):
     files = {b"odd.txt": b"abc", b"notes.X": b"x", b"caf\xe9.txt": b"12345", b"frames.o": objects["frames.o"],
-             LONG.encode(): b"abcd"}
+             LONG.encode(): b"abcd", b"empty": b""}  # the last: a member that is its name alone
     lib, listed = _llvm_ar_bsd(files, tmp_path / "bsd")
     assert all(h.startswith("#1/") for h, _, _ in _raw_members(lib.read_bytes()))  # every name in the data
     need("host")
     members = list(iter_members(lib))
-    assert [m.name for m in members] == listed == ["odd.txt", "notes.X", "caf\ufffd.txt", "frames.o", LONG]
+    assert [m.name for m in members] == listed == ["odd.txt", "notes.X", "caf\ufffd.txt", "frames.o", LONG, "empty"]
+    assert int(_raw_members(lib.read_bytes())[-1][0][3:]) == _raw_members(lib.read_bytes())[-1][1]
     # its symbol index (frames.o has symbols) is "#1/12" and "__.SYMDEF" in the data: no member to
     # llvm-ar, which wrote it; bfd lists it as one
     assert _listing(["ar", "t", "lib.a"], lib.parent) == ["__.SYMDEF", *listed]

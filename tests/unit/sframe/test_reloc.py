@@ -264,6 +264,12 @@ r:
 d:
 	.byte 8
 	.long undefined_sym
+	.section .odd1,"a",@progbits
+	.p2align 0
+	.byte 1, 2, 3
+	.section .odd2,"a",@progbits
+	.p2align 0
+	.byte 4
 """
 
 
@@ -313,6 +319,7 @@ def test_each_allocated_section_is_laid_where_its_alignment_allows_in_any_class_
             addr += s["sh_size"]
     index = {s.name: i for i, s in enumerate(secs)}
     assert len({want[index[n]] for n in (".text", ".text.b", ".rodata.x", ".data")}) == 4
+    assert want[index[".odd2"]] == want[index[".odd1"]] + 3  # byte-aligned: right after, at an odd address
     assert _addresses(tmp_path / "placed.o") == {i: want.get(i, 0) for i in range(len(secs))}
     assert placed.bases == want
     assert placed.text == [(want[i], want[i] + s["sh_size"]) for i, s in enumerate(secs)
@@ -371,6 +378,21 @@ def test_a_debug_frame_is_relocated_with_its_absolute_relocations(tmp_path):
         ("cie=00000000", f"pc={syms[s][0]:016x}..{syms[s][0] + size:016x}") for s, size in (("a", 3), ("b", 2))]
     text_b = ELFFile(io.BytesIO(placed.data)).get_section_index(".text.b")
     assert syms["b"][0] == _addresses(tmp_path / "placed.o")[text_b] + 1
+    # a PC-relative relocation there (R_X86_64_64 made PC64): relative to address 0, where the
+    # section lies, as relocated_section reads it with the same layout
+    data = bytearray((tmp_path / "df.o").read_bytes())
+    elf = ELFFile(io.BytesIO(bytes(data)))
+    rela = elf.get_section_by_name(".rela.debug_frame")
+    k = next(i for i, r in enumerate(rela.iter_relocations()) if r["r_info_type"] == 1)
+    at = rela["sh_offset"] + k * 24 + 8
+    struct.pack_into("<Q", data, at, struct.unpack_from("<Q", data, at)[0] & ~0xFFFFFFFF | 24)
+    pc = place_object(bytes(data))
+    elf = ELFFile(io.BytesIO(bytes(data)))
+    i = elf.get_section_index(".debug_frame")
+    sec = elf.get_section(i)
+    assert i not in pc.bases
+    assert pc.data[sec["sh_offset"]:sec["sh_offset"] + sec["sh_size"]] == relocated_section(elf, i, pc.bases) != \
+        placed.data[sec["sh_offset"]:sec["sh_offset"] + sec["sh_size"]]
 
 
 def test_an_undefined_symbol_a_relocation_names_is_0_in_the_placed_image(tmp_path):
@@ -380,7 +402,13 @@ def test_an_undefined_symbol_a_relocation_names_is_0_in_the_placed_image(tmp_pat
     tc = need("host")
     (tmp_path / "p.cc").write_text("int g(int);\nint f(int x) { try { return g(x); } catch (...) { return -1; } }\n")
     tc.run(["g++", "-O1", "-fno-pic", "-c", "p.cc", "-o", "p.o"], cwd=str(tmp_path))
-    placed = place_object((tmp_path / "p.o").read_bytes(), "p.o")
+    data = bytearray((tmp_path / "p.o").read_bytes())
+    elf = ELFFile(io.BytesIO(bytes(data)))
+    symtab = elf.get_section_by_name(".symtab")
+    k = next(i for i, s in enumerate(symtab.iter_symbols()) if s.name == "__gxx_personality_v0")
+    assert symtab.get_symbol(k)["st_shndx"] == "SHN_UNDEF"
+    struct.pack_into("<Q", data, symtab["sh_offset"] + k * 24 + 8, 0x77)  # its st_value: not read
+    placed = place_object(bytes(data), "p.o")
     (tmp_path / "placed.o").write_bytes(placed.data)
     frames = [" ".join(f) for f in _readelf(tmp_path / "placed.o", "--debug-dump=frames")]
     lsda = _addresses(tmp_path / "placed.o")[ELFFile(io.BytesIO(placed.data)).get_section_index(".gcc_except_table")]

@@ -127,7 +127,7 @@ def test_a_section_offset_past_what_a_file_offset_holds_is_bad_input_not_a_crash
 # ------------------------------------------------------------------------------ a file's figures
 
 
-def test_a_files_figures_are_the_sums_of_its_checks(root):
+def test_a_files_figures_are_the_sums_of_its_checks(root, tmp_path):
     """An archive's result: its members, the members checked, and each figure summed over their
     checks (the checker's own numbers, member by member)."""
     fc = check_file(root / "v1/lib.a")
@@ -139,6 +139,13 @@ def test_a_files_figures_are_the_sums_of_its_checks(root):
     assert r.fres == sum(c.num_fres for c in fc.checks) > max(c.num_fres for c in fc.checks)
     assert r.cfi_without_sframe == sum(c.cfi_without_sframe for c in fc.checks) == 2  # gas 2.40 skips `remember`
     assert r.kinds == dict(sum((c.by_kind() for c in fc.checks), Counter())) == {"ra": 1, "cfa": 1}
+    # two members of one kind each: their findings summed, kind by kind
+    tc = need("host")
+    twice = tmp_path
+    shutil.copy(root / "v1/frames.o", twice / "frames.o")
+    tc.run(["ar", "q", "twice.a", "frames.o", "frames.o"], cwd=str(twice))
+    r = check_one(str(twice / "twice.a"), True, str(twice))
+    assert (r.members, r.checked_members, r.kinds) == (2, 2, {"ra": 2, "cfa": 2})
     (one,) = check_file(root / "v1/frames.o").checks
     r = check_one(str(root / "v1/frames.o"), False, str(root))
     assert (r.members, r.checked_members, r.versions, r.fdes, r.fres, r.kinds) == (
