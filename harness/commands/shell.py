@@ -90,6 +90,9 @@ def mapped_os_exit():
             real(code)
         state["called"] = code
         if threading.current_thread() is not main:
+            # the script's output so far reaches its reader (a pipe's buffer would be lost: the
+            # clean-clone CI of 2026-12-07 read "up" but not the print before it)
+            sys.stdout.flush()
             sys.stderr.flush()
             real(os_exit_code(code))
         raise ScriptOsExit(code)
