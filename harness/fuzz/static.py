@@ -89,14 +89,20 @@ class Synth:
     regs: UserRegs
 
 
+def _register(base: str) -> str | None:
+    """The register a rule's ``rN`` base names (DWARF numbering), None for a number past them."""
+    if re.fullmatch(r"r\d+", base) and int(base[1:]) < len(DWARF_X86_64):
+        return DWARF_X86_64[int(base[1:])]
+    return None
+
+
 def _base_value(base: str, regs: dict[str, int], cfa: int) -> int | None:
     if base == "cfa":
         return cfa
     if base in ("sp", "fp"):
         return regs["sp" if base == "sp" else "bp"]
-    if re.fullmatch(r"r\d+", base) and int(base[1:]) < len(DWARF_X86_64):
-        return regs[DWARF_X86_64[int(base[1:])]]
-    return None
+    reg = _register(base)
+    return regs[reg] if reg is not None else None
 
 
 def synthesize(rule: FrameRule) -> Synth | None:
@@ -113,10 +119,11 @@ def synthesize(rule: FrameRule) -> Synth | None:
         frame = (CFA - 0x100) & ~31
         if cfa_rule.base == "fp":
             regs["bp"] = frame
-        elif cfa_rule.base == "sp":
-            pass
-        else:
-            regs[DWARF_X86_64[int(cfa_rule.base[1:])]] = frame
+        elif cfa_rule.base != "sp":
+            reg = _register(cfa_rule.base)
+            if reg is None:
+                return None
+            regs[reg] = frame
         regs["sp"] = frame - 0x40
         where = _base_value(cfa_rule.base, regs, 0)
         if where is None:
@@ -127,8 +134,8 @@ def synthesize(rule: FrameRule) -> Synth | None:
     elif cfa_rule.base == "fp":
         regs["bp"] = CFA - cfa_rule.offset
         regs["sp"] = regs["bp"] - 0x48
-    elif re.fullmatch(r"r\d+", cfa_rule.base):
-        regs[DWARF_X86_64[int(cfa_rule.base[1:])]] = CFA - cfa_rule.offset
+    elif _register(cfa_rule.base) is not None:
+        regs[_register(cfa_rule.base)] = CFA - cfa_rule.offset
         regs["sp"] = (CFA - 0x100) & ~31
     else:
         return None
@@ -154,9 +161,9 @@ def synthesize(rule: FrameRule) -> Synth | None:
 _NUM = re.compile(r"[+-]\d+")
 
 
-def rule_shape(rule: FrameRule | None) -> str:
+def rule_shape(rule: FrameRule) -> str:
     """A rule without its offsets (a signature's detail names no addresses or sizes)."""
-    return "none" if rule is None else _NUM.sub("+N", str(rule))
+    return _NUM.sub("+N", str(rule))
 
 
 def sframe_expressible(rule: FrameRule) -> bool:

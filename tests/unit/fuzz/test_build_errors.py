@@ -12,11 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
-from harness.fuzz.build import BuildConfig, build_source
+from harness.fuzz.build import BuildConfig, MatrixError, build, build_source, toolchain
 from harness.fuzz.finding import build_failed
 from harness.fuzz.render import render
 from harness.fuzz.shape import Func, Shape
+from harness.images.programs import cflags
 from tests.support.toolchains import need
 
 SHAPES = (Shape((Func(),)), Shape((Func("fp", callees=(1,)), Func("nofp")), ))  # two lengths: two line numbers
@@ -52,3 +54,55 @@ def test_a_missing_header_anywhere_is_one_signature_and_another_defect_another(t
     link = _failed(tc, SHAPES[0], "\nextern int fz_missing_7(void); int fz_use(void) { return fz_missing_7(); }\n",
                    tmp_path / "link")[1]
     assert link.detail == "ld returned # exit status" and link != sigs[0]  # collect2's line: the first "error"
+
+
+@pytest.mark.parametrize("tc", ["host", "sid"])
+def test_the_first_error_line_is_kept_whole_and_cut_at_160_characters(tc, tmp_path):
+    """#error's own text (no number, no path): what follows the line's first "error" is kept,
+    a later "error" in it too; a long one is cut to 160 characters."""
+    words = "fz_error_x is an error of X"
+    _, sig = _failed(tc, SHAPES[0], f"\n#error {words}\n", tmp_path / "short")
+    assert sig.detail == f"#error {words}"
+    long = "fz " + "y" * 300
+    _, sig = _failed(tc, SHAPES[0], f"\n#error {long}\n", tmp_path / "long")
+    assert sig.detail == f"#error {long}"[:160]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("toolchain", "buster", "unknown toolchain 'buster'; known: host, trixie, sid"),
+    ("opt", "-Og", "unknown optimisation '-Og'; known: -O0, -O1, -O2, -O3, -Os"),
+    ("linker", "ld.gold", "unknown linker 'ld.gold'; known: bfd, gold, mold, lld"),
+])
+def test_a_build_the_matrix_does_not_know_is_bad_usage_naming_the_known_ones(field, value, message):
+    with pytest.raises(MatrixError) as e:
+        BuildConfig(**{field: value})
+    assert str(e.value) == message and e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("tc, static", [("host", True), ("sid", False), ("trixie", True)])
+def test_a_build_records_what_it_ran_and_links_as_its_flags_say(tc, static, tmp_path):
+    """The compile step gets the compile flags, the link step the link flags (-static, -Wl,...);
+    the commands recorded are the ones run, each in the root named; the Built names the program's
+    shape, source, toolchain versions; its directory is made with its parents."""
+    need(tc)
+    shape = SHAPES[1]
+    config = BuildConfig(tc, "-O2", True, True, static, "bfd")
+    dest = tmp_path / "a" / "b"
+    built = build(shape, config, dest)
+    assert built.ok, built.error
+    root = toolchain(tc)
+    assert (built.shape, built.config, built.source, built.source_name) == (shape, config, render(shape), "prog.c")
+    assert (built.binutils, built.gcc, built.link_toolchain) == (root.binutils_version, root.gcc_version, tc)
+    assert (dest / "prog.c").read_text() == built.source and built.binary == dest / "prog"
+    flags = cflags(root, config.variant)
+    link = [f for f in flags if f == "-static" or f.startswith("-Wl,")]
+    compile_flags = [f for f in flags if f not in link]
+    assert built.commands == [f"[{tc}] gcc {' '.join(compile_flags)} -c prog.c -o prog.o",
+                              f"[{tc}] gcc {' '.join(compile_flags + link)} -fuse-ld=bfd -pthread -o prog prog.o"]
+    assert ("-static" in link) == static and "-O2" in compile_flags
+    with open(built.binary, "rb") as f:
+        interp = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_INTERP"]
+        if static:
+            assert interp == []
+        else:
+            assert interp[0].get_interp_name() == next(f for f in link if "--dynamic-linker=" in f).split("=", 1)[1]

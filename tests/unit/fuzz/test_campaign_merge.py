@@ -124,3 +124,43 @@ def test_a_directory_that_is_no_campaigns_is_an_error_naming_it(three, tmp_path,
     with pytest.raises(CampaignError, match="campaign.json: not JSON"):
         merge([tmp_path])
     assert main(["fuzz", "merge", str(a), str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_campaigns_json_names_each_signatures_counts_size_and_reproducer(three):
+    a, _, _, (step_big, _, fp_only_a, *_) = three
+    sigs = {s["signature"]["key"]: s for s in load_campaign(a)["signatures"]}
+    assert sigs[step_big.signature.key] == {
+        "signature": step_big.signature.to_json(), "programs": 3, "occurrences": 7, "first_seed": 4,
+        "shrink_steps": 40, "shrunk": True, "reproducer": step_big.signature.id,
+        "size": {"functions": 3, "features": ["alloca"], "shape": BIG.describe(), "score": BIG.size},
+        "message": "big"}
+    assert sigs[fp_only_a.signature.key] == {
+        "signature": fp_only_a.signature.to_json(), "programs": 1, "occurrences": 1, "first_seed": 2,
+        "shrink_steps": 20, "shrunk": False, "reproducer": None, "size": None, "message": None}
+    # written as a campaign writes it: one space of indent
+    assert (a / CAMPAIGN_JSON).read_text().startswith('{\n "mode": "static",\n "seeds": [\n  0,')
+
+
+def test_of_two_reproducers_of_one_size_the_first_is_kept(tmp_path):
+    first = _record("sframe-step", HOST, SMALL, 1, 1, 1, "first")
+    second = _record("sframe-step", HOST, Shape((Func("nofp"),)), 1, 1, 2, "second")
+    assert first.signature == second.signature and Shape((Func("nofp"),)).size == SMALL.size
+    counts = dict(budget=1.0, toolchains=("host",), linkers=("bfd",))
+    a = _write(tmp_path / "a", "static", (0, 1), [first], **counts)
+    b = _write(tmp_path / "b", "static", (1, 2), [second], **counts)
+    out = tmp_path / "deep" / "er" / "out"  # made with its parents
+    (s,) = merge([a, b], out)["signatures"]
+    assert (s["message"], s["first_seed"], s["programs"]) == ("first", 1, 2)
+    assert (out / first.signature.id / "from").read_text() == str(a)
+    assert (out / CAMPAIGN_JSON).read_text().startswith('{\n "mode": "static",')
+
+
+def test_a_campaign_json_without_the_later_counts_merges_as_0(three):
+    """campaign.json written before "instructions", "stacks" and "expected" were counted."""
+    a, b, _, _ = three
+    old = json.loads((a / CAMPAIGN_JSON).read_text())
+    for key in ("instructions", "stacks", "expected"):
+        del old[key]
+    (a / CAMPAIGN_JSON).write_text(json.dumps(old))
+    m = merge([a, b])
+    assert (m["instructions"], m["stacks"], m["expected"]) == (500, 0, {"fp-prologue-ip": 2, "fp-drap-cfa": 4})

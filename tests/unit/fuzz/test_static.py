@@ -13,23 +13,39 @@ is injected through the checker's SFrame provider.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import io
 import re
+import shutil
+import struct
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from harness.fuzz.build import BuildConfig, build, build_source
 from harness.fuzz.campaign import _blocks_at
+from harness.fuzz.finding import build_failed
 from harness.fuzz.render import render
 from harness.fuzz.shape import Func, Shape
-from harness.fuzz.static import CALLER_FP, StaticChecker, generated_functions, instructions, sframe_expressible
-from harness.rule import FrameRule, ValueRule
-from harness.unwind.cfi import cfi_table
+from harness.fuzz.static import (
+    CALLER_FP,
+    CFA,
+    RA,
+    STACK_LO,
+    StaticChecker,
+    generated_functions,
+    instructions,
+    sframe_expressible,
+    synthesize,
+)
+from harness.rule import DWARF_X86_64, SAME, UNDEFINED, FrameRule, ValueRule, apply_rule, outermost_rule
+from harness.unwind.cfi import UnsupportedCFI, cfi_table
 from harness.unwind.maps import ElfImage
-from harness.unwind.sframe_check import load
+from harness.unwind.sframe_check import LINKER_KINDS, check_binary, load
 from tests.support.toolchains import need
 
 SHAPE = Shape((Func("fp"),))
@@ -181,14 +197,22 @@ def test_what_frame_pointers_cannot_do_is_counted_by_the_rows_shape_and_nothing_
     assert bool(want["sframe-function-without-fde"]) == (tc != "sid")
 
 
-def test_instructions_are_the_ones_objdump_decodes(built):
-    """Capstone's boundaries, from each generated function's first byte, are objdump's."""
-    image = ElfImage.from_path(built.binary)
-    for fn in generated_functions(image):
-        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--disassemble={fn.name}", str(built.binary)],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
-        theirs = [int(m.group(1), 16) for m in re.finditer(r"^\s+([0-9a-f]+):\t", out, re.M)]
-        assert instructions(image, fn) == theirs, fn.name
+def test_instructions_are_the_ones_objdump_decodes(built, tmp_path):
+    """Capstone's boundaries, from each generated function's first byte, are objdump's: in ld.bfd's
+    PIE (addresses equal to file offsets), its static non-PIE program (addresses from 0x400000) and
+    lld's PIE (.text a page above its file offset, the sections before it not)."""
+    static = build_source(SHAPE, render(SHAPE) + SLOT, "prog.c", dataclasses.replace(CONFIG, static=True),
+                          tmp_path / "static")
+    lld = build_source(SHAPE, render(SHAPE) + SLOT, "prog.c", dataclasses.replace(CONFIG, linker="lld"), tmp_path / "lld")
+    assert static.ok and lld.ok, (static.error, lld.error)
+    for b in (built, static, lld):
+        image = ElfImage.from_path(b.binary)
+        for fn in generated_functions(image):
+            out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--disassemble={fn.name}", str(b.binary)],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+            theirs = [int(m.group(1), 16) for m in re.finditer(r"^\s+([0-9a-f]+):\t", out, re.M)]
+            assert instructions(image, fn) == theirs, fn.name
+    assert min(f.start for f in generated_functions(ElfImage.from_path(static.binary))) > 0x400000
 
 
 # ------------------------------------------------------------------------------ the reproducer's tools.txt
@@ -212,3 +236,349 @@ def test_the_toolchains_blocks_at_an_address_are_the_ones_covering_it(built):
             idx = [ln for ln in _blocks_at(sframe, addr).splitlines() if "func idx" in ln]
             assert idx == [ln for ln in sframe.splitlines() if f"pc = {fn.start:#x}, size = {fn.size} bytes" in ln]
     assert _blocks_at(frames, 0x10) == frames and _blocks_at(sframe, 0x10) == sframe
+
+
+def test_every_block_covering_an_address_is_kept_one_blank_line_apart(tmp_path):
+    """In an object each text section starts at 0: frames.o's `plain` (.text) and `own_section`
+    (.text.own) both cover address 1, in readelf's FDEs and in sid's objdump --sframe."""
+    tc = need("sid")
+    outer, inner = tc.workdir("fuzz-blocks")
+    try:
+        (outer / "frames.s").write_text((Path(__file__).resolve().parents[3] / "guest_programs" / "sframe_cases"
+                                         / "frames.s").read_text())
+        tc.run(["as", "--gsframe", "frames.s", "-o", "frames.o"], cwd=inner)
+        texts = [tc.run(argv, cwd=inner).stdout for argv in (["readelf", "--debug-dump=frames", "frames.o"],
+                                                              ["objdump", "--sframe", "frames.o"])]
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+    for text, marker in zip(texts, (" FDE ", "func idx"), strict=True):
+        kept = _blocks_at(text, 1).split("\n\n")
+        assert len(kept) == 2 and all(marker in blk and blk in text for blk in kept), kept
+
+
+# ------------------------------------------------------------------------------ rows of other shapes
+
+
+ODD = r"""
+__asm__(
+"  .text\n"
+/* fz_escape: plain CFI and a DW_CFA_nop by .cfi_escape: gas 2.40 and 2.44 skip its SFrame FDE */
+"  .globl fz_escape\n  .type fz_escape, @function\nfz_escape:\n  .cfi_startproc\n"
+"  pushq %rbp\n  .cfi_def_cfa_offset 16\n  .cfi_offset rbp, -16\n  .cfi_escape 0x0\n"
+"  popq %rbp\n  .cfi_def_cfa_offset 8\n  ret\n  .cfi_endproc\n  .size fz_escape, .-fz_escape\n"
+/* fz_regfp: the caller's rbp kept in rbx (a register rule: no stack to build) */
+"  .globl fz_regfp\n  .type fz_regfp, @function\nfz_regfp:\n  .cfi_startproc\n"
+"  movq %rbp, %rbx\n  .cfi_register rbp, rbx\n  nop\n  movq %rbx, %rbp\n  .cfi_restore rbp\n  ret\n"
+"  .cfi_endproc\n  .size fz_regfp, .-fz_regfp\n"
+/* fz_nocfi: no CFI at all */
+"  .globl fz_nocfi\n  .type fz_nocfi, @function\nfz_nocfi:\n  nop\n  ret\n  .size fz_nocfi, .-fz_nocfi\n"
+/* fz_sig: a signal frame's rows (compared, as the rules say) */
+"  .globl fz_sig\n  .type fz_sig, @function\nfz_sig:\n  .cfi_startproc\n  .cfi_signal_frame\n  nop\n  ret\n"
+"  .cfi_endproc\n  .size fz_sig, .-fz_sig\n"
+/* fz_mul: a CFA expression the CFI oracle does not evaluate (breg7 8; DW_OP_mul) */
+"  .globl fz_mul\n  .type fz_mul, @function\nfz_mul:\n  .cfi_startproc\n"
+"  .cfi_escape 0x0f, 0x03, 0x77, 0x08, 0x1e\n  nop\n  nop\n  ret\n  .cfi_endproc\n  .size fz_mul, .-fz_mul\n"
+/* fz_twoexits: an early return inside the frame-pointer body (sp-based rows between rbp-based ones) */
+"  .globl fz_twoexits\n  .type fz_twoexits, @function\nfz_twoexits:\n  .cfi_startproc\n"
+"  pushq %rbp\n  .cfi_def_cfa_offset 16\n  .cfi_offset rbp, -16\n  movq %rsp, %rbp\n  .cfi_def_cfa_register rbp\n"
+"  testq %rdi, %rdi\n  jne 1f\n  .cfi_remember_state\n  popq %rbp\n  .cfi_def_cfa rsp, 8\n  ret\n"
+"1:\n  .cfi_restore_state\n  nop\n  popq %rbp\n  .cfi_def_cfa rsp, 8\n  ret\n"
+"  .cfi_endproc\n  .size fz_twoexits, .-fz_twoexits\n");
+"""
+
+
+@functools.cache
+def _odd(tc: str, dest: Path):
+    need(tc)
+    built = build_source(SHAPE, render(SHAPE) + ODD, "prog.c", BuildConfig(tc, "-O1", True, True, False, "bfd"), dest)
+    assert built.ok, built.error
+    return built
+
+
+def _register_rule(v) -> bool:
+    return v.base not in (SAME, UNDEFINED) and not v.deref
+
+
+@pytest.mark.parametrize("tc", ["host", "trixie", "sid"])
+def test_rows_of_every_shape_are_compared_skipped_or_named_as_the_module_says(tc, tmp_path):
+    """A row in a register (unsynthesizable), no row (no-cfi-row: no CFI, or CFI the oracle
+    does not evaluate), a signal frame's rows (compared), the frame-pointer classes by the rows'
+    shape (an early return between rbp-based rows is an epilogue), and a function with plain CFI
+    but no SFrame FDE -- a finding, ``sframe-no-fre`` "no FDE", at each of its instructions (gas
+    2.40 and 2.44 skip any function with a .cfi_escape; 2.46+ describes it)."""
+    built = _odd(tc, tmp_path)
+    checker = StaticChecker()
+    findings = checker(built)
+    image = ElfImage.from_path(built.binary)
+    cfi = cfi_table(image)
+    table, _ = load(built.binary)
+    want: Counter = Counter()
+    compared = 0
+    names = {f.name: f for f in generated_functions(image)}
+    for fn in names.values():
+        pcs = instructions(image, fn)
+        rules = {}
+        for pc in pcs:
+            try:
+                rules[pc] = cfi.rule_for_link(pc, signal_ok=True)
+            except UnsupportedCFI:
+                rules[pc] = None
+        fp_rows = [pc for pc in pcs if rules[pc] is not None and rules[pc].cfa.base == "fp" and not rules[pc].cfa.deref]
+        no_fde = table.find_fde(fn.start) is None
+        inexpressible = not all(r is None or sframe_expressible(r) for r in rules.values())
+        for pc in pcs:
+            r = rules[pc]
+            if r is None:
+                want["no-cfi-row"] += 1
+                continue
+            if _register_rule(r.ra) or _register_rule(r.fp):
+                want["unsynthesizable"] += 1
+                continue
+            compared += 1
+            if r.signal_frame:  # the CFI step ends there: the caller is the interrupted context
+                want["unsynthesizable"] += 1
+                continue
+            if r.cfa.deref or r.cfa.base not in ("sp", "fp"):
+                want["fp-drap-cfa"] += 1
+            elif r.cfa.base == "sp":
+                want["fp-frameless-function" if not fp_rows else
+                     "fp-prologue-ip" if pc < fp_rows[0] else "fp-epilogue-ip"] += 1
+            if no_fde and inexpressible:
+                want["sframe-function-without-fde"] += 1
+    assert checker.instructions == compared and dict(checker.expected) == {k: v for k, v in want.items() if v}
+    assert want["no-cfi-row"] == len(instructions(image, names["fz_nocfi"])) + len(instructions(image, names["fz_mul"]))
+    assert want["unsynthesizable"] == 2 + len(instructions(image, names["fz_sig"])) and want["fp-epilogue-ip"] >= 2
+    no_fre = [(f.function, f.detail, f.count) for f in findings if f.kind == "sframe-no-fre"]
+    if tc == "sid":
+        assert no_fre == []
+    else:
+        assert no_fre == [("fz_escape", "no FDE", 3)]
+        f = next(f for f in findings if f.kind == "sframe-no-fre")
+        assert f.addr == names["fz_escape"].start
+        assert f.message == f"fz_escape+0x0: no SFrame FRE covers it; the CFI row is {cfi.rule_for_link(f.addr)}"
+        assert f.evidence == {"cfi_rule": str(cfi.rule_for_link(f.addr)),
+                              "cfi": {"ip": RA, "sp": CFA, "fp": CALLER_FP, "how": "cfi"}}
+    assert not [f for f in findings if f.kind in ("sframe-step", "fp-step")], [f.message for f in findings]
+
+
+# ------------------------------------------------------------------------------ the synthesized stack
+
+
+def V(base, offset=0, deref=False, add=0):  # noqa: N802 (a rule, as the CFI reads it)
+    return ValueRule(base, offset, deref, add)
+
+
+SYNTHESIZABLE = [
+    FrameRule(V("sp", 8), V("cfa", -8, True), V(SAME)),  # function entry
+    FrameRule(V("sp", 16), V("cfa", -8, True), V("cfa", -16, True)),  # after push %rbp
+    FrameRule(V("fp", 16), V("cfa", -8, True), V("cfa", -16, True)),  # the frame-pointer body
+    FrameRule(V("sp", 0x30), V("cfa", -8, True), V("cfa", -0x28, True)),  # fp saved deep
+    FrameRule(V("r10", 16), V("cfa", -8, True), V(SAME)),  # DRAP's prologue: CFA in r10
+    FrameRule(V("fp", -8, True), V("cfa", -8, True), V("fp", 0, True)),  # DRAP's body: *(rbp-8), rbp at *(rbp)
+    FrameRule(V("r10", 8, True), V("cfa", -8, True), V(SAME)),  # a CFA read through r10
+    FrameRule(V("sp", 8, True, 8), V("cfa", -8, True), V(SAME)),  # OpenSSL's perlasm: *(rsp+8)+8
+    FrameRule(V("sp", 16), V("sp", 8, True), V("sp", 0, True)),  # RA and FP found from sp
+    FrameRule(V("sp", 16), V("cfa", -8, True, 4), V("cfa", -16, True, -8)),  # words plus constants
+    FrameRule(V("sp", 16), V(SAME), V("cfa", -16, True)),  # an RA kept (no word): the FP still built
+    FrameRule(V("sp", 0x3FF8), V("cfa", -8, True), V(SAME)),  # sp just above the stack's bottom
+    FrameRule(V("sp", 16), V("cfa", 0xFF8, True), V("cfa", -0x4000, True)),  # words at the stack's two ends
+    FrameRule(V("sp", 8), V("cfa", -8, True), V(SAME), signal_frame=True),
+]
+UNSYNTHESIZABLE = [
+    FrameRule(V("sp", 8), V(UNDEFINED), V(SAME)),  # the outermost frame: no caller
+    FrameRule(V(SAME), V("cfa", -8, True), V(SAME)),
+    FrameRule(V(UNDEFINED), V("cfa", -8, True), V(SAME)),
+    FrameRule(V("sp", 8), V("cfa", -8), V(SAME)),  # val_offset: RA is a value, not a word
+    FrameRule(V("sp", 16), V("cfa", -8, True), V("r3")),  # the caller's rbp in rbx
+    FrameRule(V("sp", 16), V("cfa", -8, True), V("cfa", -8, True)),  # RA and FP in one word
+    FrameRule(V("sp", 16), V("cfa", -4, True), V(SAME)),  # a misaligned word
+    FrameRule(V("sp", 16), V("cfa", 0x1000, True), V(SAME)),  # a word above the stack
+    FrameRule(V("sp", 16), V("cfa", -8, True), V("cfa", -0x4008, True)),  # a word below it
+    FrameRule(V("sp", 0x4000), V("cfa", -8, True), V(SAME)),  # sp at the stack's bottom
+    FrameRule(V("sp", 0), V("cfa", -8, True), V(SAME)),  # sp at the CFA
+    FrameRule(V("r99", 8), V("cfa", -8, True), V(SAME)),  # no such register (it crashed: IndexError)
+    FrameRule(V("sp", 16), V("r12", 8, True), V(SAME)),  # an RA next to a register's value: no stack word
+    FrameRule(V("sp", 16), V("r17", 8, True), V(SAME)),  # DWARF 17: no general register
+    FrameRule(V("sp", 16), V("r99", 8, True), V(SAME)),
+    FrameRule(V("r17", 8, True), V("cfa", -8, True), V(SAME)),
+]
+
+
+@pytest.mark.parametrize("rule", SYNTHESIZABLE, ids=str)
+def test_a_synthesized_stack_is_the_one_its_row_describes(rule):
+    """Evaluated by the one rule evaluator every unwinder shares (harness.rule.apply_rule), the
+    row gives the CFA, the return address and the caller's frame pointer the stack was built
+    with; the current rbp differs from the caller's whenever the row saves it (so that "saved"
+    and "kept" give different answers)."""
+    s = synthesize(rule)
+    assert s is not None
+    regs = {f"r{i}": getattr(s.regs, name) for i, name in enumerate(DWARF_X86_64[:16])}
+
+    def word(addr: int) -> int:
+        return struct.unpack("<Q", s.memory.read(addr, 8))[0]
+
+    cfa, ra, fp = apply_rule(rule, s.regs.sp, s.regs.bp, word, regs=regs)
+    saved = rule.fp.base != SAME
+    assert (cfa, ra, fp) == (CFA, RA if rule.ra.base != SAME else None, CALLER_FP if saved else s.regs.bp)
+    assert s.regs.bp != CALLER_FP if saved else s.regs.bp in (CALLER_FP, CFA - rule.cfa.offset)
+    assert STACK_LO < s.regs.sp < CFA
+
+
+@pytest.mark.parametrize("rule", UNSYNTHESIZABLE, ids=str)
+def test_a_row_no_stack_can_be_built_for_is_none(rule):
+    assert synthesize(rule) is None
+
+
+@pytest.mark.parametrize("rule, expressible", [
+    (FrameRule(V("sp", 8), V("cfa", -8, True), V(SAME)), True),
+    (FrameRule(V("fp", 16), V("cfa", -8, True), V("cfa", -16, True)), True),
+    (FrameRule(V("sp", 8), V(UNDEFINED), V(SAME)), True),  # the outermost frame: an FRE says so
+    (FrameRule(V("r10", 0), V("cfa", -8, True), V(SAME)), False),  # a CFA in another register
+    (FrameRule(V("fp", -8, True), V("cfa", -8, True), V("cfa", -16, True)), False),  # through memory
+    (FrameRule(V("sp", 8), V("cfa", -8), V(SAME)), False),  # an RA that is a value
+    (FrameRule(V("sp", 8), V("r12", 8, True), V(SAME)), False),  # an RA in another register's frame
+    (FrameRule(V("sp", 8), V(SAME), V(SAME)), False),
+    (FrameRule(V("sp", 16), V("cfa", -8, True), V("r3")), False),  # an FP in a register
+    (FrameRule(V("sp", 16), V("cfa", -8, True), V("fp", 0, True)), False),  # an FP saved off the CFA
+    (FrameRule(V("sp", 16), V("cfa", -8, True), V("cfa", -16)), False),  # an FP that is a value
+], ids=lambda x: str(x))
+def test_what_sframe_v1_v2_can_express(rule, expressible):
+    """The V1/V2 FRE: CFA = SP or FP + offset; RA at CFA + offset, or none (outermost); FP at
+    CFA + offset, or not saved."""
+    assert sframe_expressible(rule) is expressible
+
+
+# ------------------------------------------------------------------------------ broken readers
+
+
+class Outermost:
+    """An SFrame reader that says "outermost frame" inside fz_slot: its step stops."""
+
+    def __init__(self, built, table):
+        self.table = table
+        fn = next(f for f in generated_functions(ElfImage.from_path(built.binary)) if f.name == "fz_slot")
+        self.range = (fn.start, fn.start + fn.size)
+
+    def rule_for(self, pc: int) -> FrameRule | None:
+        rule = self.table.rule_for(pc)
+        if rule is not None and self.range[0] <= pc < self.range[1]:
+            return outermost_rule()
+        return rule
+
+
+class CfaPlus8(Outermost):
+    """A reader that adds 8 to the CFA offset of every FRE in fz_slot: RA, CFA and FP all differ."""
+
+    def rule_for(self, pc: int) -> FrameRule | None:
+        rule = self.table.rule_for(pc)
+        if rule is not None and self.range[0] <= pc < self.range[1]:
+            return FrameRule(V(rule.cfa.base, rule.cfa.offset + 8), rule.ra, rule.fp, rule.signal_frame)
+        return rule
+
+
+class LosesTheLastFre(Outermost):
+    """A reader that finds no FRE at fz_slot's last instruction (its FDE is there)."""
+
+    def rule_for(self, pc: int) -> FrameRule | None:
+        return None if pc == self.range[1] - 1 else self.table.rule_for(pc)
+
+
+def test_a_step_that_stops_where_the_cfi_goes_on_is_a_finding(built):
+    fn = _slot_fn(built)
+    findings = [f for f in StaticChecker(sframe_provider=Outermost)(built) if f.kind == "sframe-step"]
+    assert {f.function for f in findings} == {"fz_slot"}
+    assert all(f.detail.startswith("stop: sframe cfa=undefined ra=undefined fp=same vs cfi cfa=") for f in findings)
+    assert sum(f.count for f in findings) == len(instructions(ElfImage.from_path(built.binary), fn))
+    f = min(findings, key=lambda f: f.addr)
+    assert f.addr == fn.start and f.detail.endswith("vs cfi cfa=sp+N ra=*(cfa+N) fp=same")
+    assert set(f.evidence["sframe"]) == {"stop"} and f.evidence["sframe"]["stop"]
+    assert f.evidence["cfi"] == {"ip": RA, "sp": CFA, "fp": CALLER_FP, "how": "cfi"}
+
+
+def _slot_fn(built):
+    return next(f for f in generated_functions(ElfImage.from_path(built.binary)) if f.name == "fz_slot")
+
+
+def test_a_step_wrong_in_everything_names_ra_cfa_and_fp(built):
+    findings = [f for f in StaticChecker(sframe_provider=CfaPlus8)(built) if f.kind == "sframe-step"]
+    # where the FP is saved all three differ; where it is kept, RA and CFA
+    assert {f.detail.split(":")[0] for f in findings} == {"ra,cfa,fp", "ra,cfa"}
+    for f in findings:
+        assert f.evidence["sframe"]["sp"] == f.evidence["cfi"]["sp"] + 8 and f.evidence["sframe"]["how"] == "sframe"
+        assert f.message.startswith(f"fz_slot+{f.addr - _slot_fn(built).start:#x}: the SFrame step (FRE ")
+
+
+def test_an_fde_without_an_fre_at_an_instruction_is_a_finding(built):
+    fn = _slot_fn(built)
+    (f,) = [f for f in StaticChecker(sframe_provider=LosesTheLastFre)(built) if f.kind == "sframe-no-fre"]
+    assert (f.function, f.detail, f.addr, f.count) == ("fz_slot", "FDE without an FRE here", fn.start + fn.size - 1, 1)
+    assert f.message.startswith(f"fz_slot+{fn.size - 1:#x}: no SFrame FRE covers it; the CFI row is cfa=sp+8 ")
+
+
+# ------------------------------------------------------------------------------ what sframe check says
+
+
+def test_a_build_that_failed_is_its_finding_for_the_static_checker(tmp_path):
+    need("host")
+    failed = build_source(SHAPE, render(SHAPE) + "\nint fz_bad __attribute__((aligned(3))) = 1;\n", "prog.c",
+                          CONFIG, tmp_path)
+    assert StaticChecker()(failed) == build_failed(failed)
+
+
+def test_an_sframe_section_removed_or_broken_is_named(built, tmp_path):
+    """objcopy --remove-section .sframe of gold's output (no PT_GNU_SFRAME either: a link that
+    dropped the section): sframe-missing; of ld.bfd's, whose PT_GNU_SFRAME is left pointing at
+    nothing, and a broken magic: sframe-check "unreadable", with the reader's words."""
+    need("host")
+    gold = build_source(SHAPE, render(SHAPE) + SLOT, "prog.c", dataclasses.replace(CONFIG, linker="gold"),
+                        tmp_path / "gold")
+    for b, name in ((gold, "gold"), (built, "bfd")):
+        subprocess.run(["objcopy", "--remove-section", ".sframe", str(b.binary), str(tmp_path / f"{name}-gone")],
+                       check=True, timeout=60)
+    findings = StaticChecker()(dataclasses.replace(gold, binary=tmp_path / "gold-gone"))
+    missing = [f for f in findings if f.kind.startswith("sframe")]
+    assert [(f.kind, f.detail, f.config) for f in missing] == [("sframe-missing", "", gold.config)]
+    assert "no SFrame section" in missing[0].message or "no .sframe" in missing[0].message
+    findings = StaticChecker()(dataclasses.replace(built, binary=tmp_path / "bfd-gone"))
+    assert [(f.kind, f.detail) for f in findings if f.kind.startswith("sframe")] == [("sframe-check", "unreadable")]
+    assert "section of 0 bytes" in findings[0].message
+    data = bytearray(built.binary.read_bytes())
+    off = ELFFile(io.BytesIO(bytes(data))).get_section_by_name(".sframe")["sh_offset"]
+    data[off] ^= 0xFF
+    broken = tmp_path / "broken"
+    broken.write_bytes(bytes(data))
+    findings = StaticChecker()(dataclasses.replace(built, binary=broken))
+    assert [(f.kind, f.detail) for f in findings if f.kind.startswith("sframe")] == [("sframe-check", "unreadable")]
+    assert "magic" in findings[0].message and findings[0].config == built.config
+
+
+@pytest.mark.parametrize("tc, linker, opt", [("trixie", "bfd", "-O1"), ("host", "gold", "-O2"), ("host", "lld", "-O2")])
+def test_sframe_checks_findings_are_passed_on_with_where_they_are(tc, linker, opt, tmp_path):
+    """Each finding of sframe check (the checker's own, run on the binary here) is one of the
+    static checker's: its kind, "in generated code" or "in runtime code" for one at an address
+    (not for what the linker did with the whole section), the generated function it is in, its
+    address, its message and both rules.  A section the linker left as concatenated or PC-relative
+    (gold, lld) is named and its steps are not compared."""
+    need(tc)
+    b = build(MIXED, BuildConfig(tc, opt, False, True, False, linker), tmp_path)
+    assert b.ok, b.error
+    checker = StaticChecker()
+    got = {(f.detail, f.addr): f for f in checker(b) if f.kind == "sframe-check"}
+    r = check_binary(b.binary, expect_binutils=(2, 44) if (tc, linker) == ("trixie", "bfd") else None)
+    funcs = generated_functions(ElfImage.from_path(b.binary))
+    seen = set()
+    for c in r.findings:
+        fn = next((g for g in funcs if c.addr is not None and g.start <= c.addr < g.start + g.size), None)
+        where = "" if c.addr is None or c.kind in LINKER_KINDS else " in generated code" if fn else " in runtime code"
+        detail = c.kind + where
+        if detail in seen:
+            continue  # one finding a signature: the first
+        seen.add(detail)
+        f = got[(detail, c.addr)]
+        assert (f.function, f.message) == (fn.name if fn and where else None, c.message)
+        assert f.evidence == {"message": c.message, "sframe": str(c.sframe) if c.sframe else None,
+                              "cfi": str(c.cfi) if c.cfi else None}
+    assert len(got) == len(seen) > 0
+    unmerged = any(c.kind in ("concatenated-not-merged", "pcrel-starts-unflagged") for c in r.findings)
+    assert checker.expected["sframe-linker-unmerged"] == (1 if unmerged else 0)
+    assert unmerged == (linker != "bfd")
