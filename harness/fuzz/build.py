@@ -54,12 +54,13 @@ class BuildConfig:
     static: bool = False
     linker: str = "bfd"
     # position-independent: None is the toolchains' default (PIE when dynamic, ET_EXEC when static),
-    # read back as a bool; True of a static build is -static-pie, False of a dynamic one -no-pie
+    # and a value equal to it is kept as None, so that dataclasses.replace(config, static=...) keeps
+    # the default; True of a static build is -static-pie, False of a dynamic one -no-pie
     pie: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.pie is None:
-            object.__setattr__(self, "pie", not self.static)
+        if self.pie == (not self.static):
+            object.__setattr__(self, "pie", None)
         if self.toolchain not in TOOLCHAINS:
             raise MatrixError(f"unknown toolchain {self.toolchain!r}; known: {', '.join(TOOLCHAINS)}")
         if self.opt not in OPTS:
@@ -75,7 +76,7 @@ class BuildConfig:
     @property
     def _pie_word(self) -> list[str]:
         """"pie"/"nopie" where not the toolchains' default (today's signatures keep their words)."""
-        return [] if self.pie == (not self.static) else ["pie" if self.pie else "nopie"]
+        return [] if self.pie is None else ["pie" if self.pie else "nopie"]
 
     @property
     def flags(self) -> str:

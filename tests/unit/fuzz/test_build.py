@@ -112,3 +112,16 @@ def test_gold_cannot_make_a_static_pie_and_the_matrix_never_asks_it(tmp):
     def drawn(c):
         assert linkable(c)
     drawn()
+
+
+def test_pie_is_the_toolchains_default_unless_said_and_survives_replace():
+    """A dynamic build is a PIE and a static one is not unless the config says otherwise; a value
+    equal to the default is kept as None, so replace(config, static=True) of a default dynamic
+    config is a default static one (ET_EXEC), not a static PIE (test_static's static build was one)."""
+    dyn = BuildConfig("host", "-O1", True, True, False, "bfd")
+    assert dyn.pie is None and dyn.variant.pie is True and BuildConfig(static=False, pie=True) == dyn.__class__(
+        "host", "-O2", True, True, False, "bfd", None)
+    static = dataclasses.replace(dyn, static=True)
+    assert static.pie is None and static.variant.pie is False and "pie" not in static.flags
+    assert dataclasses.replace(dyn, pie=False).flags.endswith("dyn nopie")
+    assert BuildConfig(static=True, pie=True).link_flags == "sframe static pie"
