@@ -72,7 +72,11 @@ __asm__(
 "  .cfi_def_cfa rsp, 8\n"
 "  ret\n"
 "  .cfi_endproc\n"
-"  .size fz_slot, .-fz_slot\n");
+"  .size fz_slot, .-fz_slot\n"
+/* fz_first: the first byte of an output section of its own (an orphan section) */
+"  .section fz_orphan, \"ax\", @progbits\n"
+"  .globl fz_first\n  .type fz_first, @function\nfz_first:\n  .cfi_startproc\n  nop\n  ret\n  .cfi_endproc\n"
+"  .size fz_first, .-fz_first\n  .text\n");
 """
 SLOT_ROWS = 4  # instructions whose CFI row has rbp at CFA-24: movq $0, nop, movq, movq
 CONFIG = BuildConfig("host", "-O1", True, True, False, "bfd")
@@ -278,12 +282,22 @@ __asm__(
 /* fz_mul: a CFA expression the CFI oracle does not evaluate (breg7 8; DW_OP_mul) */
 "  .globl fz_mul\n  .type fz_mul, @function\nfz_mul:\n  .cfi_startproc\n"
 "  .cfi_escape 0x0f, 0x03, 0x77, 0x08, 0x1e\n  nop\n  nop\n  ret\n  .cfi_endproc\n  .size fz_mul, .-fz_mul\n"
-/* fz_twoexits: an early return inside the frame-pointer body (sp-based rows between rbp-based ones) */
+/* fz_twoexits: an early return right after the frame pointer is set (an sp-based row between
+   the first two rbp-based ones: an epilogue) */
 "  .globl fz_twoexits\n  .type fz_twoexits, @function\nfz_twoexits:\n  .cfi_startproc\n"
 "  pushq %rbp\n  .cfi_def_cfa_offset 16\n  .cfi_offset rbp, -16\n  movq %rsp, %rbp\n  .cfi_def_cfa_register rbp\n"
-"  testq %rdi, %rdi\n  jne 1f\n  .cfi_remember_state\n  popq %rbp\n  .cfi_def_cfa rsp, 8\n  ret\n"
-"1:\n  .cfi_restore_state\n  nop\n  popq %rbp\n  .cfi_def_cfa rsp, 8\n  ret\n"
-"  .cfi_endproc\n  .size fz_twoexits, .-fz_twoexits\n");
+"  .cfi_remember_state\n  popq %rbp\n  .cfi_def_cfa rsp, 8\n  ret\n"
+"  .cfi_restore_state\n  nop\n  popq %rbp\n  .cfi_def_cfa rsp, 8\n  ret\n"
+"  .cfi_endproc\n  .size fz_twoexits, .-fz_twoexits\n"
+/* fz_outer: right after fz_twoexits, the outermost frame (RA undefined): gas 2.40 and 2.44
+   describe it with the RA at CFA-8 (an sframe check "ra" finding at its first byte) */
+"  .globl fz_outer\n  .type fz_outer, @function\nfz_outer:\n  .cfi_startproc\n  .cfi_undefined rip\n  nop\n"
+"  ret\n  .cfi_endproc\n  .size fz_outer, .-fz_outer\n"
+/* fz_late: rbx pushed before rbp: the CFA is rbp + 24, the frame-pointer step takes rbp + 16 */
+"  .globl fz_late\n  .type fz_late, @function\nfz_late:\n  .cfi_startproc\n"
+"  pushq %rbx\n  .cfi_def_cfa_offset 16\n  .cfi_offset rbx, -16\n  pushq %rbp\n  .cfi_def_cfa_offset 24\n"
+"  .cfi_offset rbp, -24\n  movq %rsp, %rbp\n  .cfi_def_cfa_register rbp\n  nop\n  popq %rbp\n"
+"  .cfi_def_cfa rsp, 16\n  popq %rbx\n  .cfi_def_cfa_offset 8\n  ret\n  .cfi_endproc\n  .size fz_late, .-fz_late\n");
 """
 
 
@@ -301,11 +315,11 @@ def _register_rule(v) -> bool:
 
 @pytest.mark.parametrize("tc", ["host", "trixie", "sid"])
 def test_rows_of_every_shape_are_compared_skipped_or_named_as_the_module_says(tc, tmp_path):
-    """A row in a register (unsynthesizable), no row (no-cfi-row: no CFI, or CFI the oracle
-    does not evaluate), a signal frame's rows (compared), the frame-pointer classes by the rows'
-    shape (an early return between rbp-based rows is an epilogue), and a function with plain CFI
-    but no SFrame FDE -- a finding, ``sframe-no-fre`` "no FDE", at each of its instructions (gas
-    2.40 and 2.44 skip any function with a .cfi_escape; 2.46+ describes it)."""
+    """A row in a register or an undefined RA (unsynthesizable), no row (no-cfi-row: no CFI, or
+    CFI the oracle does not evaluate), a signal frame's rows (taken, and unsynthesizable: the CFI
+    step gives no caller, the interrupted context is none), the frame-pointer classes by the rows'
+    shape (an early return right after the frame pointer is set is an epilogue), and what each
+    gas makes of them: the findings, each in its function, at its address."""
     built = _odd(tc, tmp_path)
     checker = StaticChecker()
     findings = checker(built)
@@ -331,7 +345,7 @@ def test_rows_of_every_shape_are_compared_skipped_or_named_as_the_module_says(tc
             if r is None:
                 want["no-cfi-row"] += 1
                 continue
-            if _register_rule(r.ra) or _register_rule(r.fp):
+            if _register_rule(r.ra) or _register_rule(r.fp) or r.ra.base == UNDEFINED:  # no RA on the stack
                 want["unsynthesizable"] += 1
                 continue
             compared += 1
@@ -347,18 +361,37 @@ def test_rows_of_every_shape_are_compared_skipped_or_named_as_the_module_says(tc
                 want["sframe-function-without-fde"] += 1
     assert checker.instructions == compared and dict(checker.expected) == {k: v for k, v in want.items() if v}
     assert want["no-cfi-row"] == len(instructions(image, names["fz_nocfi"])) + len(instructions(image, names["fz_mul"]))
-    assert want["unsynthesizable"] == 2 + len(instructions(image, names["fz_sig"])) and want["fp-epilogue-ip"] >= 2
-    no_fre = [(f.function, f.detail, f.count) for f in findings if f.kind == "sframe-no-fre"]
-    if tc == "sid":
-        assert no_fre == []
-    else:
-        assert no_fre == [("fz_escape", "no FDE", 3)]
+    assert want["unsynthesizable"] == 2 + len(instructions(image, names["fz_sig"])) + len(instructions(
+        image, names["fz_outer"])) and want["fp-epilogue-ip"] >= 2
+    got = sorted((f.kind, f.detail, f.function, f.addr, f.count) for f in findings)
+    shape = "cfa=fp+N ra=*(cfa+N) fp=*(cfa+N)"
+    late, two, outer, escape = (names[n].start for n in ("fz_late", "fz_twoexits", "fz_outer", "fz_escape"))
+    want_findings = [("fp-step", f"ra,cfa: cfi {shape}", "fz_late", late + 5, 2)]  # its nop and pop
+    if tc != "host":  # ld.bfd 2.44+'s .plt.got FRE
+        want_findings.append(("sframe-check", "cfa in runtime code", None, 0x1030, 1))
+    if tc != "sid":
+        want_findings += [
+            # gas 2.40 and 2.44: after .cfi_restore_state the SFrame FREs keep the early return's
+            # sp-based CFA; the CFI restores rbp + 16 (2.46+ agrees with it)
+            ("sframe-check", "cfa in generated code", "fz_twoexits", two + 6, 1),
+            ("sframe-step", f"ra,cfa,fp: sframe cfa=sp+N ra=*(cfa+N) fp=*(cfa+N) vs cfi {shape}", "fz_twoexits",
+             two + 6, 2),
+            # their RA at CFA-8 where `.cfi_undefined rip` says outermost, at fz_outer's first byte,
+            # which is fz_twoexits' end
+            ("sframe-check", "ra in generated code", "fz_outer", outer, 1),
+            # no SFrame FDE for plain CFI with a .cfi_escape: at each instruction
+            ("sframe-no-fre", "no FDE", "fz_escape", escape, 3)]
+    assert got == sorted(want_findings), [f.message for f in findings]
+    assert two + names["fz_twoexits"].size == outer
+    fp = next(f for f in findings if f.kind == "fp-step")
+    assert fp.message.startswith("fz_late+0x5: the frame-pointer step gives {") and fp.message.endswith(
+        f"(CFI row {cfi.rule_for_link(late + 5)})")
+    assert fp.evidence["cfi_rule"] == "cfa=fp+24 ra=*(cfa-8) fp=*(cfa-24)"
+    if tc != "sid":
         f = next(f for f in findings if f.kind == "sframe-no-fre")
-        assert f.addr == names["fz_escape"].start
         assert f.message == f"fz_escape+0x0: no SFrame FRE covers it; the CFI row is {cfi.rule_for_link(f.addr)}"
         assert f.evidence == {"cfi_rule": str(cfi.rule_for_link(f.addr)),
                               "cfi": {"ip": RA, "sp": CFA, "fp": CALLER_FP, "how": "cfi"}}
-    assert not [f for f in findings if f.kind in ("sframe-step", "fp-step")], [f.message for f in findings]
 
 
 # ------------------------------------------------------------------------------ the synthesized stack
@@ -491,7 +524,7 @@ def test_a_step_that_stops_where_the_cfi_goes_on_is_a_finding(built):
     assert sum(f.count for f in findings) == len(instructions(ElfImage.from_path(built.binary), fn))
     f = min(findings, key=lambda f: f.addr)
     assert f.addr == fn.start and f.detail.endswith("vs cfi cfa=sp+N ra=*(cfa+N) fp=same")
-    assert set(f.evidence["sframe"]) == {"stop"} and f.evidence["sframe"]["stop"]
+    assert f.evidence["sframe"] == {"stop": "end of chain (return address undefined (outermost frame))"}
     assert f.evidence["cfi"] == {"ip": RA, "sp": CFA, "fp": CALLER_FP, "how": "cfi"}
 
 
@@ -582,3 +615,35 @@ def test_sframe_checks_findings_are_passed_on_with_where_they_are(tc, linker, op
     unmerged = any(c.kind in ("concatenated-not-merged", "pcrel-starts-unflagged") for c in r.findings)
     assert checker.expected["sframe-linker-unmerged"] == (1 if unmerged else 0)
     assert unmerged == (linker != "bfd")
+
+
+def test_the_checker_counts_across_programs_and_reads_an_unmerged_section_with_no_reader(built, tmp_path):
+    """One checker over two programs linked by gold (their .sframe sections concatenated, starts
+    PC-relative and unflagged): sframe-linker-unmerged counted once a program, and no SFrame step
+    taken -- an injected reader is never given a section read the wrong way."""
+    checker = StaticChecker(sframe_provider=CfaPlus8)
+    for i in range(2):
+        gold = build_source(SHAPE, render(SHAPE) + SLOT, "prog.c", dataclasses.replace(CONFIG, linker="gold"),
+                            tmp_path / str(i))
+        assert not [f for f in checker(gold) if f.kind == "sframe-step"]
+    assert checker.expected["sframe-linker-unmerged"] == 2
+
+
+def test_a_section_read_strictly_would_refuse_is_checked_not_refused(built, tmp_path):
+    """fz_slot's FRE 1 moved back onto FRE 0 (the static checker reads unstrict, as sframe check
+    does): an sframe check fre-start finding in generated code, not "unreadable"."""
+    table, _ = load(built.binary)
+    fn = _slot_fn(built)
+    fde = table.find_fde(fn.start)
+    first, second = table.section.fres(fde)[:2]
+    data = bytearray(built.binary.read_bytes())
+    at = ELFFile(io.BytesIO(bytes(data))).get_section_by_name(".sframe")["sh_offset"] + second.offset
+    size = {0: 1, 1: 2, 2: 4}[fde.fre_type]
+    assert int.from_bytes(data[at:at + size], "little") == second.start
+    data[at:at + size] = first.start.to_bytes(size, "little")
+    moved = tmp_path / "moved"
+    moved.write_bytes(bytes(data))
+    got = [(f.kind, f.detail, f.function) for f in StaticChecker()(dataclasses.replace(built, binary=moved))
+           if f.kind == "sframe-check"]
+    assert ("sframe-check", "fre-start in generated code", "fz_slot") in got  # (and what FRE 1's rule now covers)
+    assert "unreadable" not in {d for _, d, _ in got}
