@@ -30,6 +30,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `GuestTimeout`
  |         |    +-- `GuestDied`
  |         |    +-- `PinError`
+ |         +-- `ControlLineError` [ValueError] transport: harness/transport/errors.py
  |         +-- `OutputFrameError` [ValueError] transport: harness/transport/errors.py
  |         +-- `TargetError`                   transport: harness/transport/errors.py
  |         |    +-- `TargetTimeout`
@@ -49,6 +50,8 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `CorruptCFI`
  |         +-- `EhFrameError` [DWARFError]     unwind: harness/unwind/ehframe.py
  |         +-- `MapsError` [ValueError]        unwind: harness/unwind/maps.py
+ |         +-- `LoadBiasError` [ValueError]    unwind: harness/unwind/maps.py
+ |         +-- `ToolError`                     toolchain: harness/toolchain/binutils.py
  |         +-- `SnapshotError` [ValueError]    unwind: harness/unwind/snapshot.py
  |         +-- `KernelIntrospectionError`      kernel: harness/kernel/__init__.py
  |         +-- `BtfError` [ValueError]         kernel: harness/kernel/btf.py
@@ -87,7 +90,9 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
 Outside the tree: ``CaptureError`` of :mod:`harness.tools.capture_gdb` (a ``RuntimeError``),
 which belongs to a test tool that captures snapshots with gdb; ``Interrupted`` of
 :mod:`harness.signals` (a ``KeyboardInterrupt``: SIGTERM and SIGHUP end a run the way Ctrl-C
-does, through every ``except KeyboardInterrupt``); and the private control-flow
+does, through every ``except KeyboardInterrupt``); ``ScriptOsExit`` of
+:mod:`harness.commands.shell` (a ``SystemExit``: ``os._exit(N)`` called by a ``harness shell``
+script, which the command maps into 0-3); and the private control-flow
 exceptions (names starting with ``_``), which never leave their module.
 ``tests/unit/test_errors.py`` checks that this tree matches the classes.
 """

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -336,7 +337,7 @@ class Guest:
             m = self.session.machine
             for host, guest_path in files:
                 d = guest_path.rsplit("/", 1)[0] or "/"
-                if m.shell(f"mkdir -p {d}") != 0:
+                if m.shell(f"mkdir -p {shlex.quote(d)}") != 0:
                     raise LookupError(f"cannot create {d} in the guest")
                 m.upload(Path(host).read_bytes(), guest_path)
         self.session.programs[prog.guest_path] = prog

@@ -31,7 +31,17 @@ from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
 from .transport.affinity import pin_apart, stub_first
-from .transport.errors import GuestDied, GuestPanic, GuestTimeout, StopLeft, TargetDied, TargetError, TargetTimeout
+from .transport.errors import (
+    GuestDied,
+    GuestError,
+    GuestPanic,
+    GuestTimeout,
+    QemuStartError,
+    StopLeft,
+    TargetDied,
+    TargetError,
+    TargetTimeout,
+)
 from .transport.qemu import Machine, MachineConfig, kvm_usable
 from .transport.target import ReadResult, Target
 
@@ -231,12 +241,14 @@ class Session:
         cfg = MachineConfig(self.kernel.vmlinux, initrd, smp=spec.smp, accel=self.accel, pti=spec.pti,
                             qemu=list(self.qemu.prefix), memory_mb=self.memory_mb)
         self.machine = Machine(cfg)
+        stage = "before the guest was ready"  # where a boot that loses QEMU was (QemuStartError)
         try:
             vcpus = f"{spec.smp} vCPU{'s' if spec.smp > 1 else ''}"
             with step("guest", f"booting {self.kernel.release or self.kernel.name} ({self.accel}, {vcpus})") as st:
                 self.machine.start()
                 st.end(f"{self.machine.release} ready in {self.machine.boot_seconds:.1f}s "
                        f"({self.accel}, {vcpus})")
+            stage = "while the harness read the guest kernel's symbols"
             self.symbols = kernel_symbols(self.machine, self.kernel)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
             if spec.pin:
@@ -245,9 +257,23 @@ class Session:
             if spec.rt:
                 self.realtime = stub_first(self.machine.pid)
                 note("guest", self.realtime)
+            stage = "while the debugger attached"
             self.target = make_target(spec.transport, self.machine.gdb_socket)
             self.target.stop_reads = self._stop_guesses
+            stage = "while the harness found the kernel's stop points"
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)
+        except QemuStartError:
+            self.close()
+            raise
+        except (GuestError, TargetError, OSError) as exc:
+            # QEMU gone (a signal, its own exit) is named as such, with the step it broke, not as
+            # the read or the connection that failed with it; asked before close(), which ends QEMU.
+            gone = self.machine.ended_during_boot(exc, stage)
+            tail = self.machine.console.tail() if self.machine.console is not None else []
+            self.close()
+            if gone is not None:
+                raise QemuStartError(gone, tail) from exc
+            raise
         except BaseException:
             self.close()
             raise

@@ -17,14 +17,15 @@
 # there carries a user facility (the kernel refuses facility 0 from user space), and the host
 # reads panics only from facility-0 records (console_msg_format=syslog prints the facility).
 #
-# Every reply on the control channel starts with "@@H ".  The harness sends:
+# Every reply on the control channel starts with "@@H ".  The harness sends (PROG, ARGS, PATH
+# and CMD are words: one token each, decoded by words() below; ID, DELAY, SIZE, MODE are plain):
 #   run ID PROG ARGS...      start PROG in the background; reply "@@H pid ID PID" and, when it
 #                            ends, "@@H exit ID STATUS" (128+N for a signal N); its output goes
 #                            to the output port as ID's frames
 #   dump ID PATH             copy PATH raw to the dump port; reply "@@H dumped ID SIZE"
 #   later ID DELAY PROG ARGS...  as run, but PROG starts DELAY seconds later and there is no pid
 #                            reply (the waiting subshell's pid is in /tmp/.later.ID)
-#   sh ID CMD...             run a shell command (output framed as ID's); reply "@@H done ID STATUS"
+#   sh ID CMD                run a shell command (output framed as ID's); reply "@@H done ID STATUS"
 #   recv ID SIZE MODE PATH   read SIZE bytes of base64 text from the control channel into PATH
 #                            (decoded, chmod MODE); reply "@@H done ID STATUS"
 #   poweroff                 power the guest off
@@ -70,11 +71,32 @@ frames() {  # copy stdin to the output port as "ID HEX" lines, then "ID ."
   echo "$1 ." >&4
 }
 
+# words TOKEN...: the words of a command, as the host wrote them (harness/transport/channels.py,
+# encode_word): each token is one word, its bytes other than letters, digits and _./,:=@+-
+# written \xHH, the empty word ''.  Sets w_1 .. w_N and words to '"$w_1" ... "$w_N"', for
+# eval "set -- $words": each word whole, whatever bytes it holds (spaces, quotes, $, `, ;, *,
+# newlines), and never read by the shell again.  The caller splits the line with globbing off
+# (set -f): a token holds no space and no byte the shell would expand.
+words() {
+  words=
+  n=0
+  for t; do
+    n=$((n + 1))
+    case "$t" in
+      "''") eval "w_$n=" ;;
+      *\\*) w=$(printf '%bx' "$t"); eval "w_$n=\${w%x}" ;;  # the x keeps a trailing newline
+      *) eval "w_$n=\$t" ;;
+    esac
+    words="$words \"\$w_$n\""
+  done
+}
+
 echo "@@H ready $(uname -r) cpus=$(grep -c ^processor /proc/cpuinfo)"
 while read -r cmd id rest; do
   case "$cmd" in
     run)
-      set -- $rest
+      set -f; words $rest; set +f
+      eval "set -- $words"
       # The subshell starts the forwarder (hexdump itself: no shell of its own waiting while the
       # program runs) and the program, hands the program's pid over through a file, reports its
       # exit, and ends its output once the forwarder has seen EOF (the program and everything
@@ -100,7 +122,8 @@ while read -r cmd id rest; do
       echo "@@H pid $id $pid"
       ;;
     later)
-      set -- $rest
+      set -f; words $rest; set +f
+      eval "set -- $words"
       delay=$1
       shift
       # As run, but the program starts after DELAY seconds and no pid is waited for: the harness
@@ -123,7 +146,8 @@ while read -r cmd id rest; do
       echo $! > /tmp/.later.$id
       ;;
     dump)
-      cat "$rest" > /tmp/.dump 2>/dev/null
+      set -f; words $rest; set +f
+      cat "$w_1" > /tmp/.dump 2>/dev/null
       size=$(wc -c < /tmp/.dump)
       cat /tmp/.dump >&3
       rm -f /tmp/.dump
@@ -133,13 +157,15 @@ while read -r cmd id rest; do
       rm -f /tmp/.out.$id
       mkfifo /tmp/.out.$id
       ( frames $id < /tmp/.out.$id ) </dev/null >/dev/null 3>&- &
-      sh -c "$rest" </dev/null >/tmp/.out.$id 2>&1 3>&- 4>&-
+      set -f; words $rest; set +f
+      sh -c "$w_1" </dev/null >/tmp/.out.$id 2>&1 3>&- 4>&-
       status=$?
       rm -f /tmp/.out.$id
       echo "@@H done $id $status"
       ;;
     recv)
-      set -- $rest
+      set -f; words $rest; set +f
+      eval "set -- $words"
       # head -c reads SIZE bytes and no more: the tty is canonical, so each read() returns at
       # most one line, and the base64 text ends with a newline.
       head -c "$1" | base64 -d > "$3" && chmod "$2" "$3"

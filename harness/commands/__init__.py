@@ -38,7 +38,7 @@ from typing import Any
 from ..errors import EXIT_USAGE, HarnessError
 
 __all__ = ["COMMANDS", "Command", "Parser", "UsageError", "arg", "build_parser", "command", "group", "load",
-           "positive_float", "positive_int"]
+           "positive_float", "positive_int", "sample_count"]
 
 
 class UsageError(HarnessError):
@@ -63,6 +63,20 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def sample_count(text: str) -> int:
+    """argparse type of ``--samples``: a positive integer no larger than the engine's
+    :data:`~harness.scenarios.engine.MAX_SAMPLES` (which says where the bound comes from: the
+    kernel's per-CPU cookie counter).  The engine is imported here, when the option is parsed,
+    not when the commands are listed: every command that takes --samples runs it anyway."""
+    value = positive_int(text)
+    from ..scenarios.engine import MAX_REQUESTS_PER_SAMPLE, MAX_SAMPLES
+    if value > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(
+            f"{value} is more than {MAX_SAMPLES:,}, the most a run can ask for: up to {MAX_REQUESTS_PER_SAMPLE} "
+            f"requests a sample must fit in the 2^31 cookies a CPU's counter gives before they repeat")
     return value
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from ..soak.spec import SoakSpec
-from . import arg, command, positive_float, positive_int
+from . import arg, command, positive_float, positive_int, sample_count
 from ._guest import GUEST_ARGS, guest_spec
 
 #: bench deferred's requests by default: enough that its first traces (each binary's tables and
@@ -21,13 +21,13 @@ BENCH_SAMPLES = 1000
 
 @command("bench", help="benchmarks that print figures", args=[
     arg("what", choices=("transport", "unwind", "deferred", "soak")),
-    arg("--samples", type=positive_int, help=f"requests for bench deferred (default {BENCH_SAMPLES})"),
+    arg("--samples", type=sample_count, help=f"requests for bench deferred (default {BENCH_SAMPLES})"),
     arg("--perf-freq", type=positive_int, default=1000,
         help="bench deferred: perf's sampling frequency for the guest kernel's own deferred rate"),
     arg("--perf-seconds", type=positive_float, default=2.0,
         help="bench deferred: seconds of perf sampling for the guest kernel's own deferred rate"),
     *GUEST_ARGS,
-    arg("--requests", type=positive_int, default=SoakSpec.requests,
+    arg("--requests", type=sample_count, default=SoakSpec.requests,
         help=f"bench soak: requests on the program's tasks (default {SoakSpec.requests})"),
     arg("--tasks", type=positive_int, default=SoakSpec.tasks,
         help=f"bench soak: worker tasks (default {SoakSpec.tasks})"),

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
 from ..images.toolchain import TOOLCHAINS
-from . import arg, command, positive_float, positive_int
+from . import arg, command, positive_float, sample_count
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
     from ..fuzz.campaign import Checker
@@ -73,7 +73,7 @@ def live_checker(args) -> Checker:
              arg("--linkers", type=_names(LINKERS), default=None, metavar="L,..",
                  help=f"linkers (default: those installed of {','.join(LINKERS)})"),
              arg("--no-shrink", action="store_true", help="keep the first program of each signature, unshrunk"),
-             arg("--samples", type=positive_int, default=LIVE_SAMPLES,
+             arg("--samples", type=sample_count, default=LIVE_SAMPLES,
                  help=f"live: requests on each program (default {LIVE_SAMPLES})"),
              arg("--kernel", help="live: the guest kernel, as harness run --kernel takes it, or a bzImage's path"),
              arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),

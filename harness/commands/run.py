@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from ..errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from . import UsageError, arg, command, positive_float, positive_int
+from . import UsageError, arg, command, positive_float, sample_count
 from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
 
 
 @command("run", help="run scenarios on a guest and check every delivered stack", args=[
     arg("scenarios", nargs="*", help="scenario names, or 'all' (default: a one-minute set)"),
-    arg("--samples", type=positive_int, help="requests on the program's tasks per scenario"),
+    arg("--samples", type=sample_count, help="requests on the program's tasks per scenario"),
     arg("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)"),
     arg("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario"),
     arg("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])"),
     arg("--report", action="store_true", help="write report.html into the run directory"),
+    arg("--cross-examine", action="store_true",
+        help="ask every proven cause's claims about binaries again of the toolchain's own tools (readelf, "
+             "objdump); a cause they contradict fails its stack (cause-contradicted)"),
     arg("--program", help="sample your own static or dynamic x86-64/i386 binary instead"),
     arg("--args", nargs=argparse.REMAINDER, help="arguments for --program (the rest of the line: put it last)"),
     LIB_ARG,
@@ -58,13 +62,14 @@ def cmd_run(args) -> int:
             sc = dataclasses.replace(sc, rate=args.rate)
         spec = guest_spec(args, [])
         spec.user_programs = [args.program]
-        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report)
+        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report, args.cross_examine)
     scenarios = select_scenarios(args.scenarios)
     if args.samples:
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
     if args.rate:
         scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
-    return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report)
+    return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report,
+                           args.cross_examine)
 
 
 def check_outputs(spec, junit: str | None) -> None:
@@ -80,7 +85,8 @@ def check_outputs(spec, junit: str | None) -> None:
             raise UsageError(f"--junit-xml {junit}: no directory {path.parent}")
 
 
-def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False) -> int:
+def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False,
+                    cross_examine: bool = False) -> int:
     from ..deferred.log import LogWriteError
     from ..images.lock import write_atomic
     from ..progress import sampling_reporter
@@ -97,14 +103,23 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
     results: list = []
     facts: dict = {}
+    sess = Session(spec)
     try:
         try:
-            with Session(spec) as sess:
+            try:
+                sess.start()
+            except (GuestError, TargetError) as exc:
+                # The guest was lost while it booted (QEMU killed or exited, a panic, silence past
+                # the bound): the run directory stays, with what was known and why it ended.
+                _boot_failed(out, sess, scenarios, exc)
+                raise
+            with contextlib.closing(sess):
                 facts = sess.describe()
                 write_atomic(out / "run.json", json.dumps(facts, indent=1))  # whole or absent (a full disk)
                 for sc in scenarios:
                     print(f"{sc.name}: {sc.describe()}", file=sys.stderr)
-                run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results)
+                run_scenarios(sess, scenarios, out, progress=sampling_reporter(), results=results,
+                              cross_examine=cross_examine)
         except KeyboardInterrupt as exc:
             # Interrupted outside a scenario's own handling (booting, between scenarios, in a
             # clean-up): what was done is still reported below, and the exit code says interrupted.
@@ -127,8 +142,9 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
             results[-1].machine_lost = results[-1].machine_lost or lost
             results[-1].errors.append(f"the guest is lost: {lost}")
     except BaseException:
-        # What went wrong before anything was recorded (a kernel without BTF, a guest that
-        # never booted) leaves no empty runs/TIMESTAMP behind.
+        # What went wrong before anything was recorded (a kernel without BTF, a program that is
+        # no ELF file, an interrupt) leaves no empty runs/TIMESTAMP behind; a guest lost while it
+        # booted left run.json and summary.json (_boot_failed), so its directory stays.
         release_if_unused(out)
         raise
     print(f"kernel {sess.kernel.package}={sess.kernel.version} ({sess.accel}), logs in {out}/")
@@ -154,3 +170,23 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
         code, why = EXIT_INFRA, "report.html could not be written"
     print(f"exit {code}: {why}")
     return code
+
+
+def _boot_failed(out: Path, sess, scenarios, exc: BaseException) -> None:
+    """A guest lost while it booted: run.json with what the session knew (the kernel, QEMU, the
+    accelerator, the programs; no release, no stop points) and summary.json with exit code 3 and
+    the error's first line as the outcome ("QEMU was killed by signal 9 (SIGKILL) during boot,
+    before the guest was ready"), no scenario run.  The error itself goes on to the command line
+    (the same line on stderr, exit 3).  A disk that refuses the files costs them, not the line."""
+    from ..images.lock import write_atomic
+    from ..report.summary import summary
+
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    facts = sess.describe()
+    doc = {**summary([], facts), "exit_code": EXIT_INFRA,
+           "outcome": f"{why}; 0 of {len(scenarios)} scenario(s) ran"}
+    try:
+        write_atomic(out / "run.json", json.dumps(facts, indent=1))
+        write_atomic(out / "summary.json", json.dumps(doc, indent=1))
+    except OSError as e:
+        print(f"summary.json not written: {e}", file=sys.stderr)

@@ -12,8 +12,11 @@ them).
 
 Exit status: 0 clean; 1 a disagreement or violation in some binary; 2 bad usage or input (a
 missing, unreadable or non-ELF file, no .sframe section, a section that does not decode: one
-line naming it, ``--debug`` for the traceback; every other binary is still checked); 3
-infrastructure (an I/O error, interrupted).  The highest applies.
+line naming it, ``--debug`` for the traceback; every other binary is still checked) and a check
+that is no verdict (a section with no FDE, an ``.eh_frame`` that does not decode or is missing,
+no FRE compared, an archive without SFrame data, a tree where no file has any: its summary says
+which; a check that checked nothing is never clean); 3 infrastructure (an I/O error,
+interrupted).  The highest applies.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ group("sframe", help="check or dump a binary's SFrame section (no guest)", descr
          description="Check each binary's .sframe: header flags, FDEs sorted, non-overlapping, inside executable "
                      "segments and matching function symbols, FRE starts inside their functions, every FRE's "
                      "CFA/RA/FP rule equal to the DWARF CFI (.eh_frame) row for the same addresses.  Exit 0 clean, "
-                     "1 findings, 2 bad input, 3 infrastructure.",
+                     "1 findings, 2 bad input or no verdict (nothing checked), 3 infrastructure.",
          args=[
              arg("binaries", nargs="*", metavar="BINARY", help="ELF files, objects or ar archives"),
              arg("--tree", metavar="DIR",
@@ -99,7 +102,7 @@ def cmd_check(args) -> int:
         def work(path=path) -> int:
             r = check_file(path, expect_binutils=args.binutils)
             print(format_file_check(r, limit=args.limit))
-            if r.errors:
+            if r.errors or r.no_verdict:  # bad input: an unreadable member, or nothing to judge
                 return EXIT_USAGE
             return EXIT_OK if r.clean else EXIT_FAILURES
 
@@ -117,8 +120,8 @@ def _check_tree(args) -> int:
         print(format_tree(rep, limit=args.limit))
         if rep.timed_out or any(r.crash for r in rep.results):
             return EXIT_INFRA
-        if any(r.errors for r in rep.results):
-            return EXIT_USAGE
+        if any(r.errors or r.no_verdict for r in rep.results) or not rep.with_sframe:
+            return EXIT_USAGE  # bad input, or a verdict that would rest on nothing
         return EXIT_FAILURES if any(r.kinds for r in rep.results) else EXIT_OK
 
     return _guarded(args.tree, args.debug, work)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import code
+import contextlib
 import logging
 import os
 import sys
+import threading
 import traceback
 
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
@@ -24,8 +26,8 @@ from ._guest import GUEST_ARGS, LIB_ARG, shell_spec
 def cmd_shell(args) -> int:
     """A Python REPL with ``guest`` (harness.interactive.Guest) and ``session`` in scope, or
     ``--batch FILE.py`` run with them and exit: 0, or 1 if the script raised or exited with
-    another status than 0 (:func:`script_exit`); 2 for a script that does not compile (before
-    the boot)."""
+    another status than 0, by sys.exit or os._exit (:func:`script_exit`, :func:`os_exit_code`);
+    2 for a script that does not compile (before the boot)."""
     # What the guest object reports as it goes (a program started or uploaded, a shell command's
     # output) is harness.interactive's log, shown to the user as plain lines.
     shown = logging.getLogger("harness.interactive")
@@ -53,6 +55,55 @@ def script_exit(code) -> int:
     return EXIT_FAILURES
 
 
+class ScriptOsExit(SystemExit):
+    """``os._exit(N)`` called by the script (or at the REPL) in the harness's own thread: raised in
+    its place, so the guest is shut down and the exit code mapped (:func:`os_exit_code`).  A
+    SystemExit: the REPL lets it through as it lets ``exit(N)`` through."""
+
+
+def os_exit_code(code) -> int:
+    """What ``harness shell`` exits with when its script calls ``os._exit(code)``: as
+    :func:`script_exit` maps ``sys.exit``, 0 for 0 and 1 for any other status (a status of 2, 3
+    or 255 would read as the harness's usage or infrastructure failure, or as nothing the
+    contract knows), said on stderr."""
+    mapped = EXIT_OK if code == 0 else EXIT_FAILURES
+    if mapped != code:
+        print(f"harness shell: the script called os._exit({code!r}): exit {mapped} (the harness's exit codes "
+              "are 0-3: 1 says the script failed)", file=sys.stderr)
+    return mapped
+
+
+@contextlib.contextmanager
+def mapped_os_exit():
+    """``os._exit`` while the script (or the REPL) runs: in the harness's main thread it raises
+    :class:`ScriptOsExit` (the session then shuts the guest down, and the exit code is mapped into
+    0-3); in another thread of the harness it exits at once, as os._exit does, with the mapped
+    code; in a forked child (another pid) it is os._exit itself.  ``called`` holds the status of
+    a call a script caught (a SystemExit it swallowed): its run still ends with that status."""
+    real = os._exit
+    pid = os.getpid()
+    main = threading.main_thread()
+    state = {"called": None}
+
+    def _exit(code):
+        if os.getpid() != pid:
+            real(code)
+        state["called"] = code
+        if threading.current_thread() is not main:
+            # the script's output so far reaches its reader (a pipe's buffer would be lost: the
+            # clean-clone CI of 2026-12-07 read "up" but not the print before it)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            real(os_exit_code(code))
+        raise ScriptOsExit(code)
+
+    os._exit = _exit
+    try:
+        yield state
+    finally:
+        os._exit = real
+
+
 def compile_batch(path: str):
     """The script's code object, compiled before any guest boots: a SyntaxError (or a file that
     cannot be read as text) is bad input, exit 2, with no boot spent on it."""
@@ -78,13 +129,18 @@ def _shell(args) -> int:
         ns = {"guest": guest, "session": sess, "__name__": "__harness_shell__"}
         if script is not None:
             ns["__file__"] = args.batch
-            try:
-                exec(script, ns)
-            except SystemExit as exc:
-                return script_exit(exc.code)
-            except Exception:
-                traceback.print_exc()
-                return EXIT_FAILURES
+            with mapped_os_exit() as os_exit:
+                try:
+                    exec(script, ns)
+                except ScriptOsExit as exc:
+                    return os_exit_code(exc.code)
+                except SystemExit as exc:
+                    return script_exit(exc.code)
+                except Exception:
+                    traceback.print_exc()
+                    return EXIT_FAILURES
+            if os_exit["called"] is not None:  # the script caught it: it still said how to end
+                return os_exit_code(os_exit["called"])
             return EXIT_OK
         try:
             # Optional: line editing and history for input(), where this Python has readline.
@@ -96,8 +152,11 @@ def _shell(args) -> int:
         except ImportError:
             pass
         console = code.InteractiveConsole(ns)
-        try:
-            console.interact(banner=BANNER.format(guest=guest), exitmsg="shutting the guest down")
-        except SystemExit as exc:  # exit(7) typed at the prompt: the same contract as a script's
-            return script_exit(exc.code)
+        with mapped_os_exit():
+            try:
+                console.interact(banner=BANNER.format(guest=guest), exitmsg="shutting the guest down")
+            except ScriptOsExit as exc:  # os._exit(7) typed at the prompt
+                return os_exit_code(exc.code)
+            except SystemExit as exc:  # exit(7) typed at the prompt: the same contract as a script's
+                return script_exit(exc.code)
     return EXIT_OK

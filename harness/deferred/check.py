@@ -24,8 +24,9 @@ alone; for them and for the ``end`` record:
 8. a stack record's unwinder frames are the trace walked for its task in its epoch (their
    ``trace_hash`` is the ``walk``'s, or the ``callback``'s when the log has no walk), and its
    cookie, when given, the one the epoch's callback delivered;
-9. a verdict is ``"failure"`` exactly when one of its divergences has no cause (or, with no
-   divergence at all, when its ``reason`` says what failed), and ``"agree"`` has no divergence;
+9. a verdict is ``"failure"`` exactly when one of its divergences has no cause or a cause the
+   toolchain's own tools contradicted (``"cross": "contradicted"``: cause-contradicted), or, with no
+   divergence at all, when its ``reason`` says what failed; and ``"agree"`` has no divergence;
 10. the ``end`` record is the last line, and its counts (``stacks``, ``failures``, ``causes``) are
     those of the stack records.
 
@@ -40,12 +41,11 @@ complete with no failure, 1 violations, failures or an incomplete log, 2 unreada
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .log import LogReader, stack_causes, stack_failed, trace_hash
+from .log import LogReader, loads, stack_causes, stack_failed, trace_hash
 from .profile import EINVAL
 
 
@@ -352,7 +352,7 @@ class Checker:
             pair = (v["unwinder"], v["oracle"])
             self.verdicts.setdefault(pair, Counter())[v["verdict"]] += 1
             divergences = v.get("divergences", [])
-            unexplained = [d for d in divergences if d["cause"] is None]
+            unexplained = [d for d in divergences if d["cause"] is None or d.get("cross") == "contradicted"]
             if v["verdict"] == "failure":
                 if unexplained:
                     text = unexplained[0]["text"]
@@ -445,11 +445,12 @@ def check_events(events: Iterable[dict]) -> Verdict:
     return checker.verdict()
 
 
-def check_lines(lines: Iterable[str], loads: Callable[[str], object] = json.loads) -> Verdict:
+def check_lines(lines: Iterable[str], loads: Callable[[str], object] = loads) -> Verdict:
     """Check JSONL text; raises :class:`LogFormatError` naming the first line that is not what the
     writer writes (:class:`~harness.deferred.log.LogReader`: the header, seq, each record's
-    fields, the digest).  ``loads``: the reader's JSON decoder (a caller checking many logs made of
-    the same lines may share their decoding: tests/support/log_mutations.py)."""
+    fields, the digest, no key twice in an object).  ``loads``: the reader's JSON decoder, as
+    :func:`~harness.deferred.log.loads` decodes (a caller checking many logs made of the same
+    lines may share their decoding: tests/support/log_mutations.py)."""
     reader = LogReader(loads)
     verdict = check_events(reader.events(lines))
     verdict.version, verdict.sealed = reader.version, reader.sealed

@@ -63,7 +63,8 @@ optional.
 The ``end`` record::
 
     {"seq": N, "ev": "end", "reason": "complete" | "error" | "interrupted", "stacks": N,
-     "failures": N, "causes": {"cause-name": COUNT, ...}, "requests": N, "errors": ["...", ...]}
+     "failures": N, "causes": {"cause-name": COUNT, ...}, "requests": N, "errors": ["...", ...],
+     "cross": {"confirmed" | "contradicted" | "unverifiable": COUNT, ...}}
 
 ``stacks`` counts the log's ``stack`` records, ``failures`` those with at least one ``"failure"``
 verdict, ``causes`` the divergences each cause explained over the whole log
@@ -71,9 +72,18 @@ verdict, ``causes`` the divergences each cause explained over the whole log
 cut short (the writer died, or the file was copied while being written).
 
 ``digest`` (version 2) seals the log: the sha256 (hex) of every line before the end record, as
-written, each with its newline, then of the end record's own line without the digest.  Any edit of
-a complete log that keeps it well-formed (a value changed, a line dropped and the seqs renumbered)
-makes it disagree; a version 1 log has no digest and reads as "unsealed".
+written, each with its newline, then of the end record's own line without the digest.  The end
+line must be its record as the writer writes it (:func:`canonical`, the digest its last field),
+and no line may repeat a key within an object (:func:`loads`): so every byte of a sealed log is
+under the digest, and no reader can take a value the digest did not cover.
+
+What the seal proves, and what it does not: the digest is unkeyed, so it detects accidents --
+a log cut short or copied while being written, a line lost, doubled or corrupted on the way, an
+edit by a tool that does not know the seal -- and not a deliberate edit: whoever changes a record
+can compute the sha256 of the result and write it into the end record, and ``harness check``
+then says clean.  Telling a run's own log from an edited one would need a key the editor does not
+have (an HMAC, or a signature, kept apart from the log); the harness has none.  A version 1 log
+has no digest and reads as "unsealed".
 
 ``epoch`` counts the task's stretches between two resets that cleared the unwind state.  It equals
 the kernel entry except when ``unwind_reset_info()`` found PENDING set (a request from an NMI after
@@ -118,6 +128,34 @@ class LogFormatError(HarnessError):
 class LogDigestError(LogFormatError):
     """A version 2 log whose end record's digest is not that of its lines: well-formed, but not
     the log its writer wrote (a value or a line changed after it was written)."""
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice (:func:`loads`; a ValueError, as json.loads raises
+    for what is not JSON: :func:`parse_line` turns it into a LogFormatError naming the line)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"the key {key!r} twice in one object")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return d
+
+
+_DECODE = json.JSONDecoder(object_pairs_hook=_unique_keys).decode
+
+
+def loads(text: str):
+    """:func:`json.loads` that refuses an object naming a key twice (:class:`_DuplicateKey`).  The
+    writer never writes one; a reader that took one would keep one of the two values (Python's
+    json the last, others the first, or refuse), and an end record read so could say what its
+    digest never covered.  About a quarter slower than json.loads (its pairs go through Python)."""
+    return _DECODE(text)
 
 
 class LogWriteError(HarnessError):
@@ -410,6 +448,11 @@ _DIVERGENCE = _shape({
     "kind": (_one_of(*DIVERGENCE_KINDS), True), "cause": (_or_null(STR), True), "text": (STR, True),
     "got_index": (_or_null(INT), False), "want_index": (_or_null(INT), False),
     "evidence": (FieldType("an object", lambda v: isinstance(v, dict)), False),
+    # cross-examination (harness.toolchain.witness): the outcome over the cause's claims about
+    # binaries, and each claim's testimony (what the tool said, and the command)
+    "cross": (_one_of("confirmed", "contradicted", "unverifiable"), False),
+    "testimony": (FieldType("a list of objects", lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v)),
+                  False),
 })
 
 
@@ -493,6 +536,7 @@ RECORDS: dict[str, dict[str, tuple[FieldType, bool]]] = {
     "end": {"reason": _r(_one_of(*END_REASONS)), "stacks": _r(COUNT), "failures": _o(COUNT),
             "causes": _o(_Nested("an object of counts", _causes)), "requests": _o(COUNT), "errors": _o(STRINGS),
             "invariant_violations": _o(COUNT), "program_output": _o(_or_null(STR)),
+            "cross": _o(_Nested("an object of counts", _causes)),  # cross-examined divergences by outcome
             "digest": _o(DIGEST)},  # required in version 2, absent in version 1 (LogReader)
 }
 for _schema in RECORDS.values():
@@ -561,13 +605,16 @@ def canonical(event: dict) -> bytes:
     return _ENCODE(event).encode()
 
 
-def parse_line(line_no: int, text: str, loads: Callable[[str], object] = json.loads) -> dict:
+def parse_line(line_no: int, text: str, loads: Callable[[str], object] = loads) -> dict:
     """Parse one JSONL line and check it against :data:`RECORDS`; raise :class:`LogFormatError`
     naming the line.  (The log's structure, header, seq and digest: :class:`LogReader`.)
-    ``loads``: what decodes the text; it must return what :func:`json.loads` returns for it (a new
+    ``loads``: what decodes the text; it must return what :func:`loads` returns for it (a new
     top-level object: the reader adds ``line`` to it), or raise what it raises."""
     try:
         event = loads(text)
+    except _DuplicateKey as exc:
+        raise LogFormatError(line_no, f"{exc} (the writer writes each key once; which value a reader takes "
+                             "is the reader's choice)", text) from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
         raise LogFormatError(line_no, f"not JSON ({getattr(exc, 'msg', None) or exc})", text) from exc
     if not isinstance(event, dict):
@@ -592,8 +639,11 @@ class LogReader:
     or 64), and no other; ``seq`` is the line number (no line missing, repeated or out of order;
     no blank line: the writer writes none); the addresses fit the header's word size; in a version
     2 log the ``end`` record's ``digest`` is the sha256 of the lines before it, as written, and of
-    itself without the digest (:func:`canonical`), so no edit that keeps the log well-formed goes
-    unseen.
+    itself without the digest (:func:`canonical`); the end line is byte for byte its canonical
+    form (the digest last), and no object names a key twice (:func:`loads`).  So an accident (a
+    line lost, doubled, cut or changed on the way) is seen; a deliberate edit whose author
+    recomputed the digest is not (an unkeyed sha256 proves nothing against its reader: the
+    module's docstring).
     A log cut short (a prefix of whole lines, no end record) reads without error: it is
     incomplete, not corrupt.
 
@@ -601,7 +651,7 @@ class LogReader:
     digest matched, False for a complete version 1 log (it has none), None without an end record.
     """
 
-    def __init__(self, loads: Callable[[str], object] = json.loads) -> None:
+    def __init__(self, loads: Callable[[str], object] = loads) -> None:
         self.version: int | None = None
         self.word_bits = 64
         self._loads = loads  # parse_line's: a caller that has decoded these lines before may share them
@@ -642,6 +692,16 @@ class LogReader:
         return event
 
     def _end(self, line_no: int, event: dict, text: str) -> None:
+        # The end line as the writer writes it, byte for byte: the digest takes in its canonical
+        # form, so any other spelling of the same record (spaces, escapes, 1.0 for 1, the digest
+        # moved) would be bytes the digest never covered.
+        fields = [k for k in event if k != "line"]
+        if fields[-1] != "digest" and "digest" in event:
+            raise LogFormatError(line_no, "end record's digest is not its last field (the writer appends it)", text)
+        if canonical(event) != text.encode():
+            raise LogFormatError(line_no, "end record is not written as the writer writes it (compact JSON, "
+                                 "ASCII with \\u escapes, keys once, integers as integers): its bytes are not "
+                                 "those the digest covers", text)
         if self.version == 1:
             if "digest" in event:
                 raise LogFormatError(line_no, "end record has a digest, but the header says version 1 "

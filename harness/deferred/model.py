@@ -465,7 +465,8 @@ class DeferredModel:
             return 0, trace
         yield "walk_start"
         raw = list(self.unwind(task))
-        trace = tuple(int(ip) for ip in raw[: self.profile.max_entries])
+        limit = self.profile.max_entries
+        trace = tuple(int(ip) for ip in raw[:limit])
         cache.entries = trace
         cache.nr_entries = len(trace)
         if self.profile.used:
@@ -476,7 +477,11 @@ class DeferredModel:
             entry=task.entry,
             epoch=task.epoch,
             nr=len(trace),
-            truncated=len(raw) > len(trace),
+            # unwind_user() stores an entry, then stops at nr >= max_entries without looking for
+            # the next frame: a walk that filled the cache stopped at the limit (StopReason.LIMIT),
+            # whether the walker gave more entries (cut here) or stopped itself at the limit, as
+            # the engine's and the shell's walkers do (their trace has exactly max_entries).
+            truncated=len(raw) >= limit,
             trace_hash=trace_hash(trace),
             trace=list(trace),
         )

@@ -188,6 +188,14 @@ def get_profile(name: str, word_bits: int = 64) -> Profile:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
 
 
+#: How many cookies one CPU gives before they repeat (mainline ``get_cookie()``): ``cnt = (ctr +
+#: 2) | 1`` in a u32 takes the 2^31 odd values, then wraps.  A task whose entries outlast that
+#: many requests on its CPU would get a cookie an earlier entry had: the kernel's own wrap, which
+#: the checker's rule "no two epochs of one task share a cookie" (check.py) would report.  The
+#: bound of a run's requests (harness/scenarios/engine.py MAX_SAMPLES) comes from here.
+COOKIES_PER_CPU = 1 << 31
+
+
 def cookie_fields(cookie: int) -> tuple[int, int]:
     """Split a mainline cookie into ``(cpu + 1, cnt)``: cpu is the low half on little-endian x86."""
     return cookie & 0xFFFFFFFF, cookie >> 32

@@ -25,9 +25,10 @@ Kinds (:data:`KINDS`):
 * ``live-crash`` -- live: the program died in the guest (its signal or status is the detail);
 * ``live-no-stacks`` -- live: the program ran and no stack on it was checked;
 * ``live-unexplained``, ``live-failure``, ``live-delivery``, ``live-invariant``,
-  ``live-undeclared`` -- live: a stack sampled in the guest that an oracle or the deferred model
-  does not accept (:class:`harness.fuzz.live.LiveDisagreement`'s kinds; the detail names the
-  unwinder and the oracle).
+  ``live-undeclared``, ``live-contradicted``, ``live-unchecked`` -- live: a stack sampled in the
+  guest that an oracle, the deferred model or the toolchain's own tools do not accept
+  (:class:`harness.fuzz.live.LiveDisagreement`'s kinds; the detail names the unwinder and the
+  oracle).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ KINDS = {
     "live-delivery": "a sampled stack's deferred delivery went wrong",
     "live-invariant": "the deferred model's rules were broken at a sampled stack",
     "live-undeclared": "a sampled stack shows a cause the program's facts do not allow",
+    "live-contradicted": "a cause proven at a sampled stack is contradicted by the toolchain's own tools",
+    "live-unchecked": "stacks were judged, but the CFI oracle checked none of the program's own frames",
 }
 
 

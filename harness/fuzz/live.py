@@ -13,7 +13,9 @@ program (:func:`live_outcome`):
 - ``disagreements``: every divergence no cause proves (kind ``unexplained``, the oracle named),
   every failing pair without one (``failure``: the oracle's reason), every delivery problem
   (``delivery``), every violated invariant of the deferred-unwinding model (``invariant``) and
-  every cause proven outside the scenario's declaration (``undeclared``), with both frame lists
+  every cause proven outside the scenario's declaration (``undeclared``), every proven cause whose
+  claims about a binary the toolchain's own tools contradict (``contradicted``: live, every cause is
+  cross-examined, :mod:`harness.toolchain.witness`), with both frame lists
   of the stack where there is one;
 - ``crash``: the program died during sampling (a signal, or a non-zero exit status: 127 is a
   program the guest's loader could not start), with the end of its output.  A crash is a
@@ -81,7 +83,9 @@ from ..scenarios.catalog import user_scenario
 from ..scenarios.engine import Engine, Sampling
 from ..scenarios.result import Result
 from ..session import GuestSpec, Session
+from ..toolchain.witness import CrossExaminer
 from ..transport.errors import GuestError, TargetError
+from ..verdicts.claims import CONTRADICTED
 from ..verdicts.types import FAILURE
 from .build import Built
 from .defaults import LIVE_SAMPLES
@@ -156,8 +160,10 @@ class LiveDisagreement:
     between the unwinder and ``oracle`` that no cause proves), ``failure`` (a failing pair
     without such a divergence: the oracle's reason), ``delivery`` (a delivered trace gone wrong:
     tracers given different traces, work never delivered), ``invariant`` (the deferred model's
-    rules, ``oracle`` "model") or ``undeclared`` (a cause proven that the program's facts say it
-    cannot show).  ``frames``: the unwinder's and the oracle's frames of that stack, each
+    rules, ``oracle`` "model"), ``undeclared`` (a cause proven that the program's facts say it
+    cannot show), ``contradicted`` (a proven cause whose claims about a binary the toolchain's own
+    tools contradict) or ``unchecked`` (stacks judged, but the CFI oracle stepped through none of
+    the program's own frames).  ``frames``: the unwinder's and the oracle's frames of that stack, each
     ``"0xADDR symbol+off (module)"`` (as symbolized at the stop), or two empty tuples."""
 
     kind: str
@@ -177,6 +183,10 @@ class LiveOutcome:
     crash: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the program's run in the guest: its start, sampling, checks and end
+    # frames of the program's own text the CFI oracle stepped from (Result.own_frames_checked)
+    own_frames_checked: int = 0
+    causes: dict[str, int] = field(default_factory=dict)  # divergences each cause proved
+    cross: dict[str, int] = field(default_factory=dict)  # cross-examined divergences by outcome
 
     @property
     def ok(self) -> bool:
@@ -221,6 +231,10 @@ def _stack_disagreements(rec: dict) -> list[LiveDisagreement]:
         open_ = [d for d in v.get("divergences", []) if not d.get("cause")]
         for d in open_:
             out.append(LiveDisagreement("unexplained", unwinder, oracle, f"{_where(rec)}: {d['text']}", frames))
+        false = [d for d in v.get("divergences", []) if d.get("cross") == CONTRADICTED]
+        for d in false:
+            out.append(LiveDisagreement("contradicted", unwinder, oracle, f"{_where(rec)}: {d['text']}", frames))
+        open_ += false
         if not open_:
             why = v.get("reason") or "; ".join(d["text"] for d in v.get("divergences", [])) or "failed"
             out.append(LiveDisagreement("failure", unwinder, oracle, f"{_where(rec)}: {why}", frames))
@@ -265,6 +279,13 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         found.append(LiveDisagreement("undeclared", v["unwinder"], v["oracle"],
                                       f"cause {cause} proven {n} time(s), outside the program's declaration",
                                       _frames(rec, v["unwinder"], v["oracle"]) if rec else ((), ())))
+    if result.own_stacks and "cfi" in result.oracles and not result.own_frames_checked:
+        # Every stack agreed or was explained, yet the CFI oracle stepped through none of the
+        # program's own frames (a mold PIE read with a wrong load bias: no FDE found for any of
+        # them): a verdict on nothing.
+        found.append(LiveDisagreement("unchecked", unwinder, "cfi",
+                                      f"{result.own_stacks} stack(s) judged, but the CFI oracle stepped through "
+                                      f"none of the program's own frames"))
     found += [LiveDisagreement("delivery", unwinder, "delivery", p) for p in result.problems]
     found += [LiveDisagreement("invariant", unwinder, "model", m) for m in result.invariant_violations]
     notes = list(result.notes)
@@ -278,7 +299,9 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         notes.append(result.shortfall() or "no stack of the program was checked")
     if result.log:
         notes.append(f"stacks logged in {result.log}")
-    return LiveOutcome(program, result.own_stacks, list(dict.fromkeys(found)), crash, notes)
+    return LiveOutcome(program, result.own_stacks, list(dict.fromkeys(found)), crash, notes,
+                       own_frames_checked=result.own_frames_checked, causes=dict(sorted(result.causes.items())),
+                       cross=result.cross_outcomes())
 
 
 # -- the batch in one guest ---------------------------------------------------------------------
@@ -358,19 +381,22 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
         spec = GuestSpec(kernel="default" if kernel is None or kernel_path else kernel, kernel_path=kernel_path,
                          qemu=qemu, user_programs=list(dict.fromkeys(str(path) for path in staged)), libs=libs)
         spec.check()
-        with Session(spec) as sess:
+        # Every proven cause's claims about the programs' binaries are asked again of the
+        # toolchain's own tools: a contradicted one is a finding (kind "contradicted").
+        with Session(spec) as sess, CrossExaminer() as examiner:
             for i, (prog, sc) in enumerate(zip(programs, scenarios, strict=True)):
-                outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}"))
+                outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}", examiner))
     return outcomes
 
 
-def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progress, which: str) -> LiveOutcome:
+def _run_one(sess: Session, prog: LiveProgram, sc, log_dir: Path | None, progress, which: str,
+             examiner: CrossExaminer | None = None) -> LiveOutcome:
     start = time.monotonic()
     name = Path(sc.user_path).name
     where = f"live check of {prog.name} ({which}{f': {prog.description}' if prog.description else ''})"
     log = JsonlFile(Path(log_dir) / f"{name}.jsonl") if log_dir is not None else None
     try:
-        engine = Engine(sess, sc, log, progress)
+        engine = Engine(sess, sc, log, progress, examiner=examiner)
         if log is not None:
             engine.result.log = f"{name}.jsonl"
         result = engine.run()

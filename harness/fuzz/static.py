@@ -290,6 +290,10 @@ class StaticChecker:
             ev = {"message": f.message, "sframe": str(f.sframe) if f.sframe else None,
                   "cfi": str(f.cfi) if f.cfi else None}
             out.append(Finding("sframe-check", f.kind + where, cfg, f.message, fn.name if fn else None, f.addr, ev))
+        if r.no_verdict:
+            # a check that compared nothing (no FDE, no FRE over an address, .eh_frame that does not
+            # decode) is no "clean": a finding of its own, whatever else it found
+            out.append(Finding("sframe-check", "no-verdict", cfg, f"sframe check gave no verdict: {r.no_verdict}"))
         return out
 
     def _function(self, built: Built, image: ElfImage, cfi, provider, table, fn: _Function) -> list[Finding]:

@@ -2,9 +2,16 @@
 
 A variant fixes what the unwinders have to work with: frame pointers or not, SFrame or not
 (``as --gsframe``; 64-bit only: SFrame has no i386 ABI), static or dynamic, 64- or 32-bit, and
-the ``-finstrument-functions`` shadow stack.  Dynamically linked programs are linked to find
-their interpreter and libraries under ``/tc/<toolchain>/lib{64,32}`` in the guest, so programs of
-several toolchains (several glibc builds) share one initramfs.
+the ``-finstrument-functions`` shadow stack, position-independent or not, and the linker (ld.bfd,
+gold, mold, lld: :mod:`harness.images.link`; the roots have ld.bfd only, the others link a
+root's object on the host).  Dynamically linked programs are linked to find their interpreter
+and libraries under ``/tc/<toolchain>/lib{64,32}`` in the guest, so programs of several
+toolchains (several glibc builds) share one initramfs.
+
+PIE: Debian's gcc (every root's) links a dynamic program as a PIE and a ``-static`` one as an
+ET_EXEC unless told otherwise; that is each variant's default, built with no flag for it (the
+builds, and their cache keys, of the variants before ``pie`` existed).  ``pie=False`` of a
+dynamic program is ``-fno-PIE -no-pie``, ``pie=True`` of a static one ``-static-pie``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from ..errors import EXIT_USAGE
 from ..verdicts.facts import FACTS
 from .cache import cached_dir, content_key, repo_root
 from .errors import ImageError
+from .link import LINKERS, link_toolchain, linker_version, plan_build
 from .toolchain import Toolchain, get_toolchain
 
 SOURCES = repo_root() / "guest_programs"
@@ -36,12 +44,25 @@ class Variant:
     static: bool = True
     shadow: bool = False
     opt: str = "-O1"
+    linker: str = "bfd"  # ld.bfd, gold, mold or lld (harness.images.link.LINKERS)
+    # position-independent: None is the toolchains' default, PIE when dynamic, ET_EXEC when
+    # static (the module's docstring); read back as a bool
+    pie: bool | None = None
 
     def __post_init__(self) -> None:
         if self.bits not in (32, 64):
             raise ImageError(f"bits must be 32 or 64, not {self.bits}")
+        if self.linker not in LINKERS:
+            raise ImageError(f"unknown linker {self.linker!r}; known: {', '.join(LINKERS)}")
         if self.bits == 32 and self.sframe:
             object.__setattr__(self, "sframe", False)  # SFrame defines no i386 ABI
+        if self.pie is None:
+            object.__setattr__(self, "pie", not self.static)
+
+    @property
+    def default_pie(self) -> bool:
+        """Whether :attr:`pie` is what the toolchains do without a flag (no tag word, no flag)."""
+        return self.pie == (not self.static)
 
     @property
     def tag(self) -> str:
@@ -52,16 +73,23 @@ class Variant:
         parts.append(str(self.bits))
         if self.shadow:
             parts.append("shadow")
+        if not self.default_pie:
+            parts.append("pie" if self.pie else "nopie")
+        if self.linker != "bfd":
+            parts.append(self.linker)
         if self.opt != "-O1":
             parts.append(self.opt.lstrip("-"))
         return "-".join(parts)
 
     @classmethod
     def parse(cls, tag: str) -> Variant:
-        """Inverse of :attr:`tag`: ``fp-sframe-static-64-shadow`` and the like."""
+        """Inverse of :attr:`tag`: ``fp-sframe-static-64-shadow``, ``fp-sframe-dyn-64-nopie-mold``
+        and the like."""
         words = tag.split("-")
+        pie = True if "pie" in words else False if "nopie" in words else None
+        linker = next((w for w in words if w in LINKERS), "bfd")
         v = cls(frame_pointers="fp" in words, sframe="sframe" in words, static="dyn" not in words,
-                bits=32 if "32" in words else 64, shadow="shadow" in words)
+                bits=32 if "32" in words else 64, shadow="shadow" in words, linker=linker, pie=pie)
         for w in words:
             if w.startswith("O") and len(w) <= 3:
                 v = replace(v, opt="-" + w)
@@ -80,8 +108,10 @@ def cflags(tc: Toolchain, v: Variant) -> list[str]:
     if v.shadow:
         f += ["-finstrument-functions", "-DHARNESS_SHADOW"]
     if v.static:
-        f.append("-static")
+        f += ["-static"] if not v.pie else ["-fPIE", "-static-pie"]
     else:
+        if not v.pie:
+            f += ["-fno-PIE", "-no-pie"]
         interp = "ld-linux-x86-64.so.2" if v.bits == 64 else "ld-linux.so.2"
         libdir = guest_lib_dir(tc.name, v.bits)
         # DT_RPATH, not DT_RUNPATH: a DT_RUNPATH reaches the program's own DT_NEEDED only, and the
@@ -153,6 +183,7 @@ class ElfFacts:
     static: bool
     sframe: bool
     shadow: bool
+    pie: bool = False  # ET_DYN: a PIE (static-pie without an interpreter)
 
 
 DF_1_PIE = 0x08000000  # DT_FLAGS_1: a position-independent executable (elf.h)
@@ -190,7 +221,7 @@ def elf_facts(path: Path, what: str = "--program") -> ElfFacts:
                 s["p_type"] == "PT_GNU_SFRAME" for s in segments)
             symtab = elf.get_section_by_name(".symtab")
             shadow = bool(symtab and symtab.get_symbol_by_name("harness_shadow"))
-            return ElfFacts(elf.elfclass, not has_interp, sframe, shadow)
+            return ElfFacts(elf.elfclass, not has_interp, sframe, shadow, h.e_type == "ET_DYN")
     except ELFError as exc:
         raise ProgramError(f"{what} {path}: not an ELF file ({exc})") from exc
 
@@ -199,11 +230,12 @@ def user_program(path: str | Path, libs: tuple[str | Path, ...] = ()) -> Program
     """A user's own x86-64 or i386 binary, run in the guest as it was linked: its interpreter
     and libraries are copied from this machine to where the guest's loader looks for them
     (:func:`user_runtime_files`), with ``libs`` (the ones it dlopens: ``--lib``) and theirs.
-    The variant records what the binary has (32/64-bit, static, SFrame, the shadow-stack
-    symbol); whether it keeps frame pointers cannot be read from the file, so it is left True."""
+    The variant records what the binary has (32/64-bit, static, PIE, SFrame, the shadow-stack
+    symbol); whether it keeps frame pointers cannot be read from the file, so it is left True,
+    and which linker wrote it is not recorded (left bfd)."""
     path = Path(path).resolve()
     facts = elf_facts(path)
-    variant = Variant(bits=facts.bits, sframe=facts.sframe, static=facts.static, shadow=facts.shadow)
+    variant = Variant(bits=facts.bits, sframe=facts.sframe, static=facts.static, shadow=facts.shadow, pie=facts.pie)
     root = _linked_to_root(path)
     if root is not None:
         runtime = tuple(root_runtime_files(path, root, [Path(p) for p in libs]))
@@ -273,15 +305,23 @@ def build_program(name: str, tc: Toolchain, variant: Variant = Variant()) -> Pro
         raise ImageError(f"no guest program source {src}")
     headers = sorted(SOURCES.glob("*.h"))
     flags = cflags(tc, variant)
+    # another linker than the root's ld.bfd: which toolchain links, and that linker's version
+    linked = ()
+    if variant.linker != "bfd":
+        link_tc = link_toolchain(tc, variant.linker)
+        linked = (variant.linker, link_tc.name, linker_version(link_tc, variant.linker))
     key = content_key("program-v1", tc.name, tc.binutils_version, tc.gcc_version, flags, src,
-                      *[h for h in headers])
+                      *[h for h in headers], *linked)
 
     def build(tmp: Path) -> None:
         outer, inner = tc.workdir(f"{name}-{key}")
         try:
             for f in (src, *headers):
                 shutil.copy(f, outer / f.name)
-            tc.run(["gcc", *flags, "-o", name, f"{name}.c"], cwd=inner)
+            if variant.linker == "bfd":
+                tc.run(["gcc", *flags, "-o", name, f"{name}.c"], cwd=inner)
+            else:
+                plan_build(tc, "gcc", f"{name}.c", name, flags, variant.linker).run(outer, inner)
             shutil.copy(outer / name, tmp / name)
         finally:
             shutil.rmtree(outer, ignore_errors=True)

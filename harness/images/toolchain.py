@@ -128,6 +128,17 @@ def get_toolchain(name: str) -> Toolchain:
     return Toolchain(name, d / "root", b, g)
 
 
+def built_toolchain(name: str) -> Toolchain | None:
+    """The root ``name`` if the cache holds it already (the host: always), else None: for a
+    reader of its tools (:mod:`harness.toolchain`), which must not start a debootstrap."""
+    if name == "host":
+        return get_toolchain("host")
+    if name not in ROOT_SUITES:
+        return None
+    d = cache_root() / "toolchains" / content_key("toolchain-v1", ROOT_SUITES[name], ROOT_PACKAGES)
+    return get_toolchain(name) if (d / ".complete").exists() else None
+
+
 def _debootstrap(cmd: list[str], suite: str) -> tuple[int, str]:
     """Run debootstrap, its current "I: ..." line shown as a step's progress; (status, the
     output's tail).  Killed after DEBOOTSTRAP_TIMEOUT."""

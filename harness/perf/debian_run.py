@@ -25,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shlex
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,7 +185,7 @@ def run_debian_perf(session: Session, program: Program, args: list[str], seconds
     """perf record (fp,defer) of ``program`` under perfcc, evlist, perf script twice; the files."""
     perfcc = session.program(*PERFCC)
     spec = PerfSpec(seconds=seconds, freq=freq, defer=True)
-    inner = " ".join(spec.argv(perfcc.guest_path, "/tmp/perfcc.out", [program.guest_path, *args]))
+    inner = shlex.join(spec.argv(perfcc.guest_path, "/tmp/perfcc.out", [program.guest_path, *args]))
     P = GUEST_PERF
     with _guest_running(session), step("perf", f"Debian perf record of {program.guest_path} for {seconds:g}s") as st:
         _sh(session, f"cd /tmp && {P} --version > /tmp/record.log 2>&1 && {P} record -e cpu-clock -F {freq} "

@@ -233,6 +233,8 @@ class PerfOracle:
         vdso = BufferMemory({capture.vdso[0]: capture.vdso[1]}) if capture.vdso else BufferMemory()
         self.vdso_memory = vdso
         self.space = AddressSpace.from_maps(capture.maps, resolve or (lambda p: None), vdso) if capture.maps else None
+        if self.space is not None:
+            self.space.elves()  # every module's load bias checked now: a LoadBiasError before any sample
         # The oracles of the shared registry that apply to perf samples: the kernel's callchain,
         # and DWARF CFI where the ELF files are at hand.
         self.source = PerfSource(self.max_stack, Symbolizer(self.space) if self.space else None)

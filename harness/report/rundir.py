@@ -68,7 +68,8 @@ def _claim(path: Path) -> None:
 
 def release_if_unused(path: Path) -> bool:
     """Remove a run directory that holds nothing but this run's claim (the run failed before it
-    recorded anything: a kernel without BTF, a guest that never booted); True if it went.  A
+    recorded anything: a kernel without BTF, an interrupt before the guest was up; a guest lost
+    while it booted leaves run.json and summary.json, harness/commands/run.py); True if it went.  A
     directory with anything else in it is left as it is."""
     try:
         if {p.name for p in path.iterdir()} != {CLAIM}:

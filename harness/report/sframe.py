@@ -14,8 +14,8 @@ V1, 2.44 for V2 and 2.47 for V3, tests/unit/report/test_sframe_dump.py):
   FDE_FUNC_START_PCREL can only come from 2.45, whose objdump is not among the toolchains here:
   it is rendered in the 2.46+ way, unverified.
 * V3 appends ``, attr = "S"`` (signal frame) and/or ``"F"`` (flexible FDE) to the function line;
-  flexible FREs print ``reg+off``, ``(reg+off)`` for a dereference, ``c`` for the CFA, ``U`` for a
-  padding RA word.
+  flexible FREs print ``reg+off``, ``(reg+off)`` for a register-based dereference, ``c+off`` for
+  a CFA-based value, dereferenced or not (:func:`_loc`), ``U`` for a padding RA word.
 """
 
 from __future__ import annotations
@@ -35,14 +35,31 @@ __all__ = ["format_check", "format_file_check", "format_tree", "format_summary",
 
 
 def format_file_check(fc: FileCheck, *, limit: int | None = None) -> str:
-    """An ELF file's check, or an archive's: each member's, then a line for the archive."""
+    """An ELF file's check, or an archive's: each member's, then a line for the archive with the
+    counts its verdict rests on (members, FDEs, FREs, FREs checked, addresses)."""
     parts = [format_check(r, limit=limit) for r in fc.checks]
     if fc.archive:
         parts += [f"{fc.path}: error: {e}" for e in fc.errors]
-        parts.append(f"{fc.path}: archive of {fc.members} members: {len(fc.checks)} with .sframe checked "
-                     f"({sum(not r.clean for r in fc.checks)} with findings), {len(fc.without_sframe)} without, "
-                     f"{len(fc.errors)} unreadable")
+        checks = fc.checks
+        with_findings = sum(bool(r.findings) for r in checks)
+        no_verdict = sum(r.no_verdict is not None for r in checks)
+        if not checks and not fc.errors:
+            verdict = "nothing to check: no member has a .sframe section"
+        elif fc.errors or no_verdict:
+            verdict = "no verdict"
+        else:
+            verdict = "findings" if with_findings else "clean"
+        parts.append(f"{fc.path}: archive of {fc.members} members: {len(checks)} with .sframe checked "
+                     f"({with_findings} with findings, {no_verdict} with no verdict), {len(fc.without_sframe)} "
+                     f"without, {len(fc.errors)} unreadable; {_counts(checks)}: {verdict}")
     return "\n".join(parts)
+
+
+def _counts(checks) -> str:
+    """The counts a verdict rests on, summed over ``checks``."""
+    return (f"{sum(r.num_fdes for r in checks)} FDEs, {sum(r.num_fres for r in checks)} FREs, "
+            f"{sum(r.fres_checked for r in checks)} FREs checked against .eh_frame "
+            f"({sum(r.addresses_compared for r in checks)} addresses)")
 
 
 def format_tree(rep, *, limit: int | None = 20) -> str:
@@ -55,14 +72,22 @@ def format_tree(rep, *, limit: int | None = 20) -> str:
     out = [f"{rep.root}: {rep.files} files, {rep.elf_files} ELF files, {rep.archives} archives; "
            f"{len(withs)} with SFrame data{vtext}, "
            f"{sum(r.fdes for r in withs)} FDEs, {sum(r.fres for r in withs)} FREs, "
+           f"{sum(r.fres_checked for r in withs)} FREs checked against .eh_frame "
+           f"({sum(r.addresses for r in withs)} addresses), "
            f"{sum(r.cfi_without_sframe for r in withs)} .eh_frame FDEs without one; "
            f"{rep.wall:.1f} s on {rep.jobs} processes"]
     findings, files = rep.by_kind()
     for kind in KINDS:
         if findings.get(kind):
             out.append(f"  {kind}: {findings[kind]} findings in {files[kind]} files -- {KINDS[kind]}")
-    if not findings:
+    if not withs:
+        out.append("  nothing to check: no file carries SFrame data")  # no verdict on nothing (exit 2)
+    elif not findings:
         out.append("  no findings")
+    no_verdict = rep.no_verdict
+    if no_verdict:
+        out.append(f"  no verdict: {len(no_verdict)} files (a check that checked nothing: never counted clean)")
+        out += [f"    {line}" for r in no_verdict[:limit] for line in r.no_verdict[:1]]
     errors = [r for r in rep.results if r.errors]
     crashes = [r for r in rep.results if r.crash]
     if errors:
@@ -77,7 +102,11 @@ def format_tree(rep, *, limit: int | None = 20) -> str:
     out.append(f"  packages with SFrame data: {len(pkgs)}")
     for name in sorted(pkgs):
         p = pkgs[name]
-        kinds = ", ".join(f"{p['kinds'][k]} {k}" for k in KINDS if p["kinds"].get(k)) or "clean"
+        said = [f"{p['kinds'][k]} {k}" for k in KINDS if p["kinds"].get(k)]
+        said += [f"{p['no_verdict']} no verdict"] if p["no_verdict"] else []
+        said += [f"{p['errors']} unreadable"] if p["errors"] else []
+        said += [f"{p['crashes']} checker errors"] if p["crashes"] else []
+        kinds = ", ".join(said) or "clean"
         shown = ", ".join(p["files"][:3]) + (f", ... {len(p['files']) - 3} more" if len(p["files"]) > 3 else "")
         out.append(f"    {name}: {len(p['files'])} files ({shown}): {kinds}")
     return "\n".join(out)
@@ -103,10 +132,13 @@ def format_check(r: BinaryCheck, *, limit: int | None = None) -> str:
 
 
 def format_summary(r: BinaryCheck) -> str:
+    """The counts the verdict rests on, then the verdict: "clean", the findings by kind, and
+    (never "clean" then) why the check is no verdict (:attr:`BinaryCheck.no_verdict`)."""
     counts = r.by_kind()
-    verdict = "clean" if r.clean else ", ".join(f"{counts[k]} {k}" for k in KINDS if counts.get(k))
-    return (f"{r.num_fdes} FDEs, {r.num_fres} FREs, {r.fres_checked} FREs checked against .eh_frame "
-            f"({r.addresses_compared} addresses): {verdict}")
+    parts = [", ".join(f"{counts[k]} {k}" for k in KINDS if counts.get(k))] if r.findings else []
+    if r.no_verdict is not None:
+        parts.append(r.no_verdict)
+    return f"{_counts([r])}: {'; '.join(parts) or 'clean'}"
 
 
 # ------------------------------------------------------------------------------------ dump
@@ -211,5 +243,15 @@ def _saved(loc, stored: int) -> str:
 
 
 def _loc(loc: Location) -> str:
-    reg = "c" if loc.base == "cfa" else loc.base
-    return f"({reg}{loc.offset:+d})" if loc.deref else f"{reg}{loc.offset:+d}"
+    """A flexible FRE's column: ``reg+off`` for a register's value plus an offset, ``(reg+off)``
+    for the word there, and ``c+off`` for a CFA-based entity whether dereferenced or not.
+
+    libsframe's dump (2.46+) reads a control word's deref bit only when its reg_p bit names a
+    register: for a CFA-based FP or RA (reg_p 0, the usual "saved at CFA-16") it prints
+    ``c%+d`` as a default FDE's column, never bracketed (binutils' own test
+    cfi-sframe-x86_64-ra-undefined-flex-1 shows ``c-16``; guest_programs/sframe_cases/flex.s
+    holds every form gas writes, tests/unit/sframe/test_objects.py compares them with sid's
+    objdump byte for byte)."""
+    if loc.base == "cfa":
+        return f"c{loc.offset:+d}"
+    return f"({loc.base}{loc.offset:+d})" if loc.deref else f"{loc.base}{loc.offset:+d}"

@@ -44,6 +44,10 @@ def _pairs(r) -> dict:
     return dict(out)
 
 
+def _total(counts) -> dict:
+    return dict(sorted(sum((Counter(c) for c in counts), start=Counter()).items()))
+
+
 def summary(results, facts: dict | None = None) -> dict:
     code, why = run_exit_code(results)
     return {
@@ -64,6 +68,10 @@ def summary(results, facts: dict | None = None) -> dict:
                 "failing_snapshots": [str(p) for p in r.kept_snapshots],
                 "pairs": _pairs(r),
                 "causes": dict(sorted(r.causes.items())),
+                # --cross-examine: divergences whose cause's claims the toolchain's tools were asked,
+                # by outcome, and the causes they contradicted
+                "cross_examined": r.cross_outcomes(),
+                "contradicted": r.contradicted(),
                 "undeclared": dict(sorted(r.undeclared.items())),
                 "not_checked": [{"oracle": o, "reason": why, "stacks": n}
                                 for (o, why), n in sorted(r.not_checked.items())],
@@ -74,6 +82,7 @@ def summary(results, facts: dict | None = None) -> dict:
                 "walks": r.walks,
                 "stops": r.stops,
                 "truncated": r.truncated,
+                "own_frames_checked": r.own_frames_checked,
                 "at_exit": r.at_exit,
                 "problems": r.problems,
                 "errors": r.errors,
@@ -89,5 +98,7 @@ def summary(results, facts: dict | None = None) -> dict:
             "stacks": sum(r.stacks for r in results),
             "failed_stacks": sum(r.failed_stacks for r in results),
             "causes": dict(sorted(sum((r.causes for r in results), start=Counter()).items())),
+            "cross_examined": _total(r.cross_outcomes() for r in results),
+            "contradicted": _total(r.contradicted() for r in results),
         },
     }

@@ -77,6 +77,19 @@ def cause_table(results) -> str:
     return format_table(rows)
 
 
+def cross_table(crossed: collections.Counter) -> str:
+    """Per cause, its divergences cross-examined: confirmed, unverifiable, contradicted."""
+    rows = []
+    for name in dict.fromkeys(c for c, _ in sorted(crossed)):
+        row = {"cause": name}
+        for outcome in ("confirmed", "unverifiable", "contradicted"):
+            row[outcome] = crossed[(name, outcome)]
+        rows.append(row)
+    rows.append({"cause": "total", **{o: sum(n for (_, k), n in crossed.items() if k == o)
+                                      for o in ("confirmed", "unverifiable", "contradicted")}})
+    return format_table(rows)
+
+
 def _frame(f) -> str:
     addr, module, sym = f
     where = sym or f"{addr:#x}"
@@ -183,8 +196,17 @@ def run_lines(results, out) -> list[str]:
     lines = [format_table(scenario_rows(results)),
              "\ndivergences by cause (each proven at its stop; `harness check LOG` lists them again):",
              cause_table(results)]
+    crossed = collections.Counter()
+    for r in results:
+        crossed.update(r.cross)
+    if crossed:
+        lines += ["\ncauses cross-examined by the toolchain's own tools (readelf, objdump):", cross_table(crossed)]
     for r in results:
         lines.append(f"{r.scenario.name}: oracles {', '.join(r.oracles)}")
+        if r.own_stacks and "cfi" in r.oracles:
+            lines.append(f"{r.scenario.name}: the CFI oracle stepped through {r.own_frames_checked} frame(s) of the "
+                         f"program's own text" + ("" if r.own_frames_checked else
+                                                  ": none of its own frames was checked by CFI"))
         if r.program_output:
             lines.append(f"{r.scenario.name}: program output in {out / r.program_output}")
         for (oracle, reason), n in sorted(r.not_checked.items()):

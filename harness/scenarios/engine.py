@@ -33,6 +33,7 @@ symbolized, and the verdict of each pair with its causes and evidence); the log 
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import json
 import random
@@ -55,7 +56,7 @@ from ..deferred.model import (
     ModelError,
     UnwindWork,
 )
-from ..deferred.profile import get_profile
+from ..deferred.profile import COOKIES_PER_CPU, get_profile
 from ..images.programs import Program, needed_sonames
 from ..kernel import PF_EXITING, TaskInfo
 from ..kernel.stops import StopPoint, delivery_points
@@ -65,17 +66,19 @@ from ..oracles.base import Oracle, Request, Setup, build_oracles
 from ..regs import UserRegs
 from ..session import Session
 from ..signals import signal_name
+from ..toolchain.witness import CrossExaminer
 from ..transport.errors import GuestError, StopLeft, TargetError, TargetTimeout
 from ..transport.target import PAGE, Stop, TargetMemory
 from ..unwind.code import CodeFacts
-from ..unwind.maps import AddressSpace, parse_maps
+from ..unwind.maps import AddressSpace, LoadBiasError, parse_maps
 from ..unwind.user import StopReason, Trace
 from ..verdicts.types import NOT_CHECKED
 from .catalog import Scenario
 from .result import Result
 from .snapshot import StackChecker, StopSnapshot, loaded_digest, save
 
-__all__ = ["MAX_REQUESTS_PER_SAMPLE", "Engine", "Sampling", "raw_stop_rate", "run_scenarios"]
+__all__ = ["MAX_REQUESTS_PER_SAMPLE", "MAX_SAMPLES", "Engine", "Sampling", "raw_stop_rate", "request_budget",
+           "run_scenarios"]
 
 # Entry and exit assembly: a request interrupting it sees pt_regs that are not (or no longer)
 # those of the user context the task returns to next.
@@ -128,6 +131,21 @@ ProgressCallback = Callable[[Sampling], None]
 # Sampling gives up after this many requests per requested sample (plus 100) when too few land
 # on the program: a program that sleeps must not keep the run going for ever.
 MAX_REQUESTS_PER_SAMPLE = 10
+REQUESTS_BEYOND_SAMPLES = 100
+
+
+def request_budget(samples: int) -> int:
+    """The most requests a scenario (or a soak) of ``samples`` samples makes before it gives up."""
+    return MAX_REQUESTS_PER_SAMPLE * samples + REQUESTS_BEYOND_SAMPLES
+
+
+#: The most samples a scenario may ask for (--samples): its request budget must stay within the
+#: cookies one CPU's counter gives before they wrap (COOKIES_PER_CPU, 2^31: every request may
+#: open a new entry, all on one vCPU), else the model's cookies, like the kernel's, repeat within
+#: one task and the checker reports them as reused.  214,748,354 samples (days of sampling at
+#: the engine's hundreds of requests a second: a bound no real run meets, and a number no typo
+#: of an exponent gets past).
+MAX_SAMPLES = (COOKIES_PER_CPU - REQUESTS_BEYOND_SAMPLES) // MAX_REQUESTS_PER_SAMPLE
 # ... and after this many stops per allowed request: an NMI goes only into a running guest, so
 # a guest that keeps stopping at return points (another task's work pending) before each
 # injection would otherwise take no request and keep the loop going.
@@ -156,6 +174,15 @@ OFF_PROGRAM_PAUSE_MAX = 0.02
 OUTPUT_TAIL_LINES = 5
 #: seconds a dynamic program's loader may take to map its libraries before sampling starts
 LOADER_WAIT = 10.0
+
+
+def _mapped_whole(maps: str, resolve) -> bool:
+    """Every module of ``maps`` (its files through ``resolve``) reads as the loaders map it."""
+    try:
+        AddressSpace.from_maps(maps, resolve).elves()
+    except LoadBiasError:
+        return False
+    return True
 
 
 def unmapped(maps: str, names: frozenset[str]) -> set[str]:
@@ -187,8 +214,9 @@ class Engine:
 
     def __init__(self, session: Session, scenario: Scenario, log: IO[str] | None = None,
                  progress: ProgressCallback | None = None, verify: bool = False, keep_snapshots: bool = False,
-                 failing_dir: Path | None = None):
+                 failing_dir: Path | None = None, examiner: CrossExaminer | None = None):
         self.s = session
+        self.examiner = examiner  # harness run --cross-examine
         self.sc = scenario
         self.progress = progress
         self._reported = float("-inf")
@@ -211,6 +239,9 @@ class Engine:
         self.memory = TargetMemory(session.target)
         self.space: AddressSpace | None = None
         self.proc = None
+        # set by _prepare; empty until then, for the clean-up of a run that failed inside it
+        self.request_points: dict[int, StopPoint] = {}
+        self._returns_armed = False
         self.pending: dict[int, Request] = {}
         self.n_requests = 0  # every request, whichever task it landed on
         self._off_program = 0  # requests in a row that landed on other tasks than the program's
@@ -245,7 +276,7 @@ class Engine:
         self.lifecycle: dict[int, StopPoint] = {}
         # The guest's or the debugger's error that ended the run (also a line of result.errors),
         # for a caller that raises it rather than reports it (harness/fuzz/live.py).
-        self.failure: GuestError | TargetError | ModelError | None = None
+        self.failure: GuestError | TargetError | ModelError | LoadBiasError | None = None
 
     # -- model hooks -------------------------------------------------------------------------
     def _walk(self, mtask) -> list[int]:
@@ -279,15 +310,16 @@ class Engine:
         s = self.s
         self.proc = s.run_program([self.program.guest_path, *self.sc.args], output=self._output_path())
         s.target.resume()
-        maps = self._maps_once_loaded()
-        s.target.interrupt()
         resolve = {self.program.guest_path: str(self.program.path)}
         resolve.update({guest: str(host) for host, guest in self.program.runtime})
+        maps = self._maps_once_loaded(resolve.get)
+        s.target.interrupt()
         self.memory = with_kernel_vdso(self.memory, maps, self.s.read, self.s.info.symbols,
                                        32 if self.ws == 4 else 64, (MemoryFault, TargetError))
         if isinstance(self.memory, Overlay):  # with_kernel_vdso put the kernel's image in front
             self._vdso = self.memory.first
         self.maps = maps
+        self._own_module = Path(self.program.guest_path).name  # as the frame records name it
         self.space = AddressSpace.from_maps(maps, lambda p: resolve.get(p), self.memory)
         self.oracles = build_oracles(Setup(self.space, self.memory, str(self.program.path), self.sc.variant.shadow))
         self.result.oracles = [o.name for o in self.oracles]
@@ -295,7 +327,7 @@ class Engine:
         # a proven cause outside it is counted in Result.undeclared and said in a note.
         self.result.declared = self.sc.allowed_causes(self.result.oracles)
         self.checker = StackChecker(self.space, self.oracles, self.sc.unwinder, self.max_entries, self.ws,
-                                    self.sc.break_ra)
+                                    self.sc.break_ra, self.examiner)
         self.checker.warm()  # tables parsed here, not in the first trace's time
         # An own task's snapshot reads code from the files it maps (text does not change) and
         # the vDSO from the kernel's image; another task's (init, the idle task) only the vDSO.
@@ -322,7 +354,7 @@ class Engine:
         loop_start = start
         rng = random.Random(self.sc.seed)
         interrupted = False
-        limit = MAX_REQUESTS_PER_SAMPLE * self.sc.samples + 100
+        limit = request_budget(self.sc.samples)
         try:
             # In the try: a guest that dies or hangs while the program starts closes the log
             # with its end record too.
@@ -420,11 +452,13 @@ class Engine:
             # mid-stop can keep each clean-up step waiting for its timeout.
             interrupted = True
             raise
-        except (GuestError, TargetError, ModelError) as exc:
+        except (GuestError, TargetError, ModelError, LoadBiasError) as exc:
+            # (LoadBiasError: the program's maps and the files they name disagree, found while the
+            # checker is built: no stack of it could be judged)
             self.failure = exc
             # A guest that died or hangs ends the whole run (run_scenarios): its cause, in one
             # line, is the scenario's first error; the transport's own words follow.
-            lost = None if isinstance(exc, ModelError) else s.machine_lost(exc)
+            lost = None if isinstance(exc, (ModelError, LoadBiasError)) else s.machine_lost(exc)
             if lost:
                 self.result.machine_lost = lost
                 self.result.errors.append(f"the guest is lost: {lost}")
@@ -471,19 +505,23 @@ class Engine:
         self._report(finished=True)
         return self.result
 
-    def _maps_once_loaded(self) -> str:
+    def _maps_once_loaded(self, resolve) -> str:
         """The program's /proc/PID/maps once its loader has mapped the libraries it needs (the
         guest runs): read before that, a dynamic program's libraries are unknown to the oracles
         for the whole run (issue 21's flake campaign, run b3: no CFI frame in libc.so.6 in any
-        stack of a dynamic program, each stopped and explained by cfi-no-fde).  Bounded by
-        LOADER_WAIT; what is still missing then is said in a note."""
+        stack of a dynamic program, each stopped and explained by cfi-no-fde).  And once every
+        module in it is mapped whole: read between two of ld.so's mmaps of one library, its
+        mappings and its file disagree (a LoadBiasError, which the checker's warm() raises if it
+        lasts).  Bounded by LOADER_WAIT; what is still missing then is said in a note."""
         needed = needed_sonames(self.program)
         deadline = time.monotonic() + LOADER_WAIT
         while True:
             maps = self.s.machine.dump(f"/proc/{self.proc.pid}/maps").decode()
             missing = unmapped(maps, needed)
-            if not missing or not maps.strip() or time.monotonic() >= deadline:
+            if not maps.strip() or time.monotonic() >= deadline:
                 break  # (empty: the program is gone already; its exit is the run's to report)
+            if not missing and _mapped_whole(maps, resolve):
+                break
             time.sleep(0.02)
         if missing and maps.strip():
             self.result.notes.append(f"{', '.join(sorted(missing))} not mapped {LOADER_WAIT:g}s after the program "
@@ -517,6 +555,7 @@ class Engine:
         r = self.result
         self.log.emit("end", reason=reason, stacks=r.stacks, failures=r.failed_stacks,
                       causes=dict(sorted(r.causes.items())), requests=self.n_requests,
+                      cross=r.cross_outcomes(),
                       errors=r.errors + r.problems, invariant_violations=len(r.invariant_violations),
                       program_output=r.program_output)
 
@@ -972,12 +1011,15 @@ class Engine:
             r.at_exit += point.kind == "exit"
             if trace.stop.reason is StopReason.LIMIT:
                 r.truncated += 1
+            r.own_frames_checked += own_text_steps(frames.get("cfi", []), self._own_module)
         undeclared = False
         for v in verdicts:
             r.pairs[(v.oracle, v.verdict)] += 1
             if v.verdict == NOT_CHECKED:
                 r.not_checked[(v.oracle, v.reason)] += 1
             for dv in v.divergences:
+                if dv.cross is not None:
+                    r.cross[(dv.cause, dv.cross)] += 1
                 if dv.cause:
                     r.causes[dv.cause] += 1
                     # another task (init's shell, a kernel thread's user) is no program of the
@@ -1042,23 +1084,40 @@ def _comparable(trace: Trace, ev, unwinder: str) -> dict:
                                   "stops": ev.stops, "verdicts": ev.records(unwinder)}))
 
 
+def own_text_steps(records: list, module: str) -> int:
+    """Frames of an oracle's list (``[address, module, symbol]`` records) in the program's own
+    ``module`` that the oracle stepped from to the next one: each such step read the module's own
+    unwind information there (for the CFI oracle: an FDE of the program's text)."""
+    return sum(rec[1] == module for rec in records[:-1])
+
+
 def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | None = None,
-                  progress: ProgressCallback | None = None, results: list[Result] | None = None) -> list[Result]:
+                  progress: ProgressCallback | None = None, results: list[Result] | None = None,
+                  cross_examine: bool = False) -> list[Result]:
     """Run each scenario in turn; on Ctrl-C (SIGTERM, SIGHUP) the interrupted scenario's partial
     result (its log closed by an "interrupted" end record) is the last one returned, and no
     further one runs; so it is after a scenario that lost the guest (``Result.machine_lost``:
     QEMU died, stopped or went silent; its log closed by an "error" end record naming why).
     ``progress`` gets each scenario's :class:`Sampling` states (the last one ``finished``).
     ``results``: the list to append to, so a caller keeps what was done even if an interrupt
-    escapes (one that lands between scenarios or in a scenario's clean-up)."""
+    escapes (one that lands between scenarios or in a scenario's clean-up).
+    ``cross_examine``: every proven cause's claims about binaries are asked again of the
+    toolchain's own tools (one witness for the whole run: each tool asked once a file)."""
     results = [] if results is None else results
+    with CrossExaminer() if cross_examine else contextlib.nullcontext() as examiner:
+        _run_each(session, scenarios, log_dir, progress, results, examiner)
+    return results
+
+
+def _run_each(session, scenarios, log_dir, progress, results, examiner) -> None:
     for sc in scenarios:
         # The same scenario named twice gets a log per run: forkexec.jsonl, forkexec.2.jsonl, ...
         n = sum(r.scenario.name == sc.name for r in results)
         name = f"{sc.name}{f'.{n + 1}' if n else ''}.jsonl"
         log = JsonlFile(log_dir / name) if log_dir else None  # whole lines only, even on a full disk
         try:
-            engine = Engine(session, sc, log, progress, failing_dir=log_dir / "failing" if log_dir else None)
+            engine = Engine(session, sc, log, progress, failing_dir=log_dir / "failing" if log_dir else None,
+                            examiner=examiner)
             engine.result.log = name if log_dir else None
             # In the list before it runs: whatever escapes the run (an interrupt in its clean-up,
             # say), the caller still has this scenario's partial result.
@@ -1071,7 +1130,6 @@ def run_scenarios(session: Session, scenarios: list[Scenario], log_dir: Path | N
                 log.close()
         if engine.result.machine_lost:
             break  # the guest is gone or hangs: no scenario after this one can run on it
-    return results
 
 
 def raw_stop_rate(session: Session, program: Program, n: int = 200, batches: int = 5) -> float:

@@ -36,6 +36,9 @@ class Result:
     foreign: int = 0  # of which of other tasks (init, kernel threads' users): the model's rules only
     pairs: collections.Counter = field(default_factory=collections.Counter)  # (oracle, verdict) -> stacks
     causes: collections.Counter = field(default_factory=collections.Counter)  # cause -> divergences
+    # cross-examined divergences (harness run --cross-examine): (cause, outcome) -> divergences, the
+    # outcome over the cause's claims asked of the toolchain's own tools
+    cross: collections.Counter = field(default_factory=collections.Counter)
     # The causes the program's stacks may show (Scenario.allowed_causes for the run's oracles), and
     # those proven on its stacks outside that declaration: each a finding (tests fail on it).
     declared: frozenset[str] | None = None
@@ -55,6 +58,9 @@ class Result:
     children: int = 0  # stacks of the program's children (fork, exec) checked
     at_exit: int = 0  # stacks of the program's tasks delivered in do_exit()
     truncated: int = 0  # stacks cut at UNWIND_MAX_ENTRIES
+    # frames in the program's own text the CFI oracle stepped from (with an FDE of the program's):
+    # 0 means none of the program's own frames was checked, whatever the verdicts say
+    own_frames_checked: int = 0
     pending_at_end: int = 0  # work still pending when the run ended (the task never returned)
     seconds: float = 0.0
     loop_seconds: float = 0.0  # the sampling loop alone (no program start, no log check)
@@ -95,6 +101,17 @@ class Result:
         if self.output_tail:
             why += f"; its output ends: {self.output_tail[-1][:200]}"
         return why
+
+    def cross_outcomes(self) -> dict[str, int]:
+        """Divergences cross-examined, by outcome (confirmed, contradicted, unverifiable)."""
+        out: collections.Counter = collections.Counter()
+        for (_cause, outcome), n in self.cross.items():
+            out[outcome] += n
+        return dict(sorted(out.items()))
+
+    def contradicted(self) -> dict[str, int]:
+        """Causes a tool contradicted -> divergences."""
+        return {c: n for (c, o), n in sorted(self.cross.items()) if o == "contradicted"}
 
     @property
     def own_stacks(self) -> int:

@@ -35,6 +35,7 @@ from ..memory import BufferMemory, CapturedMemory, Memory, Overlay
 from ..oracles.base import Oracle, OracleFrames, Request, Setup, Stack, build_oracles
 from ..regs import UserRegs
 from ..rule import FrameRule, ValueRule
+from ..toolchain.witness import CrossExaminer
 from ..unwind.cfi import cfi_table
 from ..unwind.code import CodeFacts
 from ..unwind.maps import AddressSpace, FileBackedMemory
@@ -116,8 +117,11 @@ class StackChecker:
     facts about code); nothing here talks to the guest."""
 
     def __init__(self, space: AddressSpace, oracles: list[Oracle], unwinder: str, max_entries: int, ws: int,
-                 break_ra: bool = False):
+                 break_ra: bool = False, examiner: CrossExaminer | None = None):
         self.space = space
+        # cross-examination (harness run --cross-examine): each proven cause's claims about
+        # binaries asked again of the toolchain's own tools; a contradicted one fails its pair
+        self.examiner = examiner
         self.oracles = oracles
         self.unwinder = Unwinder(unwinder)  # the engine's walk (the one its tracers receive)
         self.max_entries = max_entries
@@ -185,7 +189,8 @@ class StackChecker:
             for o in oracles:
                 if o.name not in judged:
                     judged[o.name] = o.frames(stack)
-                verdicts.append(judge(stack, o, judged[o.name]))
+                v = judge(stack, o, judged[o.name])
+                verdicts.append(self.examiner.review(stack, v) if self.examiner is not None else v)
         for name, of in judged.items():
             if isinstance(of, OracleFrames):
                 frames[name] = self.frame_records(of.ips, of.marks)

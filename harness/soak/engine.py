@@ -46,7 +46,7 @@ from ..images.programs import Variant
 from ..kernel import read_task
 from ..kernel.stops import StopPoint
 from ..scenarios.catalog import Scenario
-from ..scenarios.engine import MAX_REQUESTS_PER_SAMPLE, Engine, ProgressCallback
+from ..scenarios.engine import Engine, ProgressCallback, request_budget
 from ..session import Session
 from ..transport.errors import GuestError, TargetError
 from .ledger import Ledger, LedgerLog
@@ -322,7 +322,7 @@ class SoakEngine(Engine):
         start = self._started = time.monotonic()
         self._report()
         rng = random.Random(self.spec.seed)
-        limit = MAX_REQUESTS_PER_SAMPLE * self.spec.requests + 100
+        limit = request_budget(self.spec.requests)
         nmi: bool | None = None
         try:
             self._prepare()

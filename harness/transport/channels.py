@@ -8,6 +8,10 @@ reads the channels).
   only the headers the kernel prints when it dies, at the start of the text, in their full form
   (a comm-first message such as ``COMM (PID): ...`` cannot reach one: the patterns are longer
   than a task name, or need what follows one).
+* The control channel carries the host's commands to /init as lines of words
+  (images/init.sh).  :func:`encode_word` writes a word (a program's path, an argument, a file
+  name, a shell command) as one token /init's ``words`` turns back into the same bytes, and
+  :func:`control_line` joins a command's tokens into a line the guest's tty takes whole.
 * The output port carries each program's output as ``ID HEX`` lines (busybox hexdump, 32 bytes
   a line; the last line of a program is padded with blanks) and ``ID .`` when it ends
   (images/init.sh).  :class:`FrameDecoder` turns a byte stream of them back into
@@ -16,10 +20,11 @@ reads the channels).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
-from .errors import OutputFrameError
+from .errors import ControlLineError, OutputFrameError
 
 # <PRI>, then the optional [time] and [caller] fields of printk, then the text.
 _KERNEL_LINE = re.compile(r"<(\d{1,4})>(?:\[\s*\d+\.\d+\])?(?:\[\s*[TC]\d+\])?\s?(.*)", re.S)
@@ -118,3 +123,75 @@ class FrameDecoder:
                 if len(self.bad_lines) < self._keep_bad:
                     self.bad_lines.append(str(exc))
         return out
+
+
+# --- the control channel's words ----------------------------------------------------------------
+#
+# /init reads each command with ``read -r cmd id rest`` and used to split the rest with
+# ``set -- $rest``: a path or an argument with a space became two words, and one with ``*`` a
+# list of files (issue 34: "/init: line 89: /user/my: not found", status 127, blamed on the
+# program).  Now every word is one token of bytes that neither the tty nor the shell reads as
+# anything but themselves: letters, digits and ``_./,:=@+-`` as they are, every other byte
+# ``\xHH`` (busybox's ``printf %b`` turns it back: a space, a quote, ``$``, a backquote, ``;``,
+# ``*``, a backslash, a newline, a control character, a byte of UTF-8), the empty word ``''``.
+# init.sh's ``words`` decodes the tokens into variables and ``eval "set -- $words"`` makes them
+# the positional parameters, each one word, as given.
+
+_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./,:=@+-")
+EMPTY_WORD = "''"  # the token of the empty word (a quote is never plain: no other token is this)
+_TOKEN = re.compile(r"(?:[A-Za-z0-9_./,:=@+-]|\\x[0-9a-f]{2})+")
+
+#: The longest control line the guest takes whole, without its newline: the control port is a
+#: tty in canonical mode (init.sh sets only -echo), whose line discipline holds N_TTY_BUF_SIZE
+#: = 4096 bytes (drivers/tty/n_tty.c) and keeps the last one for the newline that ends a line:
+#: a longer line loses its excess bytes there, and /init would run something else.
+CONTROL_LINE_MAX = 4095
+
+
+def encode_word(word: str | bytes) -> str:
+    """One word as a token of a control line (``str``: its bytes as the file system's encoding
+    gives them, ``os.fsencode``, so an argument the command line read with surrogate escapes
+    goes back to its own bytes).  A NUL byte cannot be in an argument, a path or a shell
+    command (execve() and open() end the string there): ControlLineError."""
+    data = os.fsencode(word) if isinstance(word, str) else bytes(word)
+    if b"\0" in data:
+        raise ControlLineError(f"{data[:80]!r}: holds a NUL byte, which no argument, path or command can hold "
+                               f"(execve and open end the string at it)")
+    if not data:
+        return EMPTY_WORD
+    return "".join(chr(b) if b in _PLAIN else f"\\x{b:02x}" for b in data)
+
+
+def decode_word(token: str) -> bytes:
+    """The bytes /init's ``words`` makes of a token :func:`encode_word` wrote (its inverse); a
+    token it cannot have written is a ControlLineError."""
+    if token == EMPTY_WORD:
+        return b""
+    if not _TOKEN.fullmatch(token):
+        raise ControlLineError(f"not a control-line token: {token[:80]!r}")
+    out = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "\\":
+            out.append(int(token[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out.append(ord(token[i]))
+            i += 1
+    return bytes(out)
+
+
+def control_line(command: str, ident: int, *plain: str, words=()) -> str:
+    """``COMMAND ID PLAIN... TOKEN...``: a command for /init whose ``plain`` fields are numbers
+    or names the harness chose (no space in them) and whose ``words`` are encoded, one token
+    each.  A line longer than :data:`CONTROL_LINE_MAX` is a ControlLineError naming the bound."""
+    for p in plain:
+        if not p or not _TOKEN.fullmatch(p) or "\\" in p:
+            raise ControlLineError(f"{command} {ident}: field {p!r} is not a plain word")
+    line = " ".join([command, str(ident), *plain, *(encode_word(w) for w in words)])
+    if len(line) > CONTROL_LINE_MAX:
+        raise ControlLineError(
+            f"{command} {ident}: the command line for the guest is {len(line)} bytes once encoded, over "
+            f"{CONTROL_LINE_MAX} (the guest's control tty holds N_TTY_BUF_SIZE = 4096 bytes a line, newline "
+            f"included; a byte other than letters, digits and _./,:=@+- takes 4): fewer or shorter arguments")
+    return line

@@ -6,7 +6,7 @@ console lines, and for the debugger the packet or command that failed.
 
 from __future__ import annotations
 
-from ..errors import HarnessError
+from ..errors import EXIT_USAGE, HarnessError
 
 
 class GuestError(HarnessError):
@@ -41,6 +41,14 @@ class GuestDied(GuestError):
 
 class PinError(GuestError):
     """The CPUs could not be split between the harness and QEMU (``--pin``: affinity.py)."""
+
+
+class ControlLineError(HarnessError, ValueError):
+    """A command /init cannot be given as it is (harness/transport/channels.py): a word with a
+    NUL byte, or a line longer than the guest's control tty takes.  What was asked is wrong (an
+    argument, a path): exit 2."""
+
+    exit_code = EXIT_USAGE
 
 
 class OutputFrameError(HarnessError, ValueError):

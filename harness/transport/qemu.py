@@ -49,7 +49,7 @@ import pexpect
 
 from .. import signals
 from ..images.qemu import resolve_qemu
-from .channels import END, PANIC_RE, FrameDecoder, panic_message  # noqa: F401 (PANIC_RE: re-exported)
+from .channels import END, PANIC_RE, FrameDecoder, control_line, panic_message  # noqa: F401 (PANIC_RE: re-exported)
 from .errors import GuestDied, GuestError, GuestPanic, GuestTimeout, QemuStartError
 from .fdio import nonblocking, read_now, wait_readable, write_all
 
@@ -568,13 +568,27 @@ class ProgramOutput(_SocketReader):
 WORKDIR_PREFIX = "harness-qemu-"
 
 
+# A Unix socket's path holds 107 bytes (sun_path, with its NUL); the private directory adds
+# "/harness-qemu-XXXXXXXX/" and the longest socket name "ctl.sock" (and the like) to the base.
+SOCKET_PATH_MAX = 107
+_WORKDIR_TAIL = len("/" + WORKDIR_PREFIX + "XXXXXXXX/" + "ctl.sock")
+
+
+def workdir_base() -> Path:
+    """Where a guest's private directory goes: ``$TMPDIR`` (tempfile's choice), or /tmp where that
+    is too long for the sockets under it (a test runner's deep temporary directory made QEMU's
+    serial sockets fail with "AF_UNIX path too long")."""
+    base = Path(tempfile.gettempdir())
+    return base if len(str(base)) + _WORKDIR_TAIL <= SOCKET_PATH_MAX else Path("/tmp")
+
+
 def sweep_orphan_workdirs(tmp: Path | None = None) -> list[Path]:
     """Remove the private directories of harness processes that died without cleaning up (a
     SIGKILLed harness: its QEMU dies with it, its sockets and console log stay).  A directory is
     an orphan when the pid in its ``owner`` file is no longer a live process; directories of
     live harnesses, and anything without an owner file, are left alone."""
     removed = []
-    for d in Path(tmp or tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
+    for d in Path(tmp or workdir_base()).glob(WORKDIR_PREFIX + "*"):
         try:
             owner = int((d / "owner").read_text())
         except (OSError, ValueError):
@@ -587,6 +601,24 @@ def sweep_orphan_workdirs(tmp: Path | None = None) -> list[Path]:
         except PermissionError:
             pass  # alive, under another user
     return removed
+
+
+#: QEMU's line when a signal it handles ends it (system/runstate.c, qemu_kill_report)
+_TERMINATED = re.compile(r"qemu-system-\w+: terminating on signal (\d+)( from pid \d+)?")
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return f" ({signal.Signals(sig).name})"
+    except ValueError:
+        return ""
+
+
+def _file_name(guest_path: str) -> str:
+    """The part of a program's output file name that comes from its guest path: the basename,
+    with bytes other than letters, digits and ._+- as "_" (a program may be named anything; the
+    host's file of its output need not carry a newline or a quote for it)."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", guest_path.rsplit("/", 1)[-1])[:64] or "_"
 
 
 @dataclass(frozen=True)
@@ -603,7 +635,7 @@ class Machine:
     def __init__(self, config: MachineConfig, keep_workdir: bool = False):
         self.config = config
         sweep_orphan_workdirs()
-        self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+        self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=workdir_base()))
         os.chmod(self.workdir, 0o700)
         (self.workdir / "owner").write_text(f"{os.getpid()}\n")
         self.keep_workdir = keep_workdir
@@ -646,15 +678,41 @@ class Machine:
         try:
             self._connect_channels(cond)
             m = self.control.wait(r"ready (\S+) cpus=(\d+)", self.config.boot_timeout, "readiness")
-        except GuestError:
-            if not self.child.isalive() and self.child.exitstatus:
-                raise QemuStartError(f"QEMU exited with status {self.child.exitstatus}: {shlex.join(cmd)}",
-                                     self.console.tail()) from None
+            self.release, self.cpus = m.group(1), int(m.group(2))
+            self.boot_seconds = time.monotonic() - start
+            self._connect_qmp()
+        except Exception as exc:
+            # QEMU gone (a signal, an exit) is said as such, not as the wait it broke ("QEMU
+            # exited while waiting for readiness", or a refused QMP connection); anything else
+            # goes on as it was raised.
+            if isinstance(exc, QemuStartError) and " during boot" in str(exc):
+                raise
+            gone = self.ended_during_boot(exc)
+            if gone is not None:
+                raise QemuStartError(gone, self.console.tail()) from exc
             raise
-        self.release, self.cpus = m.group(1), int(m.group(2))
-        self.boot_seconds = time.monotonic() - start
-        self._connect_qmp()
         return self
+
+    def ended_during_boot(self, exc: BaseException, stage: str = "before the guest was ready",
+                          settle: float = 2.0) -> str | None:
+        """After ``exc`` in a boot, one line saying that QEMU ended and how ("QEMU was killed by
+        signal 9 (SIGKILL) during boot, before the guest was ready"), or None while QEMU runs or
+        when the guest kernel panicked (``exc`` says that itself).  The sockets close a moment
+        before the process is reaped: up to ``settle`` seconds for the exit to show."""
+        if isinstance(exc, GuestPanic) or self.child is None:
+            return None
+        if not isinstance(exc, GuestTimeout):  # a connection that died, not a silence
+            deadline = time.monotonic() + settle
+            while self.child.isalive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        cause = self.exit_cause()
+        if cause is None:
+            return None
+        said = f"QEMU {cause} during boot, {stage}"
+        if cause.startswith("exited with status") and self.child.exitstatus:
+            # QEMU refused to run: its error is in the console's tail, its command line says what it got
+            return f"{said}: {(self.workdir / 'cmdline').read_text().strip()}"
+        return said
 
     def _connect_channels(self, cond: threading.Condition) -> None:
         """Connect to the control and output sockets as soon as QEMU creates them (before the
@@ -663,9 +721,8 @@ class Machine:
         ctl, out = self.workdir / "ctl.sock", self.workdir / "out.sock"
         while not (ctl.exists() and out.exists()):
             if not self.child.isalive():
-                raise QemuStartError(f"QEMU exited with status {self.child.exitstatus} before its sockets "
-                                     f"appeared: {(self.workdir / 'cmdline').read_text().strip()}",
-                                     self.console.tail())
+                raise QemuStartError(f"QEMU {self.exit_cause()} during boot, before its sockets appeared: "
+                                     f"{(self.workdir / 'cmdline').read_text().strip()}", self.console.tail())
             if time.monotonic() > deadline:
                 raise QemuStartError("QEMU's control and output sockets never appeared", self.console.tail())
             time.sleep(0.01)
@@ -750,11 +807,15 @@ class Machine:
     def run(self, argv: list[str], timeout: float = 30.0, output: Path | None = None) -> GuestProcess:
         """Start ``argv`` in the guest and return once it has a pid (it keeps running).  Its
         stdout and stderr go to ``output`` on the host (created now, empty; by default
-        ``OUTPUT_DIR/ID-NAME.out`` in the machine's private directory)."""
+        ``OUTPUT_DIR/ID-NAME.out`` in the machine's private directory).  The program gets
+        ``argv`` word for word, whatever bytes a word holds (channels.encode_word); a word with
+        a NUL byte or a line too long for the guest's tty is a ControlLineError, before
+        anything is sent."""
         i = self._id()
-        path = Path(output) if output is not None else self.output_dir / f"{i}-{Path(argv[0]).name}.out"
+        line = control_line("run", i, words=argv)
+        path = Path(output) if output is not None else self.output_dir / f"{i}-{_file_name(argv[0])}.out"
         self.output.expect(i, path)
-        self.control.send(f"run {i} " + " ".join(argv))
+        self.control.send(line)
         m = self.control.wait(rf"pid {i} (\d+)", timeout, f"pid of {argv[0]}")
         return GuestProcess(i, int(m.group(1)), tuple(argv), path)
 
@@ -788,11 +849,10 @@ class Machine:
         """Send a shell command to /init and return its id at once, without waiting for its
         ``done`` line (for a guest that stops at breakpoints meanwhile: the caller keeps serving
         them).  Its output goes to the output channel as the command's frames."""
-        if "\n" in command:
-            raise ValueError(f"a guest shell command is one line: {command!r}")
         i = self._id()
+        line = control_line("sh", i, words=[command])
         self.output.expect(i, None)
-        self.control.send(f"sh {i} {command}")
+        self.control.send(line)
         return i
 
     def run_later(self, argv: list[str], delay: float, output: Path | None = None) -> GuestProcess:
@@ -801,9 +861,10 @@ class Machine:
         Its exit is reported as :meth:`run`'s (:meth:`exit_status`, :meth:`wait_exit`), its output
         framed as :meth:`run`'s; the pid of the subshell that waits for it is in ``/tmp/.later.ID``."""
         i = self._id()
-        path = Path(output) if output is not None else self.output_dir / f"{i}-{Path(argv[0]).name}.out"
+        line = control_line("later", i, f"{delay:g}", words=argv)
+        path = Path(output) if output is not None else self.output_dir / f"{i}-{_file_name(argv[0])}.out"
         self.output.expect(i, path)
-        self.control.send(f"later {i} {delay:g} " + " ".join(argv))
+        self.control.send(line)
         return GuestProcess(i, 0, tuple(argv), path)
 
     def shell(self, command: str, timeout: float = 60.0) -> int:
@@ -820,11 +881,10 @@ class Machine:
         return status, data
 
     def _shell(self, command: str, timeout: float) -> tuple[int, int]:
-        if "\n" in command:
-            raise ValueError(f"a guest shell command is one line: {command!r}")
         i = self._id()
+        line = control_line("sh", i, words=[command])
         self.output.expect(i, None)
-        self.control.send(f"sh {i} {command}")
+        self.control.send(line)
         return int(self.control.wait(rf"done {i} (\d+)", timeout, f"shell {command!r}").group(1)), i
 
     def upload(self, data: bytes, path: str, mode: str = "755", timeout: float = 300.0) -> None:
@@ -833,7 +893,7 @@ class Machine:
         is canonical, each read() returns one line, so ``head -c`` takes exactly the text)."""
         text = base64.encodebytes(data)
         i = self._id()
-        self.control.send(f"recv {i} {len(text)} {mode} {path}")
+        self.control.send(control_line("recv", i, str(len(text)), mode, words=[path]))
         for k in range(0, len(text), 65536):
             self.control.send_bytes(text[k:k + 65536])
         status = int(self.control.wait(rf"done {i} (\d+)", timeout, f"upload of {path}").group(1))
@@ -855,7 +915,7 @@ class Machine:
             if status != 0:
                 raise GuestError(f"gzip of {path} failed in the guest (status {status})", self.console.tail())
         i = self._id()
-        self.control.send(f"dump {i} {source}")
+        self.control.send(control_line("dump", i, words=[source]))
         f = self.workdir / "dump.bin"
         arrived, moved = f.stat().st_size, time.monotonic()
         size = None
@@ -897,11 +957,18 @@ class Machine:
             return None
         sig = self.child.signalstatus
         if sig:
-            try:
-                name = f" ({signal.Signals(sig).name})"
-            except ValueError:
-                name = ""
-            return f"was killed by signal {sig}{name}"
+            return f"was killed by signal {sig}{_signal_name(sig)}"
+        # SIGTERM, SIGINT and SIGHUP are QEMU's own to handle: it shuts down and exits 0 after
+        # printing "qemu-system-x86_64: terminating on signal 15 from pid N (COMM)" (its stderr
+        # is the console's pty: read to its end first, bounded).
+        if self.console is not None:
+            self.console.wait_eof(1.0)
+            for line in reversed(self.console.tail(20)):
+                m = _TERMINATED.search(line)
+                if m:
+                    n = int(m.group(1))
+                    return (f"was terminated by signal {n}{_signal_name(n)}{m.group(2) or ''} "
+                            f"(QEMU's own handler: exit status {self.child.exitstatus})")
         return f"exited with status {self.child.exitstatus}"
 
     def process_state(self) -> str | None:

@@ -36,6 +36,11 @@ PUSH_BP = b"\x55"
 # __vdso_clock_gettime schedules `mov %edi,%r11d` between them).
 MOV_SP_FP = {8: b"\x48\x89\xe5", 4: b"\x89\xe5"}
 ENDBR = (b"\xf3\x0f\x1e\xfa", b"\xf3\x0f\x1e\xfb")
+# gcc's DRAP realignment, as Capstone prints it: lea r10, [rsp + 8]; and rsp, 0xffffffffffffffe0
+_DRAP_LEA = re.compile(r"lea [er](?:\w+), \[[er]sp \+ (?:8|4)\]")
+_REALIGN = re.compile(r"and [er]sp, 0xf+[0-9a-f]0")
+PUSH_TEXT = {8: "push rbp", 4: "push ebp"}  # as Capstone prints them (Intel syntax)
+MOV_TEXT = {8: "mov rbp, rsp", 4: "mov ebp, esp"}
 SETUP_WINDOW = 24  # bytes from a function's start in which its frame setup must begin
 RET = 0xC3
 POP_BP, LEAVE = 0x5D, 0xC9
@@ -126,8 +131,10 @@ class CodeFacts:
     def frame_setup(self, f: Function) -> FrameSetup | None:
         """``push %rbp`` + ``mov %rsp,%rbp`` near the start of ``f``: adjacent within the first
         bytes (also after i386 main's stack realignment), or apart when ``push %rbp`` is the first
-        instruction (after ``endbr64``).  None: ``f`` keeps no frame pointer, and rbp inside it
-        is not one."""
+        instruction (after ``endbr64``); else the first adjacent pair anywhere in ``f``, decoded
+        (a shrink-wrapped set-up after an early exit's test: the i386 shadow hook's, at byte 24,
+        was called "no frame pointer" until objdump -d contradicted it).  None: ``f`` keeps no
+        frame pointer, and rbp inside it is not one."""
         def compute():
             head = self.memory.read(f.start, min(f.size or 32, 32))
             mov = MOV_SP_FP[self.ws]
@@ -135,11 +142,34 @@ class CodeFacts:
             if k >= 0:
                 return FrameSetup(f.start + k, f.start + k + 1 + len(mov))
             push = 4 if head.startswith(ENDBR) else 0
-            if head[push : push + 1] != PUSH_BP:
-                return None
-            k = head.find(mov, push + 1, SETUP_WINDOW)
-            return FrameSetup(f.start + push, f.start + k + len(mov)) if k >= 0 else None
+            if head[push : push + 1] == PUSH_BP:
+                k = head.find(mov, push + 1, SETUP_WINDOW)
+                if k >= 0:
+                    return FrameSetup(f.start + push, f.start + k + len(mov))
+            return self._late_setup(f)
         return self.memo(("setup", f.start), compute)
+
+    def drap_realign(self, f: Function) -> tuple[Insn, Insn] | None:
+        """``lea 0x8(%rsp),%rX`` (the CFA, kept in a DRAP register) then ``and $-N,%rsp`` among the
+        first instructions of ``f``: gcc's realignment of the stack through a dynamic realign
+        argument pointer.  Its ``push %rbp; mov %rsp,%rbp`` come after the realignment, so rbp + 16
+        is the realigned copy of the return address, not the CFA.  (lea, and), or None."""
+        def compute():
+            insns = self.disassemble(f.start, f.start + min(f.size or 32, 32), 4)
+            lea = next((i for i in insns if _DRAP_LEA.fullmatch(i.text)), None)
+            realign = next((i for i in insns if _REALIGN.fullmatch(i.text)), None)
+            return (lea, realign) if lea is not None and realign is not None and lea.addr < realign.addr else None
+        return self.memo(("drap", f.start), compute)
+
+    def _late_setup(self, f: Function) -> FrameSetup | None:
+        """The first ``push %rbp`` decoded right before ``mov %rsp,%rbp`` in ``f`` (whole, at
+        instruction boundaries), or None."""
+        insns = self._decode_function(f)
+        want = (PUSH_TEXT[self.ws], MOV_TEXT[self.ws])
+        for a, b in zip(insns or (), (insns or ())[1:], strict=False):
+            if (a.text, b.text) == want:
+                return FrameSetup(a.addr, b.addr + b.size)
+        return None
 
     def at_epilogue(self, ip: int) -> bool:
         """``ip`` is a ``ret`` right after ``pop %rbp`` or ``leave``: rbp is the caller's already."""

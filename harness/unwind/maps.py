@@ -2,10 +2,23 @@
 
 ``parse_maps()`` reads the text format of ``/proc/PID/maps`` (fs/proc/task_mmu.c,
 ``show_map_vma``): ``start-end perms offset major:minor inode [path]``.  An
-:class:`AddressSpace` answers "which ELF is mapped at this IP, and with which load bias": for
-a file mapping, the PT_LOAD segment whose file range holds the mapping's file offset gives the
-link-time address of the mapping's start, and ``bias = start - (p_vaddr - p_offset + offset)``
-(0 for a static non-PIE executable).  The vDSO has no file: its image is read from memory.
+:class:`AddressSpace` answers "which ELF is mapped at this IP, and with which load bias".
+
+One load bias per module, as the loaders place it: the kernel (fs/binfmt_elf.c,
+``load_elf_binary``/``elf_load``) and ld.so (elf/dl-map-segments.h) map every PT_LOAD at
+``bias + PAGEDOWN(p_vaddr)`` from file offset ``PAGEDOWN(p_offset)``, one bias for the whole
+module (0 for an ET_EXEC).  The bias comes from the module's lowest mapping, the first PT_LOAD's;
+every other mapping of the same instance must then be one some PT_LOAD explains at that bias
+(``start == bias + PAGEDOWN(p_vaddr) + offset - PAGEDOWN(p_offset)``, ``offset`` inside the
+segment's file pages: a mapping split by mprotect, RELRO, starts inside its segment), or a piece
+of what ld.so reserved for the module and no segment maps again (the PROT_NONE holes between the
+segments of a module aligned above the page; read-only where a PT_GNU_RELRO reaches into one):
+its offset runs on from the first segment's.  And every PT_LOAD must be mapped there, its first
+byte at ``bias + p_vaddr`` from ``p_offset``.  mold and lld put several PT_LOADs in one file
+page, so a mapping's offset alone does not name its segment.  A mapping no segment explains,
+two that imply different biases, a segment not mapped: a :class:`LoadBiasError`, never "no ELF
+here".  The same file mapped twice is two modules, each checked on its own.  The vDSO has no
+file: its image is read from memory and its bias is its first PT_LOAD's.
 
 Guest paths become host files through a ``resolve(path) -> Path | None`` callable (the guest's
 ``/tc/trixie/lib64/libc.so.6`` is a file under a toolchain root on the host).  Nothing here
@@ -46,6 +59,17 @@ class MapsError(HarnessError, ValueError):
         self.line = line
         self.lineno = lineno
         super().__init__(f"maps line {lineno} does not parse: {line!r}")
+
+
+PAGE = 0x1000  # x86-64's page: the loaders map whole pages
+
+
+def page_down(x: int) -> int:
+    return x & ~(PAGE - 1)
+
+
+def page_up(x: int) -> int:
+    return (x + PAGE - 1) & ~(PAGE - 1)
 
 
 @dataclass(frozen=True)
@@ -101,6 +125,36 @@ class Segment:
     memsz: int
     align: int
 
+    def __str__(self) -> str:
+        return (f"{self.p_type} offset {self.offset:#x} vaddr {self.vaddr:#x} filesz {self.filesz:#x} "
+                f"memsz {self.memsz:#x} align {self.align:#x}")
+
+    def implied_bias(self, m: Mapping) -> int | None:
+        """The bias at which the loaders would have made mapping ``m`` of this segment: None if
+        ``m``'s offset is not in the segment's file pages."""
+        if not (self.filesz and page_down(self.offset) <= m.offset < page_up(self.offset + self.filesz)):
+            return None
+        return m.start - (page_down(self.vaddr) + m.offset - page_down(self.offset))
+
+
+class LoadBiasError(HarnessError, ValueError):
+    """One module's mappings and its PT_LOAD segments disagree: a mapping no segment explains at
+    the module's bias, two mappings that imply different biases, an ET_EXEC not where it was
+    linked.  Carries the path, the module's mappings and its PT_LOADs (the maps and the ELF file
+    the resolver gave are not the same layout: another build of the file, or a loader this
+    harness does not model)."""
+
+    exit_code = EXIT_USAGE  # the maps and the ELF given disagree: bad input
+
+    def __init__(self, path: str, why: str, mappings, loads):
+        self.path = path
+        self.why = why
+        self.mappings = tuple(mappings)
+        self.loads = tuple(loads)
+        super().__init__(f"load bias of {path}: {why}\n  mappings:\n"
+                         + "".join(f"    {m.to_line()}\n" for m in self.mappings)
+                         + "  PT_LOADs:\n" + "\n".join(f"    {s}" for s in self.loads))
+
 
 class ElfImage:
     """One ELF file's bytes, parsed lazily; shared by the CFI oracle and the symbolizer."""
@@ -144,19 +198,84 @@ class ElfImage:
     def is_pie_or_shared(self) -> bool:
         return self.elf["e_type"] == "ET_DYN"
 
-    def load_bias(self, map_start: int, map_offset: int) -> int | None:
-        """The bias of a mapping of this file at ``map_start`` from file offset ``map_offset``.
+    @property
+    def loads(self) -> list[Segment]:
+        """The PT_LOAD segments in address order (the order the ELF gives them, gABI: ascending
+        p_vaddr); none for an image no loader maps (ET_REL, ET_CORE)."""
+        if self.elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
+            return []
+        return sorted((s for s in self.segments if s.p_type == "PT_LOAD"), key=lambda s: s.vaddr)
 
-        Two PT_LOADs can share a file page (text ends and data starts on the same page, mapped
-        twice at different addresses): the segment whose page-aligned offset is the mapping's
-        offset wins over one that merely contains it.
-        """
-        loads = [s for s in self.segments if s.p_type == "PT_LOAD"]
-        exact = [s for s in loads if s.offset & ~0xFFF == map_offset]
-        inside = [s for s in loads if s.offset & ~0xFFF <= map_offset < s.offset + s.filesz]
-        for seg in exact or inside:
-            return map_start - (seg.vaddr - seg.offset + map_offset)
-        return None
+    def span(self) -> int:
+        """The bytes the loaders reserve for one instance: the first PT_LOAD's page to the last's end."""
+        loads = self.loads
+        return page_up(max(s.vaddr + s.memsz for s in loads)) - page_down(loads[0].vaddr)
+
+    def module_bias(self, path: str, mappings: list[Mapping]) -> int:
+        """The one load bias of the instance of this image mapped by ``mappings`` (its mappings,
+        in address order), checked against every one of them; a :class:`LoadBiasError` where
+        they disagree.
+
+        The loaders map the first PT_LOAD first, at the module's lowest address: the lowest
+        mapping, from the first PT_LOAD's file page, gives the bias.  Where the lowest mapping is
+        not that one (the program unmapped it, or the maps are partial), the bias is the one
+        every mapping implies, if exactly one does."""
+        loads = self.loads
+        first = loads[0]
+        fixed = self.elf["e_type"] == "ET_EXEC"
+        real = [m for m in mappings if not _hole(m)]
+        if not real:
+            raise LoadBiasError(path, "only PROT_NONE mappings, none a segment's", mappings, loads)
+        low = real[0]
+        if low is mappings[0] and low.offset == page_down(first.offset):
+            bias = first.implied_bias(low)
+        else:
+            common = set.intersection(*({b for s in loads if (b := s.implied_bias(m)) is not None} for m in real))
+            if fixed and 0 in common:
+                common = {0}
+            if len(common) != 1:
+                said = ", ".join(f"{b:#x}" for b in sorted(common)) or "none"
+                raise LoadBiasError(path, f"the lowest mapping is not the first PT_LOAD's and the mappings "
+                                          f"imply no one bias (common to all: {said})", mappings, loads)
+            bias = common.pop()
+        if fixed and bias != 0:
+            raise LoadBiasError(path, f"an ET_EXEC mapped {bias:#x} away from its link addresses "
+                                      f"({low.start:#x} from offset {low.offset:#x})", mappings, loads)
+        base = bias + page_down(first.vaddr)
+        end = base + self.span()
+        for m in mappings:
+            if not base <= m.start < m.end <= end:
+                raise LoadBiasError(path, f"the mapping {m.start:#x}-{m.end:#x} lies outside the module's "
+                                          f"{base:#x}-{end:#x} at the bias {bias:#x}", mappings, loads)
+            implied = {b for s in loads if (b := s.implied_bias(m)) is not None}
+            if bias in implied:
+                continue
+            # ld.so's reservation (dl-map-segments.h): its first mmap covers the whole span from
+            # the first PT_LOAD's offset, and what no segment maps again, between the segments,
+            # is made PROT_NONE -- or read-only, where a PT_GNU_RELRO reaches past its segment
+            # (lld -z common-page-size)
+            if m.start - (m.offset - page_down(first.offset)) == base and not any(
+                    m.start < bias + page_up(s.vaddr + s.memsz) and bias + page_down(s.vaddr) < m.end for s in loads):
+                continue
+            if implied:
+                said = ", ".join(f"{b:#x}" for b in sorted(implied))
+                why = (f"the mapping at {m.start:#x} (offset {m.offset:#x}) implies the bias {said}, the "
+                       f"mapping at {low.start:#x} (offset {low.offset:#x}) {bias:#x}")
+            else:
+                why = (f"no PT_LOAD maps file offset {m.offset:#x} (the mapping at {m.start:#x}) at the "
+                       f"bias {bias:#x}")
+            raise LoadBiasError(path, why, mappings, loads)
+        # ... and every PT_LOAD is mapped there: its first byte at bias + p_vaddr, from p_offset
+        for s in loads:
+            at = bias + s.vaddr
+            if s.filesz and not any(m.start <= at < m.end and m.offset + at - m.start == s.offset for m in real):
+                raise LoadBiasError(path, f"the PT_LOAD of vaddr {s.vaddr:#x} is not mapped at {at:#x} from "
+                                          f"offset {s.offset:#x} (bias {bias:#x})", mappings, loads)
+        return bias
+
+
+def _hole(m: Mapping) -> bool:
+    return m.perms.startswith("---")
 
 
 _IMAGES: dict[tuple[str, int, int], ElfImage] = {}
@@ -211,6 +330,7 @@ class AddressSpace:
         self.resolve = resolve or host_resolver()
         self.memory = memory
         self._elf_cache: dict[int, MappedElf | None] = {}
+        self._bias: dict[int, int | LoadBiasError] = {}  # a file mapping's start -> its module's bias
         self._vdso: ElfImage | None = None
 
     @classmethod
@@ -227,6 +347,9 @@ class AddressSpace:
         return [m for m in self.mappings if m.path == path]
 
     def elf_at(self, addr: int) -> MappedElf | None:
+        """The ELF mapped at ``addr`` and its module's load bias; None where no ELF file is at
+        hand (an anonymous mapping, a file the resolver does not know, not an ELF).  Raises
+        :class:`LoadBiasError` where the file's mappings and its PT_LOADs disagree."""
         m = self.mapping_at(addr)
         if m is None:
             return None
@@ -251,12 +374,37 @@ class AddressSpace:
             return None
         try:
             img = load_image(host)
-            bias = img.load_bias(m.start, m.offset)
+            if not img.loads:
+                return None  # no loader maps it: no module here
         except (OSError, MapsError, ELFError):
-            return None
-        if bias is None:
-            return None
-        return MappedElf(m.path, img, bias, m)
+            return None  # no file to read, or not an ELF (a locale archive, a font)
+        return MappedElf(m.path, img, self._module_bias(m, img), m)
+
+    def _module_bias(self, m: Mapping, img: ElfImage) -> int:
+        """The load bias of the module ``m`` belongs to, computed (and checked) once per module;
+        raises its :class:`LoadBiasError` for each of its mappings."""
+        if m.start not in self._bias:
+            for group in self._instances(m.path, img.span()):
+                try:
+                    found: int | LoadBiasError = img.module_bias(m.path, group)
+                except LoadBiasError as exc:
+                    found = exc
+                self._bias.update((g.start, found) for g in group)
+        found = self._bias[m.start]
+        if isinstance(found, LoadBiasError):
+            raise found
+        return found
+
+    def _instances(self, path: str, span: int) -> list[list[Mapping]]:
+        """The mappings of ``path`` grouped by the module they belong to: the same file may be
+        mapped twice.  A module's mappings lie within ``span`` bytes of its lowest one."""
+        groups: list[list[Mapping]] = []
+        for m in self.mappings_of(path):
+            if groups and m.start < groups[-1][0].start + span:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        return groups
 
     def vdso_image(self) -> ElfImage | None:
         """The vDSO's ELF image, read from memory (it has no file)."""
@@ -274,14 +422,15 @@ class AddressSpace:
         return self._vdso
 
     def elves(self) -> list[MappedElf]:
-        """Every mapped ELF once (by its lowest mapping)."""
+        """Every mapped ELF module once (by its lowest mapping), each one's bias checked against
+        all its mappings: a :class:`LoadBiasError` here, before any stack is judged on it."""
         seen, out = set(), []
         for m in self.mappings:
-            if m.path in seen or not (m.is_file or m.path == VDSO):
+            if not (m.is_file or m.path == VDSO):
                 continue
             e = self.elf_at(m.start)
-            if e is not None:
-                seen.add(m.path)
+            if e is not None and (e.path, e.bias) not in seen:
+                seen.add((e.path, e.bias))
                 out.append(e)
         return out
 
@@ -308,14 +457,14 @@ class AddressSpace:
 class FileBackedMemory:
     """The read-only file mappings of an address space, served from their ELF files (text does
     not change while a program runs: what the code causes read where no live memory is, as for a
-    perf sample); any other read faults."""
+    perf sample); any other read faults (a writable mapping, ld.so's PROT_NONE holes)."""
 
     def __init__(self, space: AddressSpace):
         self.space = space
 
     def read(self, addr: int, size: int) -> bytes:
         m = self.space.mapping_at(addr)
-        if m is None or not m.is_file or "w" in m.perms or size < 0 or addr + size > m.end:
+        if m is None or not m.is_file or m.perms[0] != "r" or "w" in m.perms or size < 0 or addr + size > m.end:
             raise MemoryFault(addr)
         e = self.space.elf_at(addr)
         off = m.offset + addr - m.start

@@ -48,6 +48,24 @@ The checks, in the order they run:
 Input that cannot be read at all -- no such file, not ELF, no SFrame section, a header or FDE
 table that does not decode, a relocation this reader does not apply -- raises
 :class:`SFrameError` (the CLI's exit code 2); an archive member's is an error of that member.
+
+No verdict on nothing: a check that checked nothing is never clean.  :attr:`BinaryCheck.no_verdict`
+says why a check is no verdict on its section, and the CLI exits 2 for it (bad input: what
+was given cannot be judged), whatever else it found:
+
+* the section has no FDE (well-formed, but nothing to check -- gas 2.41-2.45 write such a
+  section where they skip every function of an object), or no FRE covers an address (an
+  object of 0-byte functions) and nothing else was found;
+* the rules could not be compared at all: ``.eh_frame`` (or ``.debug_frame``) does not decode,
+  there is no CFI to compare with, or the ABI's frame rules are not modelled -- the section is
+  still checked structurally and those findings reported, but the comparison, the check's
+  main claim, has no input;
+* some FREs were not compared because their ``.eh_frame`` FDE does not decode (a partly
+  corrupted ``.eh_frame`` is bad input for the comparison as a wholly corrupted one is);
+* no FRE was compared and nothing was found (every row one the model cannot read).
+
+Each count a verdict rests on -- FDEs, FREs, FREs checked against ``.eh_frame``, addresses
+compared -- is kept beside it and printed with it (:func:`harness.report.sframe.format_summary`).
 """
 
 from __future__ import annotations
@@ -72,9 +90,10 @@ from ..sframe.elf import PT_GNU_SFRAME, SFrameTable, segment_type
 from ..sframe.errors import SFrameError
 from ..sframe.parse import SFrameFDE, SFrameFRE, SFrameSection
 from ..sframe.reloc import place_object
-from .cfi import CFITable, UnsupportedCFI, cfi_table
+from .cfi import CFITable, CorruptCFI, UnsupportedCFI, cfi_table
 from .elfsyms import FUNCTION_TYPE_NUMBERS, SHN_UNDEF, symbols
 from .maps import ElfImage, MapsError
+from .symbolize import Places, places
 
 __all__ = ["KINDS", "LINKER_KINDS", "RULE_KINDS", "BinaryCheck", "FileCheck", "Finding", "check_binary",
            "check_file", "check_table", "load", "load_data"]
@@ -119,7 +138,8 @@ AMD64_FIXED_RA = -8
 @dataclass(frozen=True)
 class Finding:
     """One violation or disagreement.  ``addr``/``end``: the address range at fault (link-time);
-    ``sframe``/``cfi``: the two rules of a rule disagreement, else None."""
+    ``sframe``/``cfi``: the two rules of a rule disagreement, else None; ``section``/``symbol``:
+    where ``addr`` lies (:class:`harness.unwind.symbolize.Places`), which the message names too."""
 
     kind: str
     message: str
@@ -129,6 +149,8 @@ class Finding:
     end: int | None = None
     sframe: FrameRule | None = None
     cfi: FrameRule | None = None
+    section: str | None = None  # the section holding addr (None: no section holds it, or no addr)
+    symbol: str | None = None  # the symbol at addr, "name" or "name+0xoff", as objdump -d names it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -150,10 +172,33 @@ class BinaryCheck:
     linked: bool = True  # False: a relocatable object, checked by the rules that hold for objects
     pieces: int = 1  # SFrame sections found laid end to end in the one .sframe
     cfi_without_sframe: int = 0  # .eh_frame FDEs no SFrame FDE covers (a note, not a finding)
+    rules_not_compared: str | None = None  # why no FRE's rules could be compared (no usable CFI, another ABI)
+    fres_covering: int = 0  # FREs that cover an address, in FDEs inside the text (a 0-byte function's covers none)
+    fres_cfi_undecodable: int = 0  # FREs not compared: the .eh_frame FDE covering them does not decode
+
+    @property
+    def no_verdict(self) -> str | None:
+        """Why this check is no verdict on the section (the CLI's exit 2), or None.  See the
+        module docstring: a section with no FDE has nothing to check; a comparison without
+        usable CFI, or with some FREs' CFI undecodable, rests on bad input; a check that compared
+        no FRE and found nothing has checked nothing."""
+        if self.num_fdes == 0:
+            return "nothing to check: the section has no FDE"
+        if self.fres_covering == 0 and not self.findings:  # 0-byte functions only, or FDEs without FREs
+            return "nothing to check: no FRE covers an address"
+        if self.rules_not_compared is not None:
+            return f"no verdict: rules not compared: {self.rules_not_compared}"
+        if self.fres_cfi_undecodable:
+            return (f"no verdict: {self.fres_cfi_undecodable} FREs not compared, their .eh_frame FDE does not "
+                    f"decode")
+        if self.fres_checked == 0 and not self.findings:
+            return "no verdict: no FRE compared with .eh_frame (see the notes)"
+        return None
 
     @property
     def clean(self) -> bool:
-        return not self.findings
+        """No finding, and something checked: never a verdict on nothing."""
+        return not self.findings and self.no_verdict is None
 
     def by_kind(self) -> Counter:
         return Counter(f.kind for f in self.findings)
@@ -174,8 +219,18 @@ class FileCheck:
     without_sframe: list[str] = field(default_factory=list)  # archive members with no .sframe
 
     @property
+    def no_verdict(self) -> list[str]:
+        """Why this file's verdict would rest on nothing, one line each: each check's
+        :attr:`BinaryCheck.no_verdict` (an archive's named by its member), and an archive none
+        of whose members has a .sframe section (an ELF file without one is an SFrameError)."""
+        out = [f"{c.path}: {c.no_verdict}" if self.archive else c.no_verdict for c in self.checks if c.no_verdict]
+        if self.archive and not self.checks and not self.errors:
+            out.append("nothing to check: no member has a .sframe section")
+        return out
+
+    @property
     def clean(self) -> bool:
-        return not self.errors and all(c.clean for c in self.checks)
+        return not self.errors and not self.no_verdict and all(c.clean for c in self.checks)
 
 
 def load(path: str | os.PathLike, *, strict: bool = False, place: bool = True) -> tuple[SFrameTable, ElfImage]:
@@ -322,25 +377,35 @@ def check_table(table: SFrameTable, image: ElfImage, *,
     out = BinaryCheck(table.source, h.version, h.flag_names(), table.via, h.num_fdes, h.num_fres, linked=linked)
     syms = _function_symbols(image)
     cfi = None
+    # Without usable CFI the section is still checked structurally, but the comparison -- the
+    # check's main claim -- has nothing to rest on: rules_not_compared makes the check no
+    # verdict (exit 2: bad input for the comparison), never a clean one.
     if h.abi_arch == F.ABI_AMD64_ENDIAN_LITTLE:
         cfi = cfi_table(image)
         if cfi.error is not None:
-            out.notes.append(f"rules not compared: {cfi.error}")
-        if not len(cfi):
-            out.notes.append("rules not compared: no .eh_frame or .debug_frame FDEs")
-            cfi = None
-        elif cfi.error is not None:
+            out.rules_not_compared = cfi.error
+        elif not len(cfi) and not image.elf.num_sections():
+            # read through PT_GNU_SFRAME: the CFI reader finds .eh_frame by its section header
+            out.rules_not_compared = "no section headers, by which .eh_frame is found"
+        elif not len(cfi):
+            out.rules_not_compared = "no .eh_frame or .debug_frame FDEs"
+        if out.rules_not_compared is not None:
             cfi = None
     else:
-        out.notes.append(f"rules not compared: frame rules are modelled for AMD64 only, not "
-                         f"{F.ABI_NAMES[h.abi_arch]}")
+        out.rules_not_compared = f"frame rules are modelled for AMD64 only, not {F.ABI_NAMES[h.abi_arch]}"
+    if out.rules_not_compared is not None:
+        out.notes.append(f"rules not compared: {out.rules_not_compared}")
+    where = places(image)
     pieces = [("", sec)]
     if linked:
         pieces = _linker_findings(table, image, syms, cfi, out)
     for prefix, piece in pieces:
-        _check_section(piece, prefix, table, syms, cfi, expect_binutils, out)
+        _check_section(piece, prefix, table, syms, cfi, expect_binutils, out, where)
     if cfi is not None:
         _uncovered(cfi, [p for _, p in pieces], syms, out)
+    # every finding with an address names where it lies: the section and the symbol
+    out.findings = [replace(f, section=where.section(f.addr), symbol=where.symbol(f.addr)) if f.addr is not None
+                    else f for f in out.findings]
     return out
 
 
@@ -365,17 +430,19 @@ def _uncovered(cfi: CFITable, sections: list[SFrameSection], syms: dict[int, lis
 
 
 def _check_section(sec: SFrameSection, prefix: str, table: SFrameTable, syms, cfi, expect_binutils,
-                   out: BinaryCheck) -> None:
+                   out: BinaryCheck, where: Places) -> None:
     n = len(out.findings)
     _check_header(sec, out, expect_binutils, out.linked)
-    outside = _check_fdes(sec, table.text_ranges, syms, out, out.linked)
+    outside = _check_fdes(sec, table.text_ranges, syms, out, out.linked, where)
     for fde in sec.fdes:
-        fres = _fres(sec, fde, out)
+        fres = _fres(sec, fde, out, where)
         if fres is None:
             continue
-        _check_fre_starts(fde, fres, out)
-        if cfi is not None and fde.index not in outside:
-            _compare_rules(sec, fde, fres, cfi, out)
+        _check_fre_starts(fde, fres, out, where)
+        if fde.index not in outside:
+            out.fres_covering += sum(1 for _ in _fre_ranges(fde, fres))
+            if cfi is not None:
+                _compare_rules(sec, fde, fres, cfi, out, where)
     if prefix:
         out.findings[n:] = [replace(f, message=prefix + f.message) for f in out.findings[n:]]
 
@@ -432,7 +499,7 @@ def _linker_findings(table: SFrameTable, image: ElfImage, syms, cfi, out: Binary
                     f"{prefix}the function starts are PC-relative -- read from their own fields, "
                     f"{hits_pc} of {len(piece.fdes)} FDEs start at a function, read from the section as the "
                     f"header says (no SFRAME_F_FDE_FUNC_START_PCREL), {hits_sec} do: FDE 0's field at "
-                    f"{piece.section_vaddr + off0:#x} holds "
+                    f"{piece.section_vaddr + off0:#x} in .sframe holds "
                     f"{as_pcrel.fdes[0].func_start - piece.section_vaddr - off0:#x}"
                     f", the input's relocated value, not rewritten", addr=piece.section_vaddr,
                     end=piece.section_vaddr + h.end))
@@ -527,26 +594,34 @@ def _function_symbols(image: ElfImage) -> dict[int, list[_Sym]]:
     return syms
 
 
-def _fde_where(fde: SFrameFDE) -> str:
-    return f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end:#x})"
+def _fde_where(fde: SFrameFDE, where: Places | None = None) -> str:
+    """``FDE 2 [0x1040, 0x1048)``, and with ``where`` the section and symbol of its start:
+    ``in .plt.got (__cxa_finalize@plt)`` (a finding's; a note names the FDE alone)."""
+    at = f"FDE {fde.index} [{fde.func_start:#x}, {fde.func_end:#x})"
+    return at if where is None else f"{at} {where.describe(fde.func_start)}"
+
+
+def _at(where: Places, pc: int) -> str:
+    """The symbol ``pc`` lies in, for an FRE's range: ``(main+0x4)``, ``(no symbol)``."""
+    return f"({where.symbol(pc) or 'no symbol'})"
 
 
 def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int, list[_Sym]],
-                out: BinaryCheck, linked: bool) -> set[int]:
+                out: BinaryCheck, linked: bool, where: Places) -> set[int]:
     """Order (linked outputs), overlap, placement and symbols.  Returns the indexes of FDEs
     outside the text (executable PT_LOADs; an object's executable sections, as placed)."""
     fdes = sec.fdes
     for prev, fde in itertools.pairwise(fdes):
         if linked and fde.func_start < prev.func_start:
             out.findings.append(Finding(
-                "fde-order", f"{_fde_where(fde)} starts before FDE {prev.index} ({prev.func_start:#x})",
+                "fde-order", f"{_fde_where(fde, where)} starts before FDE {prev.index} ({prev.func_start:#x})",
                 fde.index, addr=fde.func_start, end=fde.func_end))
     by_start = sorted(fdes, key=lambda f: (f.func_start, f.index))
     reach: SFrameFDE | None = None  # the FDE reaching furthest so far
     for fde in by_start:
         if reach is not None and fde.func_start < reach.func_end:
             out.findings.append(Finding(
-                "fde-overlap", f"{_fde_where(fde)} overlaps {_fde_where(reach)} by "
+                "fde-overlap", f"{_fde_where(fde, where)} overlaps {_fde_where(reach, where)} by "
                                f"{min(reach.func_end, fde.func_end) - fde.func_start} bytes",
                 fde.index, addr=fde.func_start, end=min(reach.func_end, fde.func_end)))
         if reach is None or fde.func_end > reach.func_end:
@@ -562,7 +637,7 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             segs = ", ".join(f"[{lo:#x}, {hi:#x})" for lo, hi in text) or "none"
             what = "an executable PT_LOAD segment" if linked else "an executable section (as placed)"
             out.findings.append(Finding(
-                "fde-outside-text", f"{_fde_where(fde)} is not inside {what} (those: {segs})", fde.index,
+                "fde-outside-text", f"{_fde_where(fde, where)} is not inside {what} (those: {segs})", fde.index,
                 addr=fde.func_start, end=fde.func_end))
             continue
         at = syms.get(fde.func_start)
@@ -572,7 +647,7 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             if sized and not any(s.size == fde.func_size for s in at):
                 names = ", ".join(f"{s.name} ({s.size} bytes)" for s in sized)
                 out.findings.append(Finding(
-                    "fde-symbol", f"{_fde_where(fde)}: {fde.func_size} bytes, the function symbol at its start "
+                    "fde-symbol", f"{_fde_where(fde, where)}: {fde.func_size} bytes, the function symbol at its start "
                                   f"says otherwise: {names}", fde.index, addr=fde.func_start, end=fde.func_end))
             continue
         i = bisect.bisect_right(sym_starts, fde.func_start) - 1
@@ -581,8 +656,8 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
             # s.addr < fde.func_start: at or below it (bisect), and no symbol is at it (above)
             if fde.func_start < s.addr + s.size:
                 out.findings.append(Finding(
-                    "fde-symbol", f"{_fde_where(fde)} starts inside {s.name} [{s.addr:#x}, {s.addr + s.size:#x}) "
-                                  f"at +{fde.func_start - s.addr:#x}, not at a function start",
+                    "fde-symbol", f"{_fde_where(fde, where)} starts inside {s.name} [{s.addr:#x}, "
+                                  f"{s.addr + s.size:#x}) at +{fde.func_start - s.addr:#x}, not at a function start",
                     fde.index, addr=fde.func_start, end=fde.func_end))
                 break
             if s.size:
@@ -594,16 +669,16 @@ def _check_fdes(sec: SFrameSection, text: list[tuple[int, int]], syms: dict[int,
 # ------------------------------------------------------------------------------------ FREs
 
 
-def _fres(sec: SFrameSection, fde: SFrameFDE, out: BinaryCheck) -> list[SFrameFRE] | None:
+def _fres(sec: SFrameSection, fde: SFrameFDE, out: BinaryCheck, where: Places) -> list[SFrameFRE] | None:
     try:
         return sec.fres(fde)
     except SFrameError as exc:
-        out.findings.append(Finding("fre-decode", f"{_fde_where(fde)}: {exc}", fde.index,
+        out.findings.append(Finding("fre-decode", f"{_fde_where(fde, where)}: {exc}", fde.index,
                                     addr=fde.func_start, end=fde.func_end))
         return None
 
 
-def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck) -> None:
+def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck, where: Places) -> None:
     limit, what = (fde.rep_size, f"its {fde.rep_size}-byte repetition block") if fde.pcmask else \
         (fde.func_size, f"the function's {fde.func_size} bytes")
     prev = None
@@ -611,11 +686,11 @@ def _check_fre_starts(fde: SFrameFDE, fres: list[SFrameFRE], out: BinaryCheck) -
         if fre.start >= limit and not (limit == 0 and fre.start == 0):  # gas gives a 0-byte function one FRE at 0
             addr = fde.func_start + fre.start
             out.findings.append(Finding(
-                "fre-start", f"{_fde_where(fde)}: FRE {k} starts at +{fre.start:#x} ({addr:#x}), past {what}",
+                "fre-start", f"{_fde_where(fde, where)}: FRE {k} starts at +{fre.start:#x} ({addr:#x}), past {what}",
                 fde.index, k, addr=addr))
         elif prev is not None and fre.start <= prev:
             out.findings.append(Finding(
-                "fre-start", f"{_fde_where(fde)}: FRE {k} starts at +{fre.start:#x}, not after FRE {k - 1} "
+                "fre-start", f"{_fde_where(fde, where)}: FRE {k} starts at +{fre.start:#x}, not after FRE {k - 1} "
                              f"(+{prev:#x})", fde.index, k, addr=fde.func_start + fre.start))
         prev = fre.start
 
@@ -651,42 +726,48 @@ def _fre_ranges(fde: SFrameFDE, fres: list[SFrameFRE]):
 
 
 def _compare_rules(sec: SFrameSection, fde: SFrameFDE, fres: list[SFrameFRE], cfi: CFITable,
-                   out: BinaryCheck) -> None:
+                   out: BinaryCheck, where: Places) -> None:
     compare_signal = fde.has_attr  # V1/V2 cannot mark a signal frame
     for k, fre, ranges in _fre_ranges(fde, fres):
         # decoded with the FREs: sec.fres() raised (an FDE's fre-decode) for any rule that does not
         ours = sec.rule(fde, fre)
         complete = True
+        corrupt = False  # some address's CFI does not decode: bad input for the comparison
         open_: dict[str, int] = {}  # kind -> index of the finding the next address may widen
         for lo, hi in ranges:
-            points = list(range(lo, hi)) if fde.pcmask else [lo, *_row_starts(cfi, lo, hi)]
+            if fde.pcmask:
+                points = list(range(lo, hi))
+            else:
+                try:
+                    points = [lo, *cfi.row_starts(lo, hi)]
+                except UnsupportedCFI as exc:  # an FDE in [lo, hi) whose rows do not decode
+                    complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
+                    corrupt = corrupt or isinstance(exc, CorruptCFI)
+                    out.notes.append(f"{_fde_where(fde)}: FRE {k} at [{lo:#x}, {hi:#x}): rows not read: {exc}")
+                    points = [lo]
             for i, pc in enumerate(points):
                 end = points[i + 1] if i + 1 < len(points) else hi
                 try:
                     theirs = cfi.rule_for_link(pc, signal_ok=True)
                 except UnsupportedCFI as exc:
                     complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
+                    corrupt = corrupt or isinstance(exc, CorruptCFI)
                     out.notes.append(f"{_fde_where(fde)}: FRE {k} at {pc:#x} not compared: {exc}")
                     continue
                 out.addresses_compared += 1
                 if theirs is None:
                     complete = False  # pragma: no mutate (equivalent: None, read by `if complete` only)
-                    _add(out, open_, Finding("no-cfi", f"{_fde_where(fde)}: FRE {k} describes "
-                                                       f"[{pc:#x}, {end:#x}), .eh_frame has no row there",
+                    _add(out, open_, Finding("no-cfi", f"{_fde_where(fde, where)}: FRE {k} describes "
+                                                       f"[{pc:#x}, {end:#x}) {_at(where, pc)}, .eh_frame has no "
+                                                       f"row there",
                                              fde.index, k, pc, end, ours))  # no CFI rule: cfi None
                     continue
                 for kind in _differences(ours, theirs, compare_signal):
-                    _add(out, open_, Finding(kind, _rule_message(kind, fde, k, pc, end, ours, theirs),
+                    _add(out, open_, Finding(kind, _rule_message(kind, fde, k, pc, end, ours, theirs, where),
                                              fde.index, k, pc, end, ours, theirs))
         if complete:
             out.fres_checked += 1
-
-
-def _row_starts(cfi: CFITable, lo: int, hi: int) -> list[int]:
-    try:
-        return cfi.row_starts(lo, hi)
-    except UnsupportedCFI:
-        return []
+        out.fres_cfi_undecodable += corrupt
 
 
 def _differences(ours: FrameRule, theirs: FrameRule, compare_signal: bool) -> list[str]:
@@ -704,8 +785,8 @@ def _differences(ours: FrameRule, theirs: FrameRule, compare_signal: bool) -> li
 
 
 def _rule_message(kind: str, fde: SFrameFDE, k: int, pc: int, end: int, ours: FrameRule,
-                  theirs: FrameRule) -> str:
-    where = f"{_fde_where(fde)}: FRE {k} at [{pc:#x}, {end:#x})"
+                  theirs: FrameRule, places_: Places) -> str:
+    where = f"{_fde_where(fde, places_)}: FRE {k} at [{pc:#x}, {end:#x}) {_at(places_, pc)}"
     if kind == "signal":
         return (f"{where}: SFrame says {'a' if ours.signal_frame else 'not a'} signal frame, .eh_frame "
                 f"{'does' if theirs.signal_frame else 'does not'} (CIE augmentation 'S')")
@@ -719,10 +800,10 @@ def _add(out: BinaryCheck, open_: dict[str, int], f: Finding) -> None:
     i = open_.get(f.kind)
     prev = out.findings[i] if i is not None else None
     if prev is not None and prev.end == f.addr and prev.sframe == f.sframe and prev.cfi == f.cfi:
-        old, new = f"[{f.addr:#x}, {f.end:#x})", f"[{prev.addr:#x}, {f.end:#x})"
-        # `old` occurs once in the message: the FDE's range before it starts below prev.addr < f.addr
-        message = f.message.replace(old, new, 1)  # pragma: no mutate (equivalent: any count, `old` occurs once)
-        out.findings[i] = replace(f, addr=prev.addr, message=message)
+        # prev's message (its range's start and symbol) with the range's end moved to f's: the
+        # FRE's range is the last in the message ("FDE i [lo, hi) ...: FRE k at [a, b) ...")
+        head, old, tail = prev.message.rpartition(f"[{prev.addr:#x}, {prev.end:#x})")
+        out.findings[i] = replace(prev, end=f.end, message=f"{head}[{prev.addr:#x}, {f.end:#x}){tail}")
         return
     open_[f.kind] = len(out.findings)
     out.findings.append(f)

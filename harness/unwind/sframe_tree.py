@@ -47,8 +47,11 @@ class FileResult:
     versions: list[int] = field(default_factory=list)  # of each checked SFrame section
     fdes: int = 0
     fres: int = 0
+    fres_checked: int = 0  # FREs compared with .eh_frame at every address they cover
+    addresses: int = 0  # addresses compared
     cfi_without_sframe: int = 0  # .eh_frame FDEs with no SFrame FDE (checker notes)
     kinds: dict[str, int] = field(default_factory=dict)  # finding kind -> count
+    no_verdict: list[str] = field(default_factory=list)  # checks that checked nothing, one line each
     errors: list[str] = field(default_factory=list)  # bad input (typed SFrameError), one line each
     crash: str | None = None  # an exception that is not the input's fault: "TypeError: ..."
     members: int = 0
@@ -80,15 +83,26 @@ class TreeReport:
                 files[k] += 1
         return findings, files
 
+    @property
+    def no_verdict(self) -> list[FileResult]:
+        """Files with SFrame data whose check checked nothing (never counted clean)."""
+        return [r for r in self.results if r.no_verdict]
+
     def by_package(self) -> dict[str, dict]:
-        """package -> {"files": [...], "kinds": Counter of findings, "versions": Counter}."""
+        """package -> {"files": [...], "kinds": Counter of findings, "versions": Counter,
+        "no_verdict": files whose check checked nothing, "errors": files with SFrame data that
+        could not be read, "crashes": files the checker itself failed on (not the input's fault)}."""
         out: dict[str, dict] = {}
         for r in self.with_sframe:
             p = out.setdefault(self.packages.get(r.path, NO_PACKAGE),
-                               {"files": [], "kinds": Counter(), "versions": Counter()})
+                               {"files": [], "kinds": Counter(), "versions": Counter(), "no_verdict": 0,
+                                "errors": 0, "crashes": 0})
             p["files"].append(r.path)
             p["kinds"].update(r.kinds)
             p["versions"].update(r.versions)
+            p["no_verdict"] += bool(r.no_verdict)
+            p["errors"] += bool(r.errors)
+            p["crashes"] += bool(r.crash)
         return out
 
 
@@ -141,10 +155,17 @@ def check_one(path: str, archive: bool, root: str, expect_binutils: tuple[int, i
         r.errors = [e.replace(path, inside) for e in fc.errors]
         r.checked_members = len(fc.checks)
         r.has_sframe = r.has_sframe or bool(fc.checks)
+        # never counted clean: a check that checked nothing (FileCheck.no_verdict), an archive
+        # without SFrame data among them -- but an archive none of whose members has SFrame
+        # data is a file without it, as an ELF file without is, not a file with no verdict
+        r.no_verdict = [(e if archive else f"{path}: {e}").replace(path, inside) for e in fc.no_verdict] \
+            if r.has_sframe else []
         for c in fc.checks:
             r.versions.append(c.version)
             r.fdes += c.num_fdes
             r.fres += c.num_fres
+            r.fres_checked += c.fres_checked
+            r.addresses += c.addresses_compared
             r.cfi_without_sframe += c.cfi_without_sframe
             for k, n in c.by_kind().items():
                 r.kinds[k] = r.kinds.get(k, 0) + n

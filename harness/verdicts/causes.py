@@ -50,7 +50,7 @@ from ..oracles.perf import (
     word,
 )
 from ..oracles.shadow import HOOK_ENTER, HOOK_EXIT, instrumented, shadow_pushed
-from ..unwind.cfi import RSP, X86_64, CorruptCFI, cfi_table
+from ..unwind.cfi import RSP, X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
 from ..unwind.code import Function
 from ..unwind.user import StopReason, Trace, UnwindConfig, UnwinderType, unwind_user
 from .facts import FACTS
@@ -458,6 +458,37 @@ cause("sframe-tail-call-next-fde", (LOST, ENDS, DIFFERS),
       "a call in tail position whose return address is the next function's start: the kernel's lookup "
       "finds that function's FDE and applies its entry row", unwinders={"sframe"},
       needs=("noreturn-calls",))(_sframe_tail_call_next)
+
+
+def _fp_drap_sp(stack: Stack, d: Divergence) -> dict | None:
+    """The step from frame k went wrong because frame k's sp is wrong: the FP step that found frame
+    k came from a function that realigned its stack through a DRAP register, so it gave rbp + 16
+    (the realigned copy of the return address) as the CFA; the CFI walk's sp there differs."""
+    if _step(stack, d) is not UnwinderType.SFRAME or _from(d) is None:
+        return None
+    k = d.got_index - 1
+    frames = stack.trace.frames
+    if k < 1 or frames[k].how not in FP_STEPS:
+        return None
+    f = stack.code.function_at(frames[k - 1].ip, k - 1 > 0)
+    drap = stack.code.drap_realign(f) if f is not None else None
+    if drap is None:
+        return None
+    cfi = unwind_cfi(stack.memory, stack.regs, cfi_tables_for(stack.space), max_entries=k + 1)
+    if [fr.ip for fr in cfi.frames[:k + 1]] != list(d.got[:k + 1]) or cfi.frames[k].sp == frames[k].sp:
+        return None
+    lea, realign = drap
+    given, real = frames[k].sp, cfi.frames[k].sp
+    return evidence(
+        f"{f.name} realigns its stack through a DRAP register (`{lea.text}; {realign.text}`) before `push rbp; "
+        f"mov rbp, rsp`, and has no SFrame FDE: the kernel's FP fallback took rbp + 16, the realigned copy of its "
+        f"return address, as its CFA and gave its caller sp {given:#x}, where the CFI's CFA is {real:#x}; the "
+        f"caller's SFrame step from that sp {_outcome(stack, d)}",
+        **_fn(f), drap=[str(lea), str(realign)], given_sp=given, cfa=real, address=frames[k - 1].ip)
+cause("sframe-after-drap-fp-step", (DIFFERS, ENDS),
+      "the FP fallback through a function that realigns its stack with a DRAP register (no SFrame FDE: V1 and V2 "
+      "cannot describe it) gives its caller a wrong sp; the caller's SFrame step reads the wrong words",
+      unwinders={"sframe"})(_fp_drap_sp)
 
 
 def _sframe_no_fde(stack: Stack, d: Divergence) -> dict | None:

@@ -63,6 +63,11 @@ class Divergence:
     want_outermost: bool = True  # the oracle's walk ended at the outermost frame
     cause: str | None = None
     evidence: dict | None = None
+    # Cross-examination (harness.toolchain.witness): the outcome over the cause's claims about
+    # binaries (confirmed, contradicted, unverifiable; None: not cross-examined) and each claim's
+    # testimony, as records.
+    cross: str | None = None
+    testimony: tuple[dict, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -86,14 +91,26 @@ class Divergence:
                                        j_1=self.want_index - 1)
 
     @property
+    def contradicted(self) -> bool:
+        return self.cross == "contradicted"
+
+    @property
     def text(self) -> str:
+        if self.contradicted:
+            t = next(t for t in self.testimony if t["outcome"] == "contradicted")
+            return (f"{self.what()}: cause-contradicted: {self.cause} claims {t['claimed']}; "
+                    f"{t['command']} says: {t['said']}")
         if self.evidence is not None:
             return f"{self.what()}: {self.evidence.get('text', self.cause)}"
         return f"{self.what()}: no cause proves it"
 
     def as_record(self) -> dict:
-        return {"kind": self.kind, "got_index": self.got_index, "want_index": self.want_index,
-                "cause": self.cause, "evidence": self.evidence or {}, "text": self.text}
+        out = {"kind": self.kind, "got_index": self.got_index, "want_index": self.want_index,
+               "cause": self.cause, "evidence": self.evidence or {}, "text": self.text}
+        if self.cross is not None:
+            out["cross"] = self.cross
+            out["testimony"] = list(self.testimony)
+        return out
 
 
 @dataclass

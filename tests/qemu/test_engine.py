@@ -18,6 +18,8 @@ from harness.scenarios.catalog import CATALOG, programs_for
 from harness.scenarios.engine import SNAPSHOTS_KEPT, Engine
 from harness.scenarios.snapshot import load, replay
 from harness.session import GuestSpec
+from harness.toolchain.witness import CrossExaminer
+from harness.verdicts.cross import CLAIMS_OF
 
 pytestmark = pytest.mark.qemu
 
@@ -100,6 +102,10 @@ def shown(condition: bool, what) -> None:
 ROUNDS = 3
 
 
+# One witness for the worker's whole run of this module: each tool is asked once a file.
+EXAMINER = CrossExaminer()
+
+
 def _check_scenario(session, name, tmp_path, keep):
     sc = _scenario(session, name)
     missing = []
@@ -109,7 +115,10 @@ def _check_scenario(session, name, tmp_path, keep):
             # verify: every delivery is also walked and judged on the live guest at its stop, and
             # any difference from the snapshot's checks (or a read it had not captured) is a
             # problem; a failing stack's snapshot is saved in keep/failing/ (replayable offline)
-            r = Engine(session, sc, log, verify=True, failing_dir=keep / f"failing-{round_}").run()
+            # and every proven cause's claims about binaries are cross-examined by readelf and
+            # objdump: a contradicted one fails the stack (cause-contradicted)
+            r = Engine(session, sc, log, verify=True, failing_dir=keep / f"failing-{round_}",
+                       examiner=EXAMINER).run()
         try:
             _assert_scenario(r, sc, name, log_path)
             return
@@ -179,6 +188,12 @@ def _assert_scenario(r, sc, name, log_path):
     assert sum(e["ev"] == "stack" for e in records) == r.stacks
     assert records[-1]["ev"] == "end" and records[-1]["reason"] == "complete", records[-1]
     assert records[-1]["causes"] == dict(sorted(r.causes.items()))
+    # Every divergence proven by a cause that makes claims about binaries was cross-examined, none
+    # contradicted (a contradicted one is a failure above already; said here by name).
+    assert not r.contradicted(), r.contradicted()
+    claimed = sum(n for c, n in r.causes.items() if c in CLAIMS_OF)
+    assert sum(r.cross.values()) == claimed, (dict(r.cross), dict(r.causes))
+    assert records[-1]["cross"] == r.cross_outcomes()
     verdict = check_lines(lines)
     assert verdict.clean and verdict.complete, verdict.messages()[:3]
     shown(own >= 8, enough)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pexpect
@@ -142,6 +144,46 @@ def test_shell_batch_script_that_raises_exits_1(tmp_path):
                        env=_env(), cwd=str(REPO), capture_output=True, text=True, check=False,
                        timeout=BOOT_TIMEOUT + 60)
     assert r.returncode == 1 and "RuntimeError: on purpose" in r.stderr, (r.stdout[-2000:], r.stderr[-2000:])
+
+
+OS_EXIT = """\
+import os, threading
+print("BATCH-STARTED", guest.sh("echo up"))
+if WHERE == "thread":
+    t = threading.Thread(target=os._exit, args=(CODE,))
+    t.start()
+    t.join()
+else:
+    os._exit(CODE)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize("where, code, rc", [("main", 7, 1), ("main", 0, 0), ("thread", 200, 1)])
+def test_shell_batch_os_exit_maps_into_the_contract(tmp_path, where, code, rc):
+    """os._exit(N) in a batch script: 0 stays 0, any other status is 1 with a line saying so (it
+    exited with N itself before: 7 or 200, outside 0-3); called from the script's own thread the
+    guest is shut down as for sys.exit (no QEMU and no private directory left)."""
+    from harness.transport.qemu import WORKDIR_PREFIX
+
+    script = tmp_path / "exit.py"
+    script.write_text(f"WHERE, CODE = {where!r}, {code}\n" + OS_EXIT)
+    # A TMPDIR of its own, short: QEMU's serial sockets go under it, and a Unix socket's path holds
+    # 107 bytes (CI's pytest directory for this test's name alone took 83; seen: "AF_UNIX path too
+    # long", exit 3, in the clean-clone CI of 2026-12-07).
+    tmp = Path(tempfile.mkdtemp(prefix="hx-"))
+    try:
+        r = subprocess.run([sys.executable, *CLI, "shell", "--batch", str(script)],
+                           env={**_env(), "TMPDIR": str(tmp)}, cwd=str(REPO), capture_output=True, text=True,
+                           check=False, timeout=BOOT_TIMEOUT + 60)
+        assert r.returncode == rc, (r.stdout[-2000:], r.stderr[-2000:])
+        assert "BATCH-STARTED" in r.stdout and "not reached" not in r.stdout
+        said = f"harness shell: the script called os._exit({code}): exit 1"
+        assert (said in r.stderr) == (code != 0), r.stderr[-2000:]
+        if where == "main":
+            assert not list(tmp.glob(WORKDIR_PREFIX + "*"))  # the guest was closed, its directory removed
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_shell_batch_missing_file_exits_2(tmp_path):

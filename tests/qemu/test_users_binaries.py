@@ -21,6 +21,8 @@ from harness.oracles.cfi import EH_RETURN_WINDOW
 from harness.scenarios.catalog import user_scenario
 from harness.scenarios.engine import Engine
 from harness.session import GuestSpec
+from harness.toolchain.witness import CrossExaminer
+from harness.verdicts.cross import CLAIMS_OF
 from tests.support.gating import require
 
 pytestmark = pytest.mark.qemu
@@ -32,6 +34,7 @@ MIN_STACKS = 20
 #: built here (a fixed place: the guest's kind is declared at import, before any build)
 BUILD = Path(tempfile.gettempdir()) / f"unwind-harness-users-binaries-{os.getuid()}"
 SQL_GUEST = "/data/sum.sql"
+EXAMINER = CrossExaminer()  # one witness for the module's run: each tool asked once a file
 
 #: name -> (program, args, what it needs on this machine): Debian's tools read /dev/zero
 #: (endless, and output that compresses to almost nothing, so /init's forwarding stays idle)
@@ -106,7 +109,8 @@ def test_a_users_binary_gets_its_stacks_checked(name, built, guest_pool):
         path, args = BUILDABLE[name], []
     sc = user_scenario(path, args, samples=SAMPLES)
     with guest_pool.take(GUEST) as sess:
-        r = Engine(sess, sc).run()
+        # every proven cause's claims about these binaries cross-examined by readelf and objdump
+        r = Engine(sess, sc, examiner=EXAMINER).run()
     what = (f"{name}: {r.own_stacks} own stacks, causes {dict(r.causes)}, not checked {dict(r.not_checked)}, "
             f"notes {r.notes}, "
             f"output {r.output_tail}, errors {r.errors[:2]}, failures {r.failures[:1]}")
@@ -118,5 +122,8 @@ def test_a_users_binary_gets_its_stacks_checked(name, built, guest_pool):
     # uw_install_context_1, about 1 stack in 100 (3 of 300 at 48d7f25; 2 of 25 in campaign run h1).
     eh_window = sum(n for (o, why), n in r.not_checked.items() if o == "cfi" and EH_RETURN_WINDOW in why)
     assert r.judged("cfi") + eh_window == r.own_stacks, what
+    assert not r.contradicted(), what
+    assert sum(r.cross.values()) == sum(n for c, n in r.causes.items() if c in CLAIMS_OF), (dict(r.cross), what)
     print(f"USERBIN {name} own={r.own_stacks} causes={dict(sorted(r.causes.items()))} "
+          f"cross={r.cross_outcomes()} own_frames_checked={r.own_frames_checked} "
           f"program_exit={r.program_exit}")

@@ -13,6 +13,9 @@ each is captured once a session whichever test modules use it:
   with ``Variant()`` (-O1, frame pointers, SFrame, static), args ``1000000 raw``, stopped at
   the getppid syscall entry inside ``c``: FP, SFrame and CFI all give c <- b <- a <- main <-
   __libc_start_call_main there.  Tests corrupt copies of its stack with :func:`corrupt`.
+* ``recurse_snaps``: ``guest_programs/recurse.c`` built by the host toolchain with ``Variant()``,
+  args ``600``, stopped at rec(0)'s ``call bottom``: 606 frames, deeper than UNWIND_MAX_ENTRIES
+  (the walk stops at 510: the cause ``truncated``, the walk record's ``truncated`` flag).
 
 The tailcall layout (guest_programs/tailcall.c): main -> outer -> middle -> die -> spin -> leaf,
 ``middle`` ends with ``call die`` and ``die`` with ``call spin`` (both callees noreturn).
@@ -104,12 +107,12 @@ def function_symbols(binary: str | Path, names) -> dict[str, tuple[int, int]]:
     return {s.name: (s.value, s.value + s.size) for s in table if s.name in names and s.type == STT_FUNC}
 
 
-def _capture(root: Path, name: str, tc, variant: Variant, args: list[str], stops, funcs) -> CauseCapture:
+def _capture(root: Path, name: str, tc, variant: Variant, args: list[str], stops, funcs, **kw) -> CauseCapture:
     from harness.images.programs import build_program
 
     prog = build_program(name, tc, variant)
     d = root / f"{name}-{tc.name}-{variant.tag}"
-    paths = capture_program(prog, args, stops, d)
+    paths = capture_program(prog, args, stops, d, **kw)
     return CauseCapture(name, tc.name, variant, str(prog.path),
                         {n: Snapshot.load(p) for n, p in paths.items()},
                         function_symbols(prog.path, funcs))
@@ -156,6 +159,22 @@ def fp_snaps(tmp_path_factory) -> CauseCapture:
                         FP_VARIANT, [ITER, "raw"], FP_STOPS, ("c", "b", "a", "main"))
     except (ImageError, CaptureError) as exc:
         require(False, f"callchain [{FP_VARIANT.tag}] with host: {exc}")
+        raise  # not reached: require skips or fails
+
+
+@pytest.fixture(scope="session")
+def recurse_snaps(tmp_path_factory) -> CauseCapture:
+    """recurse.c 600 (host, fp, static) at rec(0)'s call of bottom: 600 rec frames deep, 606
+    frames in all, deeper than UNWIND_MAX_ENTRIES.  It makes no getppid: the stops are set at
+    static glibc's first brk, before main."""
+    from harness.images.toolchain import get_toolchain
+
+    require(shutil.which("gdb") is not None, "gdb is not installed")
+    try:
+        return _capture(tmp_path_factory.mktemp("recurse"), "recurse", get_toolchain("host"), Variant(),
+                        ["600"], [StopPoint("rec-bottom", "insn", "rec", "<bottom>")], (), loaded_syscall="brk")
+    except (ImageError, CaptureError) as exc:
+        require(False, f"recurse [{Variant().tag}] with host: {exc}")
         raise  # not reached: require skips or fails
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from harness.deferred import IRQ, NMI, SYSCALL, Context, DeferredModel, EventLog, UnwindWork, mainline, seed_v10
 from harness.deferred.check import check_lines
 from harness.deferred.log import LOG_VERSION, LogDigestError, LogFormatError, stack_counts
+from harness.deferred.log import loads as log_loads
 from tests.support.eventlog import relog
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -120,7 +121,7 @@ _DECODED: dict[str, dict] = {}
 
 def _loads(text: str):
     record = _DECODED.get(text)
-    return json.loads(text) if record is None else dict(record)  # the reader adds "line" to its copy
+    return log_loads(text) if record is None else dict(record)  # the reader adds "line" to its copy
 
 
 def check_decoded_intact() -> None:

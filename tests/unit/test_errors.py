@@ -17,6 +17,7 @@ from harness.errors import HarnessError
 OUTSIDE = {
     "harness.tools.capture_gdb.CaptureError": "a RuntimeError of the gdb snapshot-capture test tool",
     "harness.signals.Interrupted": "a KeyboardInterrupt: SIGTERM and SIGHUP take Ctrl-C's way out of a run",
+    "harness.commands.shell.ScriptOsExit": "a SystemExit: os._exit(N) of a shell script, mapped into 0-3",
 }
 
 

@@ -3,10 +3,15 @@ compiled before any boot, and inputs refused before a run directory is made."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from harness.cli import contract_code, main
-from harness.commands.shell import compile_batch, script_exit
+from harness.commands.shell import ScriptOsExit, compile_batch, mapped_os_exit, os_exit_code, script_exit
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize("value, code", [
@@ -21,6 +26,70 @@ def test_contract_code(value, code):
 def test_a_batch_script_s_exit_maps_to_0_or_1(value, code, capsys):
     assert script_exit(value) == code
     assert capsys.readouterr().err == ("bye\n" if value == "bye" else "")  # printed as Python does
+
+
+@pytest.mark.parametrize("value, code", [(0, 0), (1, 1), (2, 1), (3, 1), (7, 1), (255, 1), (-1, 1)])
+def test_a_batch_script_s_os_exit_maps_to_0_or_1(value, code, capsys):
+    assert os_exit_code(value) == code
+    err = capsys.readouterr().err
+    assert (err == "") == (value == code), err
+    if value != code:
+        assert f"the script called os._exit({value}): exit {code}" in err
+
+
+def test_os_exit_in_the_harness_s_thread_is_raised_and_restored():
+    real = os._exit
+    with mapped_os_exit() as state:
+        with pytest.raises(ScriptOsExit) as e:
+            os._exit(42)
+        assert e.value.code == 42 and state["called"] == 42
+        assert isinstance(e.value, SystemExit)  # the REPL lets it through as it lets exit() through
+    assert os._exit is real
+
+
+# What a process that runs a script under mapped_os_exit() exits with: run in a child process of
+# its own (a real os._exit ends the process that calls it).
+CHILD = """
+import os, sys, threading
+from harness.commands.shell import ScriptOsExit, mapped_os_exit, os_exit_code
+how, n = sys.argv[1], int(sys.argv[2])
+with mapped_os_exit() as state:
+    try:
+        if how == "main":
+            os._exit(n)
+        elif how == "thread":
+            t = threading.Thread(target=os._exit, args=(n,))
+            t.start()
+            t.join()
+            print("not reached: the thread's os._exit ends the process", flush=True)
+        elif how == "fork":
+            pid = os.fork()
+            if pid == 0:
+                os._exit(n)  # a child of the script's: os._exit itself, its own status
+            print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+        elif how == "caught":
+            try:
+                os._exit(n)
+            except SystemExit:
+                pass
+    except ScriptOsExit as exc:
+        sys.exit(os_exit_code(exc.code))
+if state["called"] is not None:
+    sys.exit(os_exit_code(state["called"]))
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("how, n, code, out", [
+    ("main", 9, 1, ""), ("main", 0, 0, ""), ("thread", 9, 1, ""), ("thread", 0, 0, ""),
+    ("fork", 9, 0, "child 9\n"), ("caught", 5, 1, ""),
+])
+def test_os_exit_is_mapped_in_each_thread_and_left_alone_in_children(how, n, code, out):
+    r = subprocess.run([sys.executable, "-c", CHILD, how, str(n)], capture_output=True, text=True, timeout=60,
+                       cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == code, (r.stdout, r.stderr)
+    assert r.stdout == out
+    assert ("the script called os._exit" in r.stderr) == (n != 0 and how != "fork"), r.stderr
 
 
 def test_a_command_s_own_sys_exit_stays_inside_the_contract(monkeypatch, capsys):

@@ -181,7 +181,17 @@ def test_summary_json_and_the_run_exit_code():
     assert by_name["fp-syscall"]["failed_stacks"] == 1
     assert by_name["fp-syscall"]["failing_snapshots"] == ["/runs/r1/failing/fp-syscall-3/delivery.json"]
     assert by_name["fp-spin"]["failing_snapshots"] == []
-    assert s["totals"] == {"stacks": 6, "failed_stacks": 1, "causes": {"fp-frameless-function": 1}}
+    assert s["totals"] == {"stacks": 6, "failed_stacks": 1, "causes": {"fp-frameless-function": 1},
+                           "cross_examined": {}, "contradicted": {}}
+    # cross-examined (harness run --cross-examine): the outcomes per scenario and in total, and the
+    # causes a tool contradicted
+    ok.cross[("fp-frameless-function", "confirmed")] += 1
+    bad.cross[("fp-frameless-function", "contradicted")] += 2
+    s = summary([ok, bad])
+    assert [sc["cross_examined"] for sc in s["scenarios"]] == [{"confirmed": 1}, {"contradicted": 2}]
+    assert s["scenarios"][1]["contradicted"] == {"fp-frameless-function": 2}
+    assert s["totals"]["cross_examined"] == {"confirmed": 1, "contradicted": 2}
+    assert s["totals"]["contradicted"] == {"fp-frameless-function": 2}
 
 
 def test_the_run_text_names_the_failing_stacks_snapshots():

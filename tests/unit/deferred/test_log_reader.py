@@ -155,6 +155,80 @@ def test_a_digest_under_a_version_1_header_is_refused(seed):
     assert e.line_no == len(seed) and "end record has a digest, but the header says version 1" in str(e)
 
 
+# -- what the seal covers (issue 34) ------------------------------------------------------------------
+#
+# Each of these passed as clean (exit 0) before: the digest took in the end record as re-encoded
+# from what json.loads made of it, not the line's bytes, and json.loads keeps a key's last value.
+
+
+def _end_with(seed, text: str) -> list[str]:
+    return seed[:-1] + [text]
+
+
+def test_an_end_line_with_a_duplicate_key_is_refused(seed, tmp_path, capsys):
+    end = seed[-1]
+    stacks = json.loads(end)["stacks"]
+    # "stacks":99 first, the real count after it: json.loads keeps the last, the digest agreed
+    doubled = end.replace(f'"stacks":{stacks}', f'"stacks":99,"stacks":{stacks}', 1)
+    assert doubled != end and json.loads(doubled) == json.loads(end)
+    e = refused(_end_with(seed, doubled))
+    assert e.line_no == len(seed) and "the key 'stacks' twice in one object" in str(e)
+    assert _run_check(write(tmp_path, _end_with(seed, doubled))) == 2
+    assert f"line {len(seed)}: the key 'stacks' twice in one object" in capsys.readouterr().err
+
+
+def test_a_duplicate_key_anywhere_is_refused(seed):
+    """Inside a stack record's nested objects too (a v1 log has no digest to see it at all)."""
+    i = next(i for i, x in enumerate(seed) if '"ev":"stack"' in x)
+    doubled = seed[i].replace('"regs":{"ip":', '"regs":{"ip":0,"ip":', 1)
+    assert doubled != seed[i]
+    e = refused(seed[:i] + [doubled] + seed[i + 1:])
+    assert e.line_no == i + 1 and "the key 'ip' twice in one object" in str(e)
+    v1 = (DATA / "run-small" / "fp-syscall.jsonl").read_text().splitlines()
+    j = next(i for i, x in enumerate(v1) if '"ev":"stack"' in x)
+    e = refused(v1[:j] + [v1[j].replace('"comm":', '"comm":"x","comm":', 1)] + v1[j + 1:])
+    assert e.line_no == j + 1 and "the key 'comm' twice" in str(e)
+
+
+@pytest.mark.parametrize("respell", [
+    pytest.param(lambda d: json.dumps(d), id="spaces"),  # json.dumps' default separators
+    pytest.param(lambda d: json.dumps(d, separators=(",", ":"), ensure_ascii=False), id="raw-utf8"),
+    pytest.param(lambda d: json.dumps(d, separators=(",", ":")).replace('"complete"', '"\\u0063omplete"'),
+                 id="escaped-letter"),
+    pytest.param(lambda d: json.dumps(d, separators=(",", ":")) + " ", id="trailing-space"),
+    pytest.param(lambda d: json.dumps({"digest": d["digest"], **{k: v for k, v in d.items() if k != "digest"}},
+                                      separators=(",", ":")), id="digest-first"),
+])
+def test_an_end_line_not_as_the_writer_writes_it_is_refused(seed, respell, tmp_path):
+    """The same record spelt otherwise: bytes the digest never covered."""
+    end = json.loads(seed[-1])
+    end["errors"] = ["gu\u00e9st"]  # a non-ASCII error text (the writer escapes it): sealed again
+    lines = relog_end(seed, end)
+    assert check_lines(lines).ok  # the writer's own spelling passes
+    text = respell(json.loads(lines[-1]))
+    assert text != lines[-1] and json.loads(text) == json.loads(lines[-1])
+    e = refused(_end_with(lines, text))
+    assert e.line_no == len(seed)
+    assert ("not written as the writer writes it" in str(e)) or ("digest is not its last field" in str(e))
+    assert _run_check(write(tmp_path, _end_with(lines, text))) == 2
+
+
+def relog_end(seed, end: dict) -> list[str]:
+    """``seed`` with its end record's fields replaced by ``end``'s, sealed again by the writer."""
+    from tests.support.eventlog import relog
+    return relog([json.loads(x) for x in seed[:-1]] + [end])
+
+
+def test_a_recomputed_digest_is_not_seen_as_the_docs_say(seed):
+    """What the seal does not prove (docs/running.md, log.py): an edit whose author recomputed the
+    sha256 reads as clean.  If this ever fails, the seal became keyed: say so in the docs."""
+    i = next(i for i, x in enumerate(seed) if '"ev":"stack"' in x)
+    edited = [json.loads(x) for x in seed]
+    edited[i]["comm"] = "someone-else"
+    resealed = relog_end(seed[:i] + [json.dumps(edited[i], separators=(",", ":"))] + seed[i + 1:], json.loads(seed[-1]))
+    assert resealed != seed and check_lines(resealed).ok
+
+
 # -- the writer --------------------------------------------------------------------------------------
 
 

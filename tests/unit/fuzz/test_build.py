@@ -4,6 +4,7 @@ setjmp/longjmp, a noreturn exit), and each loops in getppid for as long as it is
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import subprocess
 
@@ -76,3 +77,51 @@ def test_a_linker_the_root_lacks_links_on_the_host(tmp):
     assert b.ok, b.error
     assert b.link_toolchain == "host" and b.commands[0].startswith("[sid] gcc")
     assert b.commands[1].startswith("[host] gcc") and "-fuse-ld=lld" in b.commands[1]
+
+
+def test_a_check_that_compared_nothing_is_a_finding(tmp):
+    """The static checker on a generated program whose .eh_frame was taken out (binutils' objcopy):
+    sframe check compares no FRE, and says so; the fuzzer does not count it clean."""
+    from harness.fuzz.static import StaticChecker
+
+    need("host")
+    b = built("host", "c", True, tmp)
+    assert b.ok, b.error
+    bare = tmp / "no-eh-frame"
+    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", str(b.binary),
+                    str(bare)], check=True, capture_output=True, timeout=60)
+    found = [f for f in StaticChecker()(dataclasses.replace(b, binary=bare)) if f.kind == "sframe-check"]
+    assert [f.detail for f in found if f.detail == "no-verdict"] == ["no-verdict"], [f.detail for f in found]
+    assert not [f for f in StaticChecker()(b) if f.detail == "no-verdict"]
+
+
+def test_gold_cannot_make_a_static_pie_and_the_matrix_never_asks_it(tmp):
+    """What `linkable` leaves out of the matrix, gold refuses for real."""
+    from hypothesis import given, settings
+
+    from harness.fuzz.build import configs, linkable
+
+    need("host")
+    b = build(C_SHAPE, BuildConfig("host", "-O1", True, True, True, "gold", pie=True), tmp / "gold-static-pie")
+    assert not b.ok and "exit status" in (b.error or "")
+    assert not linkable(BuildConfig("host", "-O1", True, True, True, "gold", pie=True))
+    assert linkable(BuildConfig("host", "-O1", True, True, True, "lld", pie=True))
+
+    @settings(max_examples=200, database=None)
+    @given(configs(toolchains=("host",)))
+    def drawn(c):
+        assert linkable(c)
+    drawn()
+
+
+def test_pie_is_the_toolchains_default_unless_said_and_survives_replace():
+    """A dynamic build is a PIE and a static one is not unless the config says otherwise; a value
+    equal to the default is kept as None, so replace(config, static=True) of a default dynamic
+    config is a default static one (ET_EXEC), not a static PIE (test_static's static build was one)."""
+    dyn = BuildConfig("host", "-O1", True, True, False, "bfd")
+    assert dyn.pie is None and dyn.variant.pie is True and BuildConfig(static=False, pie=True) == dyn.__class__(
+        "host", "-O2", True, True, False, "bfd", None)
+    static = dataclasses.replace(dyn, static=True)
+    assert static.pie is None and static.variant.pie is False and "pie" not in static.flags
+    assert dataclasses.replace(dyn, pie=False).flags.endswith("dyn nopie")
+    assert BuildConfig(static=True, pie=True).link_flags == "sframe static pie"

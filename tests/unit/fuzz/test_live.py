@@ -28,6 +28,7 @@ from harness.fuzz.live import (
 )
 from harness.images.programs import ProgramError
 from harness.scenarios.catalog import CATALOG, Scenario
+from harness.scenarios.engine import own_text_steps
 from harness.scenarios.result import Result
 from harness.verdicts.types import FAILURE, NOT_CHECKED
 from tests.support.paths import TEST_DATA
@@ -48,9 +49,13 @@ def result_from(evs: list[dict], sc: Scenario) -> Result:
     stacks = [e for e in evs if e["ev"] == "stack"]
     r.oracles = list(dict.fromkeys(v["oracle"] for e in stacks for v in e["verdicts"] if v["oracle"] != "delivery"))
     r.declared = sc.allowed_causes(r.oracles)
+    # the program's file name in the guest, as the frame records name its module
+    module = Path(sc.user_path).name if sc.user_path else f"{sc.program}-{sc.variant.tag}"
     for rec in stacks:
         own = rec.get("own")
         r.foreign += own is None
+        if own is not None:
+            r.own_frames_checked += own_text_steps(rec["frames"].get("cfi", []), module)
         for v in rec["verdicts"]:
             if v["oracle"] != "delivery":
                 r.pairs[(v["oracle"], v["verdict"])] += 1
@@ -267,3 +272,15 @@ def test_a_run_without_stacks_is_a_finding_and_a_failed_build_is_not_run(tmp_pat
     failed = Built(Shape.__new__(Shape), BuildConfig(), "", "prog.c", error="cc1: fatal error")
     (b,) = LiveChecker()(failed)  # no guest: a build that failed is its own finding
     assert (b.kind, b.detail) == ("build-failed", "cc1: fatal error")
+
+
+def test_stacks_judged_with_none_of_the_programs_own_frames_checked_are_a_disagreement():
+    """The mold PIE's run: every stack agreed or was explained, but the CFI oracle found no FDE for
+    any of the program's frames (read with a wrong load bias), so it checked none of them."""
+    r = result_from(events("fp-syscall"), CATALOG["fp-syscall"])
+    assert r.own_frames_checked > 0 and live_outcome(PROG, r).ok
+    r.own_frames_checked = 0  # as a log whose CFI walks ended at the program's first frame counts
+    out = live_outcome(PROG, r)
+    assert not out.ok
+    assert [(d.kind, d.oracle) for d in out.disagreements] == [("unchecked", "cfi")]
+    assert "none of the program's own frames" in out.disagreements[0].detail

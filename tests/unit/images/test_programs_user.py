@@ -126,7 +126,10 @@ def test_lib_lands_at_its_path_and_under_its_soname(tmp_path):
 def test_static_pie_and_i386_are_programs(tmp_path):
     spie = _gcc(tmp_path, tmp_path / "spie", HELLO, "-static-pie")
     f = elf_facts(spie)
-    assert f.static and f.bits == 64 and user_program(spie).runtime == ()
+    assert f.static and f.pie and f.bits == 64 and user_program(spie).runtime == ()
+    assert user_program(spie).variant.pie and user_program(spie).variant.tag.endswith("-static-64-pie")
+    nopie = _gcc(tmp_path, tmp_path / "nopie", HELLO, "-no-pie")
+    assert not elf_facts(nopie).pie and user_program(nopie).variant.tag.endswith("-dyn-64-nopie")
     try:
         i386 = _gcc(tmp_path, tmp_path / "i386", HELLO, "-m32")
     except subprocess.CalledProcessError as exc:

@@ -391,10 +391,10 @@ def test_without_hooks_no_function_is_instrumented():
     from harness.oracles.shadow import hooks, instrumented
     from harness.unwind.code import CodeFacts, Function
     from harness.unwind.maps import AddressSpace
+    from tests.support.layout import loader_maps
 
     plain = build_program("callchain", get_toolchain("host"), Variant())
-    space = AddressSpace.from_maps(
-        "00400000-00500000 r-xp 00000000 00:03 12 /progs/callchain\n", {"/progs/callchain": str(plain.path)}.get)
+    space = AddressSpace.from_maps(loader_maps(plain.path, 0, "/progs/callchain"), {"/progs/callchain": str(plain.path)}.get)
     code = CodeFacts(space, BufferMemory(), 8)
     assert hooks(code) == (None, None)
     assert instrumented(code, Function("main", 0x401000, 64, "/progs/callchain")) is False

@@ -176,8 +176,12 @@ def _linker_messages(r, path: Path, version: int) -> None:
         expected.append((vaddr + off, vaddr + off + piece.header.end, (
             f"{p}the function starts are PC-relative -- read from their own fields, {len(fdes)} of {len(fdes)} FDEs "
             f"start at a function, read from the section as the header says (no SFRAME_F_FDE_FUNC_START_PCREL), 0 "
-            f"do: FDE 0's field at {field0:#x} holds {raw0:#x}, the input's relocated value, not rewritten")))
+            f"do: FDE 0's field at {field0:#x} in .sframe holds {raw0:#x}, the input's relocated value, not "
+            f"rewritten")))
     assert [(f.addr, f.end, f.message) for f in r.of_kind("pcrel-starts-unflagged")] == expected
+    # the linker's findings lie in .sframe itself, where no symbol is
+    assert {(f.section, f.symbol) for f in r.findings if f.kind in sframe_check.LINKER_KINDS and f.addr} == {
+        (".sframe", None)}
 
 
 def _linked(objects, tmp_path: Path, linker: str = "mold", version: int = 3) -> Path:

@@ -2,8 +2,8 @@
 
 The sources are ours (guest_programs/sframe_cases/*.s: a plain frame, 2-byte offsets, a signal
 trampoline, the outermost frame, ``.cfi_remember_state`` at entry, a function of 0 bytes, a CFA
-SFrame cannot express, a function in a text section of its own, DRAP stack realignment; and the
-guest programs callchain.c and sframe_odd.c compiled with -ffunction-sections); each
+SFrame cannot express, a function in a text section of its own, DRAP stack realignment, every
+flexible form of V3 (flex.s); and the guest programs callchain.c and sframe_odd.c compiled with -ffunction-sections); each
 toolchain root's own ``as --gsframe`` assembles them and its own ``ar`` archives them, and its
 own ``objdump --sframe`` is the oracle: our dump equals its text byte for byte.  The checker
 reads the same objects placed (each section at an address of its own, relocations applied):
@@ -119,6 +119,63 @@ def test_v3_objdump_shows_relocated_starts_and_v1_v2_the_raw_field(built):
     assert starts["sid"] == ["0x0", "0xb", "0x1c", "0x25", "0x2d", "0x3a", "0x3a", "0x0"]
 
 
+# flex.s's functions in order, and the rows of sid's objdump that show each one's flexible form
+# (the CFA, FP and RA columns of an FRE, as printed).
+FLEX_ROWS = {
+    "ra_undefined_flex": ["r10+0     c-16      U", "RA undefined"],  # binutils' ra-undefined-flex-1
+    "fp_in_reg": ["sp+8      r12+0     U"],
+    "cfa_deref": ["(fp-8)    c-16      U"],
+    "fp_at_reg": ["sp+16     (fp+0)    U"],
+    "ra_in_reg": ["sp+0      u         r11+0"],
+    "ra_at_cfa": ["sp+16     u         c-16"],
+    "big_flex": ["r10+1000  u         f", "r10+100000u         f", "r10+100000c-100016  U"],
+    "sig_flex": ["r12+8     u         f"],
+}
+
+
+def test_v3_objdump_prints_every_flex_form_the_dump_equals(built):
+    """What binutils 2.47's objdump prints of flex.s, so that the byte-for-byte equality above
+    covers every flexible form gas writes: each function a flexible FDE ("F"; the signal
+    frame's "SF"); a register-based dereference bracketed, "(fp-8)", "(fp+0)"; a CFA-based FP
+    or RA not, "c-16" -- where the dump printed "(c-16)" (issue 34) -- whatever its size of
+    data word; "RA undefined" under a flex CFA, as in binutils' own test
+    cfi-sframe-x86_64-ra-undefined-flex-1."""
+    text = built("sid").objdump("flex")
+    bodies = text.split("\n    func idx [")[1:]
+    assert len(bodies) == len(FLEX_ROWS)
+    for (name, rows), body in zip(FLEX_ROWS.items(), bodies, strict=True):
+        head, _columns, *lines = body.splitlines()
+        assert head.endswith(', attr = "SF"' if name == "sig_flex" else ', attr = "F"'), (name, head)
+        got = [line[22:].rstrip() for line in lines if line.strip()]
+        assert [r for r in rows if r not in got] == [], (name, got)
+    assert "(c" not in text
+
+
+@pytest.mark.parametrize("tc_name", TOOLCHAINS)
+def test_flex_forms_check_clean_where_gas_describes_them(built, tc_name):
+    """flex.s checked against its own .eh_frame: gas 2.47 describes every function, each FRE
+    meeting its CFI row; 2.44 skips the CFAs and FPs it cannot express (a warning each) and
+    writes the RA kept in r11 and the RA saved at CFA-16 as its fixed CFA-8 -- two ``ra``
+    findings, its own fault; 2.40 skips none of them silently but four, describing the others
+    with an SP-based CFA."""
+    path = built(tc_name).dir / "flex.o"
+    (r,) = check_file(path).checks
+    _, image = load(path)
+    funcs = [(s.name, s["st_value"], s["st_value"] + s["st_size"])
+             for s in image.elf.get_section_by_name(".symtab").iter_symbols() if s["st_info"]["type"] == "STT_FUNC"]
+    got = sorted({(f.kind, name) for f in r.findings for name, lo, hi in funcs if lo <= f.addr < hi})
+    expected = {
+        "sid": [],
+        "trixie": [("ra", "ra_at_cfa"), ("ra", "ra_in_reg")],
+        "host": [("cfa", "big_flex"), ("cfa", "ra_undefined_flex"), ("cfa", "sig_flex"), ("ra", "ra_at_cfa"),
+                 ("ra", "ra_undefined_flex")],
+    }[tc_name]
+    assert got == expected, [f.message for f in r.findings]
+    described = {"sid": 8, "trixie": 2, "host": 4}[tc_name]
+    assert r.num_fdes == described and r.cfi_without_sframe == 8 - described
+    assert r.fres_checked == r.num_fres, r.notes
+
+
 # ------------------------------------------------------------------------------ what gas emits
 
 
@@ -219,8 +276,17 @@ def test_an_archive_is_checked_member_by_member(built, tc_name, capsys):
     rc = main(["sframe", "check", str(lib)])
     out, _ = capsys.readouterr()
     assert rc == (0 if tc_name == "sid" else 1)
-    assert out.rstrip().endswith(f"{lib}: archive of {len(CASES) + 1} members: {len(CASES)} with .sframe checked "
-                                 f"({0 if tc_name == 'sid' else 1} with findings), 1 without, 0 unreadable")
+    # gas 2.40's and 2.44's own faults: frames.o's outermost RA, flex.o's CFI they misread
+    with_findings = {"host": 2, "trixie": 2, "sid": 0}[tc_name]
+    assert [r.path for r in fc.checks if not r.clean] == [f"{lib}({c}.o)" for c in CASES
+                                                          if c in ("frames", "flex")][:with_findings]
+    checks = fc.checks
+    assert out.rstrip().endswith(
+        f"{lib}: archive of {len(CASES) + 1} members: {len(CASES)} with .sframe checked ({with_findings} with "
+        f"findings, 0 with no verdict), 1 without, 0 unreadable; {sum(r.num_fdes for r in checks)} FDEs, "
+        f"{sum(r.num_fres for r in checks)} FREs, {sum(r.fres_checked for r in checks)} FREs checked against "
+        f".eh_frame ({sum(r.addresses_compared for r in checks)} addresses): "
+        f"{'findings' if with_findings else 'clean'}")
 
 
 def test_an_elf_file_is_one_check_of_itself_not_an_archive(built):
@@ -321,11 +387,14 @@ def test_an_objects_eh_frame_that_does_not_decode_is_noted_under_the_objects_nam
     struct.pack_into("<I", data, eh, 0xFFFFFF00)  # the first CIE's length
     path = tmp_path / "frames.o"
     path.write_bytes(bytes(data))
-    (r,) = check_file(path).checks
-    assert r.clean and r.fres_checked == 0 and r.addresses_compared == 0, [f.message for f in r.findings]
+    fc = check_file(path)
+    (r,) = fc.checks
+    assert not r.findings and r.fres_checked == 0 and r.addresses_compared == 0, [f.message for f in r.findings]
     notes = [n for n in r.notes if n.startswith("rules not compared")]
     assert notes[0].startswith(f"rules not compared: {path}: .eh_frame does not decode (EhFrameError: the entry "
                                f"at +0x0 claims 4294967040 bytes"), notes
+    # no verdict on the object, never a clean one
+    assert not r.clean and not fc.clean and fc.no_verdict == [r.no_verdict] == ["no verdict: " + notes[0]]
 
 
 # ------------------------------------------------------------------------------ the ar reader

@@ -128,13 +128,55 @@ def test_cut_and_corrupted_copies_are_findings_or_typed_errors(root, name, tmp_p
 
 
 def test_a_tree_without_sframe_data_says_so(tmp_path, capsys):
-    """A root whose ELF files carry no SFrame data (Debian's own packages, so far): clean, and the
-    figures say 0 without an empty list of versions."""
+    """A root whose ELF files carry no SFrame data (Debian's own packages, so far): nothing to
+    check, which is no verdict (exit 2), never a clean one (issue 34); the figures say 0 without
+    an empty list of versions."""
     (tmp_path / "bin").mkdir()
     shutil.copy("/bin/true", tmp_path / "bin" / "true")
     rc = main(["sframe", "check", "--tree", str(tmp_path)])
     out, err = capsys.readouterr()
-    assert rc == 0, err
+    assert rc == 2, err
     first = out.splitlines()[0]
-    assert first.startswith(f"{tmp_path}: 1 files, 1 ELF files, 0 archives; 0 with SFrame data, 0 FDEs, 0 FREs, ")
-    assert out.splitlines()[1:] == ["  no findings", "  packages with SFrame data: 0"]
+    assert first.startswith(f"{tmp_path}: 1 files, 1 ELF files, 0 archives; 0 with SFrame data, 0 FDEs, 0 FREs, "
+                            f"0 FREs checked against .eh_frame (0 addresses), 0 .eh_frame FDEs without one; ")
+    assert out.splitlines()[1:] == ["  nothing to check: no file carries SFrame data", "  packages with SFrame data: 0"]
+
+
+def test_a_file_whose_check_checked_nothing_is_no_verdict_in_the_tree(root, tmp_path, capsys):
+    """A tree of two copies of frames.o, one with its CIE's augmentation length made 65 (what
+    mutating real files found, issue 34): that file's rules are not compared, so it is counted
+    under "no verdict" with its reason, its package says so instead of "clean", and the run
+    exits 2; the counts the summary rests on (FREs checked, addresses) are the good copy's."""
+    from harness.unwind.sframe_tree import check_one
+
+    good = root / "usr/lib/x86_64-linux-gnu/frames.o"
+    data = bytearray(good.read_bytes())
+    with open(good, "rb") as f:
+        eh = ELFFile(f).get_section_by_name(".eh_frame")["sh_offset"]
+    assert data[eh + 8:eh + 16] == b"\x01zR\x00\x01\x78\x10\x01"
+    data[eh + 15] = 65  # augmentation data length
+    (tmp_path / "lib").mkdir()
+    shutil.copy(good, tmp_path / "lib" / "good.o")
+    (tmp_path / "lib" / "bad.o").write_bytes(bytes(data))
+    info = tmp_path / "var/lib/dpkg/info"
+    info.mkdir(parents=True)
+    (info / "frames.list").write_text("/lib/good.o\n/lib/bad.o\n")
+    bad = check_one(str(tmp_path / "lib" / "bad.o"), False, str(tmp_path))
+    assert bad.has_sframe and not bad.errors and bad.kinds == {} and bad.fres_checked == 0
+    assert len(bad.no_verdict) == 1 and bad.no_verdict[0].startswith(
+        "/lib/bad.o: no verdict: rules not compared: /lib/bad.o: .eh_frame does not decode (EhFrameError: the CIE "
+        "at +0x0 has 65 bytes of augmentation data, past its end)"), bad.no_verdict
+    rep = check_tree(tmp_path, jobs=1, timeout=300)
+    assert [r.path for r in rep.no_verdict] == ["/lib/bad.o"]
+    rc = main(["sframe", "check", "--tree", str(tmp_path)])
+    out, _ = capsys.readouterr()
+    assert rc == 2
+    lines = out.splitlines()
+    g = check_one(str(tmp_path / "lib" / "good.o"), False, str(tmp_path))
+    assert g.fres_checked > 0 and f", {g.fres_checked} FREs checked against .eh_frame ({g.addresses} addresses), " \
+        in lines[0]
+    at = lines.index("  no verdict: 1 files (a check that checked nothing: never counted clean)")
+    assert lines[at + 1] == f"    {bad.no_verdict[0]}"
+    # gas 2.40's two findings in each copy's structure and in good.o's rules; bad.o's rules not compared
+    assert lines[-1].startswith("    frames: 2 files (/lib/bad.o, /lib/good.o): ") and lines[-1].endswith(
+        ", 1 no verdict"), lines[-1]

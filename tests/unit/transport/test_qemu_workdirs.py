@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 from harness.transport.qemu import WORKDIR_PREFIX, sweep_orphan_workdirs
 
@@ -29,3 +30,34 @@ def test_only_directories_of_dead_owners_are_removed(tmp_path):
     assert sweep_orphan_workdirs(tmp_path) == [dead]
     assert not dead.exists()
     assert alive.exists() and ownerless.exists() and garbled.exists() and other.exists()
+
+
+def test_a_temporary_directory_too_long_for_the_sockets_falls_back_to_tmp(tmp_path, monkeypatch):
+    """QEMU's sockets live in the guest's private directory: under a $TMPDIR too deep for a Unix
+    socket's 107 bytes (a test runner's), the directory goes to /tmp; a short $TMPDIR is kept."""
+    import socket
+    import tempfile
+
+    from harness.transport.qemu import SOCKET_PATH_MAX, workdir_base
+
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert workdir_base() == Path("/tmp")
+    # the limit is the kernel's: a socket at the longest path allowed binds, one byte more does not
+    short = tmp_path.parent / "s"
+    short.mkdir(exist_ok=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(short))
+    assert workdir_base() == short
+    name = "/tmp/" + "x" * (SOCKET_PATH_MAX - len("/tmp/"))
+    for path, ok in ((name, True), (name + "y", False)):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.bind(path)
+            assert ok, path
+        except OSError:
+            assert not ok, path
+        finally:
+            s.close()
+            if os.path.exists(path):
+                os.unlink(path)

@@ -18,6 +18,7 @@ from harness.unwind.snapshot import Region, Snapshot, SnapshotError
 from harness.unwind.symbolize import Symbolizer
 from harness.unwind.user import unwind_user
 from tests.support.gating import require
+from tests.support.layout import loader_maps
 
 MAPS = """\
 555555554000-555555555000 r--p 00000000 08:01 1234                       /usr/bin/prog
@@ -66,14 +67,8 @@ def test_load_bias_of_a_pie_from_every_mapping():
     path = pie_binary()
     img = load_image(path)
     assert img.is_pie_or_shared
-    loads = [s for s in img.segments if s.p_type == "PT_LOAD"]
     base = 0x555555554000
-    lines = []
-    for s in loads:
-        start = base + (s.vaddr & ~0xFFF)
-        end = base + ((s.vaddr + s.memsz + 0xFFF) & ~0xFFF)
-        lines.append(f"{start:x}-{end:x} r-xp {s.offset & ~0xFFF:08x} 08:01 1 {path}")
-    space = AddressSpace.from_maps("\n".join(lines), resolve=lambda p: p)
+    space = AddressSpace.from_maps(loader_maps(path, base), resolve=lambda p: p)
     for m in space.mappings:
         e = space.elf_at(m.start)
         assert e is not None and e.bias == base, m
@@ -85,8 +80,7 @@ def test_tables_for_builds_one_provider_per_elf():
     path = pie_binary()
     img = load_image(path)
     first = next(s for s in img.segments if s.p_type == "PT_LOAD")
-    maps = f"555555554000-555555600000 r-xp {first.offset:08x} 08:01 1 {path}"
-    space = AddressSpace.from_maps(maps, resolve=lambda p: p)
+    space = AddressSpace.from_maps(loader_maps(path, 0x555555554000), resolve=lambda p: p)
     made = []
     tables_for = space.tables_for(lambda e: made.append(e) or ("table", e.bias))
     assert tables_for(0x555555554100) == ("table", 0x555555554000 - first.vaddr + first.offset)
@@ -198,9 +192,7 @@ def test_symbolizer_uses_call_site_for_return_addresses():
     require(len(idx.symbols) >= 2, f"{path} has too few function symbols")
     pairs = [(a, b) for a, b in itertools.pairwise(idx.symbols) if a.size and a.addr + a.size == b.addr]
     f0, f1 = pairs[0] if pairs else (idx.symbols[0], idx.symbols[1])
-    first = next(s for s in img.segments if s.p_type == "PT_LOAD")
-    maps = f"{0x555555554000:x}-{0x555555554000 + 0x400000:x} r-xp {first.offset:08x} 08:01 1 {path}"
-    space = AddressSpace.from_maps(maps, resolve=lambda p: p, memory=BufferMemory())
+    space = AddressSpace.from_maps(loader_maps(path, 0x555555554000), resolve=lambda p: p, memory=BufferMemory())
     bias = space.elf_at(0x555555554000).bias
     sym = Symbolizer(space)
     assert sym.name(f0.addr + bias) == f"{f0.name}+0x0"

@@ -21,7 +21,6 @@ The stops, beyond those of tests/support/cause_snapshots.py:
   ``pop %rbp``), at the getppid syscall; and with ``libc`` inside glibc's ``syscall()``;
 * callchain.c without frame pointers, static and dynamic, host/trixie/sid, at getppid in c;
 * signal.c (fp, raw): on_alarm's entry, h2's clock_gettime syscall, the rt_sigreturn syscall;
-* recurse.c 600 (fp): rec(0)'s call of bottom, 600 levels deep;
 * callchain.c and vdso.c built with the shadow stack (-finstrument-functions): inside
   ``__cyg_profile_func_enter``, at c's call of it, at getppid in c, at mprotect in glibc's
   start-up (before main); in ``__vdso_clock_gettime``;
@@ -34,7 +33,8 @@ The stops, beyond those of tests/support/cause_snapshots.py:
   frame pointer and no CFI, at its ret; with SFrame, linked by gold, without), nosframe_tail.S
   with nosframe_tail_main.c and sframe_only_next.S (calls in tail position around objects without
   SFrame data, in die), shadow_tail.c (an uninstrumented function's tail call before an
-  instrumented one), untracked_sp.c (-static-pie: rsp realigned with no CFI row); stripped copies
+  instrumented one), untracked_sp.c (-static-pie: rsp realigned with no CFI row), drap.c (a DRAP
+  realignment gas writes no SFrame FDE for, called from main directly and through shim); stripped copies
   by the host's strip where a case needs no symbols;
 * the perf causes: the two real perf captures of tests/data (tests/unit/perf/test_oracle_fixture.py), checked as
   ``harness perf`` does (PerfOracle); where the captures hold no such case (a chain cut at
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gzip
 import os
 import re
@@ -75,6 +76,7 @@ from harness.perf.oracle import UNWINDER as PERF_UNWINDER
 from harness.perf.oracle import PerfOracle
 from harness.perfparse.records import Sample, TaskEvent, parse_capture
 from harness.regs import UserRegs
+from harness.toolchain.witness import CrossExaminer
 from harness.tools import capture_gdb
 from harness.tools.capture_gdb import CaptureError, StopPoint, capture, capture_program
 from harness.unwind.cfi import cfi_table
@@ -89,6 +91,8 @@ from harness.unwind.user import (
 )
 from harness.verdicts.align import judge
 from harness.verdicts.causes import CAUSES, _step, explain
+from harness.verdicts.claims import CONFIRMED, UNVERIFIABLE
+from harness.verdicts.cross import NO_CLAIMS
 from harness.verdicts.types import (
     DIFFERS,
     ENDS,
@@ -240,14 +244,6 @@ def signal_snaps(tmp_path_factory) -> CauseCapture:
                    StopPoint("h2-syscall", "insn", "h2", "syscall"),
                    StopPoint("sigreturn", "syscall", syscall="rt_sigreturn")]),
     ])
-
-
-@pytest.fixture(scope="session")
-def recurse_snaps(tmp_path_factory) -> CauseCapture:
-    """recurse.c 600 (host, fp, static) at rec(0)'s call of bottom: 600 rec frames deep.  It makes
-    no getppid: the stops are set at static glibc's first brk, before main."""
-    return _one(tmp_path_factory, "recurse", "recurse", "host", Variant(),
-                [(["600"], [StopPoint("rec-bottom", "insn", "rec", "<bottom>")])], loaded_syscall="brk")
 
 
 @pytest.fixture(scope="session")
@@ -496,6 +492,30 @@ def untracked_sp_snaps(tmp_path_factory) -> CauseCapture:
 
 
 @pytest.fixture(scope="session")
+def drap_snaps(tmp_path_factory) -> CauseCapture:
+    """tests/data/drap.c built by the host gcc -O1 -fomit-frame-pointer -Wa,--gsframe -static:
+    main -> [shim ->] realigned (a DRAP realignment: gas 2.40 writes it no SFrame FDE) -> target;
+    stopped at getppid in target, once called directly (direct) and once through shim (shim): the
+    realignment's padding is 0 on one path and 16 on the other."""
+    from harness.images.toolchain import get_toolchain
+
+    root, binary = _data_build_dir(tmp_path_factory, "drap", "drap.c")
+    snaps = {}
+    try:
+        get_toolchain("host").run(["gcc", "-O1", "-fomit-frame-pointer", "-Wa,--gsframe", "-static", "-o", binary,
+                                   "drap.c"], cwd=str(root))
+        for path in ("0", "1"):
+            stop = StopPoint("target-raw", "syscall", syscall="getppid")
+            got_ = capture([binary, ITER, path], [stop], root / f"snaps-{path}", binary=binary)
+            snaps["shim" if path == "1" else "direct"] = Snapshot.load(got_["target-raw"])
+    except (ImageError, CaptureError) as exc:
+        require(False, f"drap.c with the host gcc: {exc}")
+        raise
+    return CauseCapture("drap", "host", Variant(frame_pointers=False), binary, snaps,
+                        function_symbols(binary, ("realigned", "target", "main", "shim")))
+
+
+@pytest.fixture(scope="session")
 def go_nanotime_snaps(tmp_path_factory) -> CauseCapture:
     """tests/data/gospin.go built by Debian's golang-go (static, frame pointers, .debug_frame),
     stopped in its first runtime.nanotime1 after osinit's sched_getaffinity (schedinit's, on m0's
@@ -693,6 +713,48 @@ def refuse_tail_spin_call(request, tc):
 
 def nofp_c_raw(request, tc: str, static: bool):
     return cfi_stop(request, "nofp_snaps", "c-raw", "sframe", key=(tc, static))
+
+
+def drap_path(request, path: str = "direct", unwinder: str = "sframe"):
+    """A drap stop walked by ``unwinder``, with the CFI oracle's frames, and the index of
+    realigned's caller's frame."""
+    return cfi_stop(request, "drap_snaps", path, unwinder), 2  # target, realigned, its caller
+
+
+def _cfi_sp(st, k: int) -> int:
+    from harness.unwind.cfi import cfi_tables_for, unwind_cfi
+
+    return unwind_cfi(st.memory, st.regs, cfi_tables_for(st.space), max_entries=k + 1).frames[k].sp
+
+
+def accept_after_drap(request, path):
+    """drap.c at getppid in target: SFrame takes target and realigned; realigned has no SFrame FDE,
+    and the FP fallback gives its caller sp = rbp + 16, the realigned copy of the return address:
+    below the CFA by the realignment's padding plus 8 (``and $-32`` on an entry rsp of 8 mod 16:
+    16 or 32 bytes: main or shim, one 16-byte frame deeper); the caller's SFrame step reads the
+    wrong words."""
+    (cap, st, oracle, frames), k = drap_path(request, path)
+    r0, r1 = cap.symbols["realigned"]
+    assert st.trace.ips[:k + 1] == list(frames.ips[:k + 1]) and st.trace.ips[k + 1:k + 2] != list(frames.ips[k + 1:k + 2])
+    return Accepted(st, oracle, frames, (k + 1, k + 1), {
+        "function": "realigned", "start": r0, "end": r1,
+        "drap": lambda insns: "lea r10, [rsp + 8]" in insns[0] and "and rsp" in insns[1],
+        "given_sp": lambda sp: _cfi_sp(st, k) - sp in (16, 32), "cfa": _cfi_sp(st, k),
+    }, (DIFFERS, ENDS))
+
+
+def _refused_from(a: Accepted) -> Refused:
+    """Another cause's accepted divergence, as judge() builds it, handed to this cause."""
+    v = judge(a.stack, a.oracle, a.frames)
+    d = next(x for x in v.divergences if (x.got_index, x.want_index) == a.at)
+    return Refused(a.stack, dataclasses.replace(d, cause=None, evidence=None))
+
+
+def refuse_after_drap_before_the_caller(request):
+    """The padded walk's divergence moved one frame up, to the step from realigned itself (an FP
+    step, not the caller's SFrame step from the wrong sp)."""
+    (_cap, st, oracle, frames), k = drap_path(request)
+    return Refused(st, div(st, oracle, frames, DIFFERS, k, k))
 
 
 def accept_function_without_fde(request, tc):
@@ -1944,6 +2006,8 @@ ACCEPT = [
     Case("sframe-tail-call-next-fde", "tailcall-nofp-O2-host:spin-call:stack-cut-below-dies-frame",
          accept_tail_call_next_fde_ends),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host-stripped:die-sonly", accept_tail_call_next_fde_unnamed),
+    *[Case("sframe-after-drap-fp-step", f"drap-nofp-static-host:target-raw:{path}", accept_after_drap, (path,))
+      for path in ("direct", "shim")],
     *[Case("sframe-function-without-fde", f"callchain-nofp-static-{tc}:c-raw", accept_function_without_fde, (tc,))
       for tc in TOOLCHAINS],
     Case("sframe-function-without-fde", "callchain-fp-static-host:c-libc", accept_function_without_fde_syscall),
@@ -2020,6 +2084,10 @@ REFUSE = [
     Case("sframe-tail-call", "nosframe-tail-host:die-raw:at-mains-end-after-no-call", after_no_call,
          ("die-raw", "main", ENDS)),
     Case("sframe-tail-call", "nosframe-tail-host:die-trap:symbol-past-the-fde", refuse_tail_call_before_a_trap),
+    Case("sframe-after-drap-fp-step", "drap-nofp-static-host:target-raw:one-frame-up",
+         refuse_after_drap_before_the_caller),
+    Case("sframe-after-drap-fp-step", "callchain-nofp-static-host:c-raw:function-without-fde's",
+         lambda request: _refused_from(accept_function_without_fde(request, "host"))),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-fde:symbol-past-the-fde",
          refuse_tail_call_next_before_a_trap),
     Case("sframe-tail-call-next-fde", "nosframe-tail-host:die-next:at-dies-end-after-no-call", after_no_call,
@@ -2165,6 +2233,21 @@ REFUSE = [
 
 # --- the tests ------------------------------------------------------------------------------------------
 
+@functools.cache
+def examiner() -> CrossExaminer:
+    """One witness for the module: the tools' outputs are asked once a file."""
+    return CrossExaminer()
+
+
+# Accepted cases whose claims no tool can be asked (the case id, and the outcome expected instead).
+UNCLAIMED: dict[str, str] = {
+    # the address the CFI walk ended at is on the stack: in no ELF file
+    "cfi-no-fde:callchain-fp-static-host:c-raw:cut-at-an-address-on-the-stack": UNVERIFIABLE,
+    # another task's signal frame, read by the kernel's own layout (the restorer's code): no CFI asked
+    "signal-delivery:signal-fp-static-host:on-alarm:foreign-task": UNVERIFIABLE,
+}
+
+
 def test_every_cause_has_cases():
     accepted = {c.cause for c in ACCEPT}
     refused = {c.cause for c in REFUSE}
@@ -2195,6 +2278,15 @@ def test_cause_accepts(case: Case, request):
     # the predicate on its own, on the divergence as align built it, gives the same evidence
     again = CAUSES[case.cause].predicate(a.stack, dataclasses.replace(d, cause=None, evidence=None))
     assert again == d.evidence
+    # and the toolchain's own tools, asked the cause's claims about the binaries, confirm them all
+    crossed = examiner().review(a.stack, v)
+    d = next(x for x in crossed.divergences if (x.got_index, x.want_index) == a.at)
+    if case.cause in NO_CLAIMS:
+        assert d.cross is None and not d.testimony
+        return
+    assert crossed.verdict == EXPLAINED, describe(crossed) + "\n" + "\n".join(map(str, d.testimony))
+    want = UNCLAIMED.get(f"{case.cause}:{case.what}", CONFIRMED)
+    assert d.cross == want and d.testimony, "\n".join(map(str, d.testimony))
 
 
 @pytest.mark.parametrize("case", [c.param() for c in REFUSE])
