@@ -228,6 +228,19 @@ def _binutils(version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def cfi_rows(cfi, pcs: list[int]) -> tuple[dict[int, FrameRule | None], list[int]]:
+    """The CFI row at each instruction (None where the oracle cannot evaluate it), and the
+    instructions whose CFA is rbp-based (the frame-pointer body)."""
+    rules: dict[int, FrameRule | None] = {}
+    for pc in pcs:
+        try:
+            rules[pc] = cfi.rule_for_link(pc, signal_ok=True)
+        except UnsupportedCFI:
+            rules[pc] = None
+    fp_rows = [pc for pc in pcs if rules[pc] is not None and rules[pc].cfa.base == "fp" and not rules[pc].cfa.deref]
+    return rules, fp_rows
+
+
 class StaticChecker:
     """The ``--static`` checker: ``checker(built) -> [Finding]`` (one per signature).
 
@@ -299,13 +312,7 @@ class StaticChecker:
     def _function(self, built: Built, image: ElfImage, cfi, provider, table, fn: _Function) -> list[Finding]:
         cfg = built.config
         pcs = instructions(image, fn)
-        rules: dict[int, FrameRule | None] = {}
-        for pc in pcs:
-            try:
-                rules[pc] = cfi.rule_for_link(pc, signal_ok=True)
-            except UnsupportedCFI:
-                rules[pc] = None
-        fp_rows = [pc for pc in pcs if rules[pc] is not None and rules[pc].cfa.base == "fp" and not rules[pc].cfa.deref]
+        rules, fp_rows = cfi_rows(cfi, pcs)
         expressible = all(r is None or sframe_expressible(r) for r in rules.values())
         cfi_provider = CFIRules(cfi, 0)
         out: list[Finding] = []

@@ -37,13 +37,14 @@ from harness.fuzz.static import (
     RA,
     STACK_LO,
     StaticChecker,
+    cfi_rows,
     generated_functions,
     instructions,
     sframe_expressible,
     synthesize,
 )
 from harness.rule import DWARF_X86_64, SAME, UNDEFINED, FrameRule, ValueRule, apply_rule, outermost_rule
-from harness.unwind.cfi import UnsupportedCFI, cfi_table
+from harness.unwind.cfi import cfi_table
 from harness.unwind.maps import ElfImage
 from harness.unwind.sframe_check import LINKER_KINDS, check_binary, load
 from tests.support.toolchains import need
@@ -331,13 +332,7 @@ def test_rows_of_every_shape_are_compared_skipped_or_named_as_the_module_says(tc
     names = {f.name: f for f in generated_functions(image)}
     for fn in names.values():
         pcs = instructions(image, fn)
-        rules = {}
-        for pc in pcs:
-            try:
-                rules[pc] = cfi.rule_for_link(pc, signal_ok=True)
-            except UnsupportedCFI:
-                rules[pc] = None
-        fp_rows = [pc for pc in pcs if rules[pc] is not None and rules[pc].cfa.base == "fp" and not rules[pc].cfa.deref]
+        rules, fp_rows = cfi_rows(cfi, pcs)
         no_fde = table.find_fde(fn.start) is None
         inexpressible = not all(r is None or sframe_expressible(r) for r in rules.values())
         for pc in pcs:
