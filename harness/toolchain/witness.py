@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections import Counter
 from dataclasses import replace
 
 from ..oracles.base import Stack
@@ -58,10 +57,9 @@ class CrossExaminer:
     def __init__(self, host: Binutils | None = None):
         self.host = host or binutils("host")
         self._answers: dict[tuple, Testimony] = {}
-        self._out: dict[tuple, str] = {}
+        self._out: dict[tuple, object] = {}  # a tool's parsed words, per question and file
         self._tmp: str | None = None
         self._files: dict[int, str] = {}
-        self.counts: Counter = Counter()  # (cause, outcome) -> divergences
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -90,7 +88,6 @@ class CrossExaminer:
                 continue
             said = [self.examine(c) for c in claims_for(stack, d)]
             outcome = _overall(said)
-            self.counts[(d.cause, outcome)] += 1
             records = tuple(t.as_record() for t in said) or (NOTHING_TO_ASK,)
             d = replace(d, testimony=records, cross=outcome)
             if outcome == CONTRADICTED:
@@ -123,11 +120,11 @@ class CrossExaminer:
                 return Testimony(c, UNVERIFIABLE, why, cmd)
             if c.link is not None and link != c.link:
                 return Testimony(c, CONTRADICTED, f"{why}: the harness read it as link address {c.link:#x}", cmd)
-            delta = c.address - link
         else:
-            delta = 0
+            link = 0  # a fact about the whole module
         check = getattr(self, "_" + c.fact.replace("-", "_"))
-        return check(path, c, c.address - delta if c.address else 0, delta)
+        # the fact's own arguments are run-time addresses of the same module: the same delta
+        return check(path, c, link, c.address - link)
 
     def _file(self, c: Claim) -> str:
         if c.host is not None:
@@ -142,20 +139,22 @@ class CrossExaminer:
             self._files[k] = p
         return self._files[k]
 
-    def _tool(self, tool: str, args: list[str], path: str, bu: Binutils | None = None) -> tuple[str, str]:
+    def _tool(self, tool: str, args: list[str], path: str, parse, bu: Binutils | None = None) -> tuple:
+        """``parse`` of ``tool args path``'s output, and the command as a testimony names it: run
+        and parsed once per question and file (a static glibc's frames-interp is 33,000 lines)."""
         bu = bu or self.host
         st = os.stat(path)
         key = (bu.name, tool, tuple(args), path, st.st_size, st.st_mtime_ns)
         if key not in self._out:
-            self._out[key] = bu.run(tool, [*args, path])
+            self._out[key] = parse(bu.run(tool, [*args, path]))
         return self._out[key], f"{bu.label(tool)}: {tool} {' '.join(args)} {os.path.basename(path)}"
 
     # -- the address ---------------------------------------------------------------------------
     def _link(self, path: str, c: Claim) -> tuple[int | None, str, str]:
         start, _end, offset, perms = c.mapping
         off = offset + c.address - start
-        text, cmd = self._tool("readelf", ["-lW"], path)
-        loads = [s for s in words.program_headers(text) if s.type == "LOAD" and s.offset <= off < s.offset + s.filesz]
+        segs, cmd = self._segments(path)
+        loads = [s for s in segs if s.type == "LOAD" and s.offset <= off < s.offset + s.filesz]
         if "x" in perms:
             loads = [s for s in loads if "E" in s.flags] or loads
         if not loads:
@@ -168,8 +167,7 @@ class CrossExaminer:
 
     # -- the facts -----------------------------------------------------------------------------
     def _cfi(self, path: str) -> tuple[list[words.CfiFde], str]:
-        text, cmd = self._tool("readelf", ["-wN", "--debug-dump=frames-interp"], path)
-        return words.cfi_fdes(text), cmd
+        return self._tool("readelf", ["-wN", "--debug-dump=frames-interp"], path, words.cfi_fdes)
 
     def _fde_at(self, path: str, pc: int) -> tuple[words.CfiFde | None, int, str]:
         fdes, cmd = self._cfi(path)
@@ -190,8 +188,7 @@ class CrossExaminer:
                          f"{fde.line}: its CIE's augmentation is \"{fde.augmentation}\"", cmd)
 
     def _symbols(self, path: str) -> tuple[list[words.Symbol], str]:
-        text, cmd = self._tool("readelf", ["-sW"], path)
-        return words.symbols(text), cmd
+        return self._tool("readelf", ["-sW"], path, words.symbols)
 
     def _function(self, path, c, pc, delta) -> Testimony:
         lo, hi, name = c.arg("start") - delta, c.arg("end") - delta, c.arg("name", "")
@@ -216,9 +213,8 @@ class CrossExaminer:
     def _code(self, path: str, lo: int, hi: int) -> tuple[list[words.Insn], str]:
         if hi <= lo:  # an empty range (a symbol of size 0; the code before a function's first byte)
             return [], f"objdump -d of [{lo:#x}, {hi:#x}): an empty range, nothing to ask"
-        text, cmd = self._tool("objdump", ["-d", "--insn-width=16", f"--start-address={lo:#x}",
-                                           f"--stop-address={hi:#x}"], path)
-        return words.disassembly(text), cmd
+        return self._tool("objdump", ["-d", "--insn-width=16", f"--start-address={lo:#x}", f"--stop-address={hi:#x}"],
+                          path, words.disassembly)
 
     def _no_frame_setup(self, path, c, pc, delta) -> Testimony:
         lo, hi = c.arg("start") - delta, c.arg("end") - delta
@@ -265,12 +261,10 @@ class CrossExaminer:
         return Testimony(c, CONFIRMED if _CALL.match(last.mnemonic) else CONTRADICTED, f"`{last.line}`", cmd)
 
     def _sections(self, path: str) -> tuple[list[words.Section], str]:
-        text, cmd = self._tool("readelf", ["-SW"], path)
-        return words.section_headers(text), cmd
+        return self._tool("readelf", ["-SW"], path, words.section_headers)
 
     def _segments(self, path: str) -> tuple[list[words.Segment], str]:
-        text, cmd = self._tool("readelf", ["-lW"], path)
-        return words.program_headers(text), cmd
+        return self._tool("readelf", ["-lW"], path, words.program_headers)
 
     def _sframe_layout(self, path: str) -> tuple[words.Section | None, words.Segment | None, str]:
         secs, scmd = self._sections(path)
@@ -306,8 +300,7 @@ class CrossExaminer:
         bu = reading_sframe(head[2])
         if bu is None:
             return None, f"no objdump here reads SFrame version {head[2]} (its toolchain root is not built)"
-        text, cmd = self._tool("objdump", ["--sframe"], path, bu)
-        return words.sframe_fdes(text), cmd
+        return self._tool("objdump", ["--sframe"], path, words.sframe_fdes, bu)
 
     def _no_sframe_fde(self, path, c, pc, delta) -> Testimony:
         fdes, cmd = self._sframe(path)
