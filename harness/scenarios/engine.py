@@ -77,8 +77,8 @@ from .catalog import Scenario
 from .result import Result
 from .snapshot import StackChecker, StopSnapshot, loaded_digest, save
 
-__all__ = ["MAX_REQUESTS_PER_SAMPLE", "MAX_SAMPLES", "Engine", "Sampling", "raw_stop_rate", "request_budget",
-           "run_scenarios"]
+__all__ = ["MAX_REQUESTS_PER_SAMPLE", "MAX_SAMPLES", "Engine", "LoopCost", "Sampling", "raw_stop_rate",
+           "request_budget", "run_scenarios"]
 
 # Entry and exit assembly: a request interrupting it sees pt_regs that are not (or no longer)
 # those of the user context the task returns to next.
@@ -109,6 +109,39 @@ class PendingCheck:
     snap: StopSnapshot
     trace: Trace
     delivered: list[Delivery]
+
+
+class LoopCost:
+    """What a sampling loop cost the harness: the process's CPU seconds (``time.process_time``:
+    user and system time of every thread, which other work on a shared machine disturbs far
+    less than wall time), the gdb-stub packets sent by kind, the stub round trips and the log
+    records written, between :meth:`start` and :meth:`stop`.  A transport that counts no
+    packets (GDB/MI) leaves ``packets`` empty and ``round_trips`` None."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.packets: collections.Counter[str] = collections.Counter()
+        self.round_trips: int | None = None
+        self.records = 0
+        self._at: tuple | None = None
+
+    @staticmethod
+    def _now(target, log) -> tuple:
+        return (time.process_time(), collections.Counter(getattr(target, "sent", {})),
+                getattr(target, "round_trips", None), log.seq)
+
+    def start(self, target, log) -> None:
+        self._at = self._now(target, log)
+
+    def stop(self, target, log) -> None:
+        if self._at is None:
+            return
+        (cpu0, sent0, trips0, seq0), (cpu1, sent1, trips1, seq1) = self._at, self._now(target, log)
+        self._at = None
+        self.cpu = cpu1 - cpu0
+        self.packets = sent1 - sent0
+        self.round_trips = None if trips0 is None or trips1 is None else trips1 - trips0
+        self.records = seq1 - seq0
 
 
 @dataclass(frozen=True)
@@ -271,6 +304,10 @@ class Engine:
         # Checks done while the guest ran: how many batches, their time, and how many ended
         # after the guest had stopped again (bench deferred prints it).
         self.overlap = {"deliveries": 0, "seconds": 0.0, "late": 0}
+        # The sampling loop's own cost, for bench deferred: the process's CPU time (user and
+        # system, every thread), the gdb-stub packets by kind, the stub round trips and the log
+        # records, from the loop's start to the last delivery's checks (after the loop's flush).
+        self.loop_cost = LoopCost()
         # Breakpoints a subclass keeps inserted the whole run (the soak's fork and exit points),
         # handled by _on_lifecycle wherever the engine stops at them; none in a normal run.
         self.lifecycle: dict[int, StopPoint] = {}
@@ -364,6 +401,7 @@ class Engine:
             # an old-generation collection in the loop does not walk it (30-60 ms each, measured).
             gc.freeze()
             loop_start = time.monotonic()
+            self.loop_cost.start(s.target, self.log)
             while self.result.sampled < self.sc.samples:
                 if self.n_requests >= limit or self.result.stops >= STOPS_PER_REQUEST_LIMIT * limit:
                     self.result.notes.append(
@@ -477,6 +515,8 @@ class Engine:
                 self._process_queue_safely()
             if not self.result.loop_seconds:
                 self.result.loop_seconds = time.monotonic() - loop_start
+            # the loop and its end: the last deliveries' checks are in it, as in result.stacks
+            self.loop_cost.stop(s.target, self.log)
             # Clean up in the guest, unless QEMU is gone (a panic) or answers nothing (each step
             # would wait out its bound): the run's error says so already.
             try:
