@@ -51,6 +51,8 @@ from .transport.target import ReadResult, Target
 EXPECTED_READS_MAX = 16 * 1024
 #: how many recent values of a pt_regs-pointing register a vCPU's stop guesses keep
 POINTERS_KEPT = 3
+#: page_offset_base where the kernel has no such variable (no KASLR of its memory layout)
+DIRECT_MAP = 0xFFFF_8880_0000_0000
 
 
 #: the most vCPUs a guest gets: TCG runs them all on this machine's cores, and a request point
@@ -260,6 +262,7 @@ class Session:
             stage = "while the debugger attached"
             self.target = make_target(spec.transport, self.machine.gdb_socket)
             self.target.stop_reads = self._stop_guesses
+            self.target.whole_reads = self._in_direct_map(self._direct_map_base())
             stage = "while the harness found the kernel's stop points"
             self.stops = find_stop_points(self.info, self.target.read_kernel, self.symbols.next_symbol_address)
         except QemuStartError:
@@ -419,6 +422,20 @@ class Session:
         o = self.info.task_offsets
         lo = min(o.values())
         return lo, max(o["comm"] + self.info.comm_len, *(v + 8 for v in o.values()))
+
+    def _direct_map_base(self) -> int:
+        """Where the kernel maps all of RAM (page_offset_base, or its default without KASLR)."""
+        sym = self.info.symbols.get("page_offset_base")
+        if sym is None:
+            return DIRECT_MAP
+        return int.from_bytes(self.target.read_kernel(sym, 8), "little")
+
+    def _in_direct_map(self, base: int):
+        """``whole_reads`` for the target: a range within the kernel's direct map of the guest's
+        RAM (``memory_mb``: one hole-free span below 3 GiB) reads whole across pages, so a
+        task_struct that crosses a page is one packet at each stop, not two."""
+        end = base + (min(self.memory_mb, 3072) << 20)  # (above 3 GiB: PCI's hole, then RAM again)
+        return lambda addr, size: base <= addr and addr + size <= end
 
     def _stop_guesses(self, cpu: int) -> list[tuple[int, int]]:
         """What :meth:`prefetch_stop` will most likely read at a stop of ``cpu``: what it read

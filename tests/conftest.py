@@ -101,40 +101,47 @@ def pytest_collection_modifyitems(config, items):
 # in 6, the deferred model's two machines) then came last, and the worker that drew the last one
 # ran alone to the end (8 s of the suite's end on one worker, measured).  The longest modules go
 # first instead, longest first, each worker taking the next as it frees: the last units are short
-# ones, and the two workers end together.  The list is each module's CPU, largest first (the mean
-# of three whole runs, benchmarks/SUITE_TIME.md, measured by benchmarks/suite_cpu.py), with the
-# two that mostly wait placed by their wall time; the modules below 1.4 s follow in their
-# collection order.  A module missing from the list only runs later than it could.
+# ones, and the two workers end together.  The list is each module's CPU in the unit tier, largest
+# first (without its deep-marked tests, 2026-12-07, benchmarks/SUITE_TIME.md, measured by
+# benchmarks/suite_cpu.py: test_load_bias, 11.8 s and missing from the list, ran last and alone
+# for 25 s), with the two that mostly wait placed by their wall time; the modules below 1.1 s
+# follow in their collection order.  A module missing from the list only runs later than it could.
 LONGEST_FIRST = (
     "tests/unit/sframe/test_check.py",
-    "tests/unit/deferred/test_check_mutations.py",
-    "tests/unit/kernel/test_btf.py",
-    "tests/unit/test_fuzz_corpus.py",
-    "tests/unit/fuzz/test_campaign.py",
-    "tests/unit/unwind/test_ehframe.py",
-    "tests/unit/test_docs.py",
-    "tests/unit/sframe/test_parse_hypothesis.py",
+    "tests/unit/unwind/test_load_bias.py",
     "tests/unit/verdicts/test_causes.py",
-    "tests/unit/report/test_sframe_dump.py",
-    "tests/unit/deferred/test_model_stateful.py",
+    "tests/unit/kernel/test_btf.py",
+    "tests/unit/test_docs.py",
+    "tests/unit/unwind/test_ehframe.py",
     "tests/unit/sframe/test_tree.py",
-    "tests/unit/kernel/test_kallsyms.py",
-    "tests/unit/transport/test_rsp_pipeline.py",  # 5 s of wall, its timeouts; no CPU
     "tests/unit/unwind/test_user_real.py",
+    "tests/unit/transport/test_rsp_pipeline.py",  # 5 s of wall, its timeouts; no CPU
+    "tests/unit/kernel/test_kallsyms.py",
+    "tests/unit/deferred/test_model_stateful.py",
+    "tests/unit/deferred/test_check_mutations.py",
     "tests/unit/sframe/test_elf_toolchains.py",
+    "tests/unit/unwind/test_places.py",
     "tests/unit/lockstep/test_compare.py",
     "tests/unit/verdicts/test_cfi_libcrypto.py",
-    "tests/unit/unwind/test_cfi_compat.py",
     "tests/unit/images/test_cache_lock.py",  # 1 s of CPU, several of wall: its lock waits
-    "tests/unit/unwind/test_mixed_tailcall.py",
-    "tests/unit/verdicts/test_align_recursion.py",
-    "tests/unit/images/test_programs_user.py",
-    "tests/unit/fuzz/test_shape.py",
-    "tests/unit/perf/test_records.py",
-    "tests/unit/test_progress_terminal.py",
-    "tests/unit/report/test_html_browser.py",
+    "tests/unit/sframe/test_parse_hypothesis.py",
+    "tests/unit/sframe/test_tree_faults.py",
+    "tests/unit/unwind/test_cfi_compat.py",
+    "tests/unit/report/test_sframe_dump.py",
+    "tests/unit/test_fuzz_corpus.py",
+    "tests/unit/perf/test_debian_parsers.py",
     "tests/unit/fuzz/test_build.py",
-    "tests/unit/unwind/test_user_hypothesis.py",
+    "tests/unit/images/test_programs_user.py",
+    "tests/unit/test_progress_terminal.py",
+    "tests/unit/unwind/test_cfi_eh_return.py",
+    "tests/unit/fuzz/test_static.py",
+    "tests/unit/report/test_html_browser.py",
+    "tests/unit/verdicts/test_align_recursion.py",
+    "tests/unit/perf/test_records.py",
+    "tests/unit/fuzz/test_campaign.py",
+    "tests/unit/sframe/test_objects.py",
+    "tests/unit/fuzz/test_shape.py",
+    "tests/unit/commands/test_contract_inputs.py",
 )
 
 

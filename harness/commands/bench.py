@@ -89,11 +89,8 @@ def _bench_deferred(args) -> int:
         print(f"stub: {sess.realtime or normal}")
         prog = sess.program(sc.program, sc.toolchain, sc.variant)
         floor = raw_stop_rate(sess, prog)
-        target = sess.target
-        trips0 = getattr(target, "round_trips", None)
         engine = Engine(sess, sc, progress=sampling_reporter())
         r = engine.run()
-        trips = None if trips0 is None else target.round_trips - trips0
         # The second anchor: the guest kernel's own deferred unwinding of the same program, in
         # the same guest, under perf with defer_callchain (tiny stack dumps: only the rate counts).
         pspec = PerfSpec(seconds=args.perf_seconds, freq=args.perf_freq, stack_bytes=8, defer=True)
@@ -102,7 +99,7 @@ def _bench_deferred(args) -> int:
             why = ""
         except (CaptureError, PerfFormatError) as exc:
             kernel, why = None, str(exc).splitlines()[0]
-    for line in deferred_lines(r, floor, kernel, why, pspec.freq, trips, engine.overlap):
+    for line in deferred_lines(r, floor, kernel, why, pspec.freq, engine.loop_cost, engine.overlap):
         print(line)
     # A rate is only worth its stacks: the exit code says whether they held (README, exit codes).
     if r.errors or r.problems:

@@ -18,6 +18,10 @@ Stop points (:class:`StopPoint`):
   ``int $0x80``, or in the vDSO's ``__kernel_vsyscall``);
 * ``offset`` ``func`` ``n``: ``func + n``.
 
+A breakpoint kind may carry a gdb ``condition``; besides gdb's own convenience functions the
+script defines ``$_interrupted_is("NAME")``: the frame the innermost signal frame interrupted is
+function NAME (a stop in a signal handler taken only when the signal interrupted known code).
+
 Any of the breakpoint kinds may go on ``steps`` instructions (``stepi``) before the snapshot is
 taken: into what the stop's ``call`` calls (the vDSO, which has no symbols of the program's).
 
@@ -148,6 +152,24 @@ def insn_addr(func, pattern, after):
             return insns[i + after]["addr"]
     raise gdb.GdbError(f"no '{pattern}' in {func}")
 
+class InterruptedIs(gdb.Function):
+    """$_interrupted_is("NAME"): the frame the innermost signal frame interrupted (the one
+    above it, as gdb unwinds through the kernel's frame) is function NAME.  A condition for a
+    stop in a signal handler that must have interrupted known code (StopPoint.condition);
+    unlike $_caller_is it counts no frames, which inlined functions would shift."""
+
+    def __init__(self):
+        super().__init__("_interrupted_is")
+
+    def invoke(self, name):
+        f = gdb.newest_frame()
+        while f is not None and f.type() != gdb.SIGTRAMP_FRAME:
+            f = f.older()
+        f = f.older() if f is not None else None
+        return int(f is not None and f.name() == name.string())
+
+
+InterruptedIs()
 gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 gdb.execute("set startup-with-shell off")

@@ -599,10 +599,14 @@ class RspTarget(Target):
         reads in the last batch (:meth:`_pipeline`)."""
         self._set_phys(False)
         pieces: list[tuple[int, int, int]] = []  # (range index, addr, size)
+        whole = self.whole_reads
         for i, (addr, size) in enumerate(ranges):
             cur, end = addr, addr + size
+            # A range in memory without holes (Target.whole_reads: a task_struct in the kernel's
+            # direct map, which crossed a page at every stop) in one packet, not one a page.
+            one = whole is not None and whole(addr, size)
             while cur < end:
-                n = min(end - cur, PAGE_SIZE - cur % PAGE_SIZE, self.max_read)
+                n = min(end - cur, self.max_read) if one else min(end - cur, PAGE_SIZE - cur % PAGE_SIZE, self.max_read)
                 pieces.append((i, cur, n))
                 cur += n
         # Pieces that overlap or touch within one page, one after the other, share one packet:

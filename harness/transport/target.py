@@ -78,6 +78,10 @@ class Target(ABC):
         self.stop_reads = None
         #: ``(generation, [((addr, size), ReadResult), ...])`` of the last stop's :attr:`stop_reads`
         self.stop_prefetch: tuple[int, list] | None = None
+        #: ``whole_reads(addr, size) -> bool``: the range lies in memory mapped without holes (the
+        #: kernel's direct map of RAM), so an implementation may read it in one packet across
+        #: pages where it would cut other reads at each page (a read faults whole); None: none is
+        self.whole_reads = None
         #: pc -> whether it holds endbr64 or the NOP it is sealed into (:meth:`_at_endbr`)
         self._endbr: dict[int, bool] = {}
 

@@ -21,6 +21,7 @@ from harness.errors import HarnessError
 from tests.fuzz.targets import TARGETS
 from tests.support.gating import require
 from tests.support.paths import FUZZ, REPO
+from tests.support.tiers import unit_share
 
 # Fresh inputs per target in the bounded run: a few seconds each on a loaded 2-core machine.
 FRESH = {"log_check": 1500, "log_mutations": 3000, "perf_check": 1000, "perf_resolve": 500, "perf_records": 3000, "sframe": 3000,
@@ -53,7 +54,8 @@ def test_corpus_replays_with_typed_errors_only(name):
     print(f"{name}: {len(corpus(name))} corpus inputs, {typed} typed errors")
 
 
-@pytest.mark.parametrize("name", sorted(TARGETS))
+# one target in the unit tier, every target in the deep tier (tests/support/tiers.py)
+@pytest.mark.parametrize("name", unit_share(sorted(TARGETS), len(TARGETS)))
 def test_fresh_inputs_coverage_guided(name, tmp_path):
     require(importlib.util.find_spec("atheris") is not None, "atheris is not installed (pip install -e .[test])")
     work = tmp_path / "corpus"

@@ -17,6 +17,7 @@ from harness.fuzz.campaign import merge, replay, run
 from harness.fuzz.static import StaticChecker, generated_functions
 from harness.rule import FrameRule, ValueRule
 from harness.unwind.maps import ElfImage
+from tests.support.tiers import DEEP
 from tests.support.toolchains import need
 
 CONFIG = BuildConfig("host", "-O1", True, True, False, "bfd")
@@ -68,6 +69,7 @@ def _planted(camp):
     return recs
 
 
+@DEEP  # the campaign fixture: a whole campaign, 10 s of CPU: the deep tier (tests/support/tiers.py)
 def test_the_planted_disagreement_is_found_and_shrunk_to_a_few_functions(campaign):
     camp, out = campaign
     for rec in _planted(camp):
@@ -82,6 +84,7 @@ def test_the_planted_disagreement_is_found_and_shrunk_to_a_few_functions(campaig
     assert not real, [r.signature.key for r in real]
 
 
+@DEEP  # the campaign fixture (above)
 def test_the_reproducer_directory_holds_what_an_engineer_needs(campaign):
     camp, out = campaign
     rec = _planted(camp)[0]
@@ -98,6 +101,7 @@ def test_the_reproducer_directory_holds_what_an_engineer_needs(campaign):
     assert json.loads((out / "campaign.json").read_text())["programs"] == camp.programs
 
 
+@DEEP  # the campaign fixture (above)
 def test_replay_reproduces_with_the_broken_reader_and_not_with_the_real_one(campaign, tmp_path):
     camp, out = campaign
     d = out / _planted(camp)[0].signature.id
@@ -107,6 +111,7 @@ def test_replay_reproduces_with_the_broken_reader_and_not_with_the_real_one(camp
     assert main(["fuzz", "replay", str(d)]) == 0
 
 
+@DEEP  # the campaign fixture (above)
 def test_merge_sums_counts_and_dedupes_signatures(campaign, tmp_path):
     camp, out = campaign
     merged = merge([out, out], tmp_path / "m")

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from harness.kernel.btf import Btf, BtfAmbiguityError, BtfError, BtfLookupError, Kind
 from harness.regs import PT_REGS_FIELDS, PT_REGS_SIZE
 from tests.support.gating import require
+from tests.support.tiers import DEEP, unit_share
 
 # --- a tiny BTF writer, independent of the reader (formats spelled out from btf.h) ----------------
 
@@ -442,6 +443,7 @@ def test_truncated_sample_raises_only_btf_error(n):
         assert btf is not None and _exercise(btf) > len(btf)
 
 
+@DEEP  # 500 examples over BTF parsing: the deep tier (tests/support/tiers.py)
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(SAMPLE) - 1), st.integers(0, 255)), min_size=1, max_size=8), st.booleans())
 def test_mutated_sample_raises_only_btf_error(edits, magic_too):
@@ -668,7 +670,8 @@ def test_matches_bpftool_for_key_structs(real_kernels, bpftool_dumps, name):
         assert btf.member_offset("task_struct", m) == by_name[m], m
 
 
-@pytest.mark.parametrize("name", KERNEL_NAMES)
+# the default kernel in the unit tier, the other two in the deep tier (tests/support/tiers.py)
+@pytest.mark.parametrize("name", unit_share(KERNEL_NAMES, len(KERNEL_NAMES)))
 def test_matches_bpftool_for_every_type(real_kernels, bpftool_dumps, name):
     """Every type (every kind, all members, enumerators, params, DATASEC entries), ~1.5 s a kernel."""
     _, btf, _ = real_kernels[name]

@@ -19,6 +19,7 @@ import pytest
 
 from harness.cli import main
 from harness.images.programs import SOURCES, Variant
+from tests.support.tiers import unit_share
 from tests.support.toolchains import need, program
 
 TOOLCHAINS = ("host", "trixie", "sid")
@@ -66,7 +67,8 @@ def first_difference(theirs: str, ours: str) -> str:
     return "".join(list(diff)[:24])
 
 
-@pytest.mark.parametrize("tc_name,prog,variant", CASES, ids=[f"{t}-{p}-{v.tag}" for t, p, v in CASES])
+# one binary in eight in the unit tier, all of them in the deep tier (tests/support/tiers.py)
+@pytest.mark.parametrize("tc_name,prog,variant", unit_share(CASES, 8, [f"{t}-{p}-{v.tag}" for t, p, v in CASES]))
 def test_dump_equals_the_toolchains_objdump(tc_name, prog, variant, tmp_path, capsys, monkeypatch):
     p = program(prog, tc_name, variant)
     name = relative(prog, variant)

@@ -35,6 +35,7 @@ from harness.unwind.ehframe import parse_eh_frame
 from harness.unwind.maps import ElfImage
 from harness.unwind.sframe_check import check_binary
 from harness.unwind.symbolize import places
+from tests.support.tiers import unit_share
 from tests.support.toolchains import need, program
 
 TOOLCHAINS = ("host", "trixie", "sid")
@@ -119,7 +120,8 @@ CASES += [(tc, prog, Variant(static=False, frame_pointers=fp)) for tc in TOOLCHA
           for prog in ("callchain", "sframe_odd") for fp in (True, False)]
 
 
-@pytest.mark.parametrize("tc_name,prog,variant", CASES, ids=[f"{c[0]}-{c[1]}-{c[2].tag}" for c in CASES])
+# one binary in eight in the unit tier, all of them in the deep tier (tests/support/tiers.py)
+@pytest.mark.parametrize("tc_name,prog,variant", unit_share(CASES, 8, [f"{c[0]}-{c[1]}-{c[2].tag}" for c in CASES]))
 def test_catalog_binaries_check_clean_or_with_their_known_findings(tc_name, prog, variant):
     p = program(prog, tc_name, variant)
     r = check_binary(p.path, expect_binutils=BINUTILS[tc_name])

@@ -19,6 +19,7 @@ from harness.sframe import SFrameError, SFrameSection
 from harness.sframe import format as F
 from harness.sframe.encode import FDEData, FREData, ctrl_word, encode_section
 from tests.support.sframe_pinned import PINNED
+from tests.support.tiers import DEEP
 
 GARBAGE = settings(deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 SECTIONS = [p.data for p in PINNED.values()]
@@ -196,6 +197,7 @@ def reference_rule(version: int, fde: FDEData, fre: FREData) -> FrameRule:
     return FrameRule(cfa, ra, fp, fde.signal)
 
 
+@DEEP  # 300 built sections (2 s of CPU): the deep tier (tests/support/tiers.py)
 @settings(deadline=2000, max_examples=300)
 @given(sections(), st.data())
 def test_round_trip(spec, data):
@@ -226,6 +228,7 @@ def test_round_trip(spec, data):
         assert sec.rule_for(fdes[-1].func_start + fdes[-1].func_size) is None
 
 
+@DEEP  # 150 built sections, each corrupted: the deep tier (tests/support/tiers.py)
 @settings(deadline=4000, max_examples=150)
 @given(sections())
 def test_round_trip_then_corrupt_one_byte(spec):

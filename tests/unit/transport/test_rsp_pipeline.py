@@ -105,6 +105,24 @@ def test_reads_that_touch_in_one_page_share_a_packet_and_each_gets_its_own_answe
     assert [r.fault for r in got] == [None] * 7 + [UNREADABLE, UNREADABLE + 8]  # nothing of either read
 
 
+def test_a_range_the_caller_says_reads_whole_crosses_pages_in_one_packet(target):
+    # Target.whole_reads: memory without holes (the kernel's direct map, where a task_struct
+    # crossed a page at every stop) is read in packets of the stub's limit, not one a page.
+    stub, t = target
+    ranges = [(0x2360, 0xd40), (0x3ff8, 0x10)]
+    before = t.sent["m"]
+    cut = t.read_many(ranges)
+    # each range cut at its page (and 7.2's 2048 bytes a packet): 0x2360-0x3000, 0x3000-0x30a0; 2 more
+    assert t.sent["m"] - before == (3 if stub.version == "7.2" else 2) + 2
+    t.whole_reads = lambda addr, size: 0x2000 <= addr and addr + size <= 0x4000
+    before = t.sent["m"]
+    got = t.read_many(ranges)
+    # the first in one packet where the stub takes a page (11.1; 7.2's limit is 2048 bytes: two);
+    # the second is not within the span and is still cut at its page
+    assert t.sent["m"] - before == (1 if stub.version == "11.1" else 2) + 2
+    assert got == cut and got[0].data == _expected(0x2360, 0xd40) and got[0].fault is None
+
+
 def test_breakpoint_changes_go_out_with_the_next_packet(target):
     stub, t = target
     before = t.round_trips

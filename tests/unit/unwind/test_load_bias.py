@@ -33,6 +33,7 @@ from harness.unwind.maps import AddressSpace, LoadBiasError, Mapping, host_resol
 from tests.support.gating import require
 from tests.support.layout import shares_file_pages
 from tests.support.paths import TEST_DATA
+from tests.support.tiers import unit_share
 from tests.support.toolchains import need
 
 LINKERS = ("bfd", "gold", "mold", "lld")
@@ -245,7 +246,9 @@ def check_fde(space: AddressSpace, addr: int, path: Path, symbol: str) -> None:
     assert ours == readelf_fde(path, link), (symbol, hex(link))
 
 
-@pytest.mark.parametrize("linker,layout,loader", CASES)
+# one case in four in the unit tier (every linker, layout and loader among them: 23 of 92), all of
+# them in the deep tier (tests/support/tiers.py)
+@pytest.mark.parametrize("linker,layout,loader", unit_share(CASES, 4, [f"{a}-{b}-{c}" for a, b, c in CASES]))
 def test_one_bias_per_module_as_the_loaders_place_it(build, linker, layout, loader, tmp_path):
     b = build(linker, layout)
     argv = [str(b.prog)] + ([str(b.lib)] if b.lib else [])
