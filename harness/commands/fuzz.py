@@ -2,6 +2,7 @@
 unwinders against each other; each finding shrunk to a minimal reproducer.
 
     harness fuzz --static [--budget S] [--seeds A:B] [--out DIR] [--toolchains T,..] [--linkers L,..]
+                 [--toolchain NAME=PREFIX ...]   a user's own install (PREFIX/bin: gcc or clang, as, ld)
     harness fuzz [--budget S] ...            live: the programs sampled in a guest (harness.fuzz.live)
     harness fuzz replay DIR                  rebuild and recheck one reproducer
     harness fuzz merge DIR... [--out DIR]    join campaign result directories
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
-from ..images.toolchain import TOOLCHAINS
+from ..images.toolchain import DEFAULT_TOOLCHAINS, TOOLCHAINS
 from . import arg, command, positive_float, sample_count
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
@@ -41,14 +42,45 @@ def _seeds(text: str) -> tuple[int, int]:
     return a, b
 
 
-def _names(known: tuple[str, ...]):
+def _names(known: tuple[str, ...] | None):
+    """A comma list of names; ``known`` None: checked later (the toolchains, once ``--toolchain``
+    has added the user's)."""
     def parse(text: str) -> tuple[str, ...]:
         names = tuple(n for n in text.split(",") if n)
-        bad = [n for n in names if n not in known]
+        bad = [n for n in names if known is not None and n not in known]
         if bad or not names:
-            raise argparse.ArgumentTypeError(f"{text!r}: known are {', '.join(known)}")
+            raise argparse.ArgumentTypeError(f"{text!r}: known are {', '.join(known or ())}")
         return names
     return parse
+
+
+def _user_toolchain(text: str) -> tuple[str, str]:
+    name, sep, prefix = text.partition("=")
+    if not sep or not name or not prefix:
+        raise argparse.ArgumentTypeError(f"not NAME=PREFIX: {text!r}")
+    return name, prefix
+
+
+def _toolchains(args) -> tuple[str, ...] | None:
+    """Register ``--toolchain NAME=PREFIX`` installs and check ``--toolchains``; None after a
+    message on stderr when either is bad (exit 2).  A user's install named alone joins the default
+    matrix."""
+    from ..images.errors import ImageError
+    from ..images.toolchain import known_toolchains, user_toolchain
+    for name, prefix in args.toolchain or ():
+        try:
+            user_toolchain(name, prefix)
+        except ImageError as exc:
+            print(f"harness fuzz: {exc}", file=sys.stderr)
+            return None
+    users = tuple(n for n, _ in args.toolchain or ())
+    names = args.toolchains or (users or DEFAULT_TOOLCHAINS)
+    bad = [n for n in names if n not in known_toolchains()]
+    if bad:
+        print(f"harness fuzz: --toolchains {','.join(bad)}: known are {', '.join(known_toolchains())}",
+              file=sys.stderr)
+        return None
+    return names
 
 
 def live_checker(args) -> Checker:
@@ -68,8 +100,12 @@ def live_checker(args) -> Checker:
              arg("--seeds", type=_seeds, default=(0, 1_000_000), metavar="A:B",
                  help="hypothesis seeds A..B-1, in order (split a campaign across machines; default 0:1000000)"),
              arg("--out", metavar="DIR", help="one reproducer directory per signature, and campaign.json"),
-             arg("--toolchains", type=_names(TOOLCHAINS), default=TOOLCHAINS, metavar="T,..",
-                 help=f"toolchain roots (default {','.join(TOOLCHAINS)})"),
+             arg("--toolchains", type=_names(None), default=None, metavar="T,..",
+                 help=f"toolchains, of {','.join(TOOLCHAINS)} and --toolchain's names (default "
+                      f"{','.join(DEFAULT_TOOLCHAINS)}, or the --toolchain installs when given)"),
+             arg("--toolchain", type=_user_toolchain, action="append", metavar="NAME=PREFIX",
+                 help="a user's own install, run on the host: PREFIX/bin holds gcc or clang, as and ld "
+                      "(repeatable; its versions go into every reproducer)"),
              arg("--linkers", type=_names(LINKERS), default=None, metavar="L,..",
                  help=f"linkers (default: those installed of {','.join(LINKERS)})"),
              arg("--no-shrink", action="store_true", help="keep the first program of each signature, unshrunk"),
@@ -85,6 +121,9 @@ def cmd_fuzz(args) -> int:
     from ..report.fuzz import format_campaign
     if args.action not in (None, "replay", "merge"):
         print(f"harness fuzz: {args.action!r} is neither replay nor merge (see harness fuzz --help)", file=sys.stderr)
+        return EXIT_USAGE
+    toolchains = _toolchains(args)
+    if toolchains is None:
         return EXIT_USAGE
     if args.action == "replay":
         if len(args.dirs) != 1:
@@ -105,7 +144,7 @@ def cmd_fuzz(args) -> int:
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
     work = Path(tempfile.mkdtemp(prefix="harness-fuzz-"))
     try:
-        camp = run(checker, work, seeds=args.seeds, budget=args.budget, toolchains=args.toolchains,
+        camp = run(checker, work, seeds=args.seeds, budget=args.budget, toolchains=toolchains,
                    linkers=linkers, out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
                    mode="static" if args.static else "live")
     finally:

@@ -12,7 +12,11 @@ __all__ = ["format_campaign", "format_replay"]
 
 def _checked(c: dict) -> str:
     """What the campaign's checkers looked at: instructions (static), stacks in a guest (live)."""
-    parts = [f"{c.get('instructions', 0)} instructions compared"] if "static" in c["mode"] else []
+    parts = []
+    if "static" in c["mode"]:
+        objects = c.get("object_instructions", 0)
+        parts.append(f"{c.get('instructions', 0)} instructions compared"
+                     + (f" (and {objects} in the compilers' objects)" if objects else ""))
     if "live" in c["mode"]:
         parts.append(f"{c.get('stacks', 0)} stacks checked in a guest")
     return ", ".join(parts)
