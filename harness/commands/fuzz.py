@@ -6,10 +6,11 @@ unwinders against each other; each finding shrunk to a minimal reproducer.
     harness fuzz [--budget S] ...            live: the programs sampled in a guest (harness.fuzz.live)
     harness fuzz replay DIR                  rebuild and recheck one reproducer
     harness fuzz merge DIR... [--out DIR]    join campaign result directories
+    harness fuzz report DIR                  each signature's reproducer as a bug report (report.md)
 
 Exit status: a campaign 1 when it found any signature, else 0; replay 1 while the reproducer
 still shows its signature, 0 once it does not; merge 1 when the merged result has signatures;
-2 bad usage or input; 3 infrastructure (a toolchain root that cannot be had, a guest that died or
+report 0 once written; 2 bad usage or input; 3 infrastructure (a toolchain root that cannot be had, a guest that died or
 hung in live mode, an interrupt).  In live mode a program that crashes in the guest is a finding
 (``live-crash``), not an error of the harness.
 """
@@ -92,9 +93,11 @@ def live_checker(args) -> Checker:
 @command("fuzz", help="generated stack shapes across toolchains and linkers, shrunk to minimal reproducers",
          description=__doc__.split("\n\n")[0],
          args=[
-             arg("action", nargs="?", metavar="replay|merge",
-                 help="replay DIR: recheck a reproducer; merge DIR...: join campaign results"),
-             arg("dirs", nargs="*", metavar="DIR", help="replay: one reproducer directory; merge: campaign dirs"),
+             arg("action", nargs="?", metavar="replay|merge|report",
+                 help="replay DIR: recheck a reproducer; merge DIR...: join campaign results; report DIR...: "
+                      "a Markdown bug report per signature (DIR/report.md)"),
+             arg("dirs", nargs="*", metavar="DIR",
+                 help="replay: one reproducer directory; merge: campaign dirs; report: reproducer or campaign dirs"),
              arg("--static", action="store_true", help="the static checker: no guest (default: live)"),
              arg("--budget", type=positive_float, default=300.0, help="seconds the campaign may take (default 300)"),
              arg("--seeds", type=_seeds, default=(0, 1_000_000), metavar="A:B",
@@ -119,8 +122,9 @@ def cmd_fuzz(args) -> int:
     from ..fuzz.campaign import merge, run
     from ..fuzz.static import StaticChecker
     from ..report.fuzz import format_campaign
-    if args.action not in (None, "replay", "merge"):
-        print(f"harness fuzz: {args.action!r} is neither replay nor merge (see harness fuzz --help)", file=sys.stderr)
+    if args.action not in (None, "replay", "merge", "report"):
+        print(f"harness fuzz: {args.action!r} is not replay, merge or report (see harness fuzz --help)",
+              file=sys.stderr)
         return EXIT_USAGE
     toolchains = _toolchains(args)
     if toolchains is None:
@@ -130,6 +134,11 @@ def cmd_fuzz(args) -> int:
             print("harness fuzz: replay takes one reproducer directory", file=sys.stderr)
             return EXIT_USAGE
         return _replay(args, Path(args.dirs[0]))
+    if args.action == "report":
+        if not args.dirs:
+            print("harness fuzz: report takes reproducer or campaign directories", file=sys.stderr)
+            return EXIT_USAGE
+        return _report([Path(d) for d in args.dirs])
     if args.action == "merge":
         if not args.dirs:
             print("harness fuzz: merge takes campaign result directories", file=sys.stderr)
@@ -168,3 +177,20 @@ def _replay(args, d: Path) -> int:
     others = sorted({f.signature.key for f in r.findings} - {r.signature.key})
     print(format_replay(str(d), r.signature.key, r.reproduces, others))
     return EXIT_FAILURES if r.reproduces else EXIT_OK
+
+
+def _report(dirs: list[Path]) -> int:
+    """Write DIR/report.md for each reproducer under ``dirs`` (harness.fuzz.bugreport)."""
+    from ..fuzz.bugreport import REPORT_MD, gather, reproducer_dirs
+    from ..report.finding import render_report
+
+    repros = [r for d in dirs for r in reproducer_dirs(d)]
+    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-report-"))
+    try:
+        for d in repros:
+            report = gather(d, work)
+            (d / REPORT_MD).write_text(render_report(report))
+            print(f"{d / REPORT_MD}: {report.title}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return EXIT_OK

@@ -64,7 +64,10 @@ def link_toolchain(tc: Toolchain, linker: str) -> Toolchain:
 @functools.cache
 def linker_version(tc: Toolchain, linker: str) -> str:
     """The first line of ``LINKER --version`` in ``tc`` (what a build's cache key records)."""
-    return tc.run([LINKER_BINARY[linker], "--version"]).stdout.splitlines()[0]
+    binary = LINKER_BINARY[linker]
+    if linker == "lld" and tc.is_clang and not tc.is_host:  # clang-N's own, as -fuse-ld=lld finds it
+        binary = f"/usr/lib/llvm-{tc.cc.rsplit('-', 1)[-1]}/bin/ld.lld"
+    return tc.run([binary, "--version"]).stdout.splitlines()[0]
 
 
 def split_flags(flags: list[str]) -> tuple[list[str], list[str]]:
