@@ -127,6 +127,8 @@ class Campaign:
     expected: Counter = field(default_factory=Counter)
     instructions: int = 0
     object_instructions: int = 0  # static: compared in the compilers' objects, before the link
+    per_toolchain: Counter = field(default_factory=Counter)  # programs checked while searching, by toolchain
+    per_linker: Counter = field(default_factory=Counter)
     stacks: int = 0  # live: stacks checked in the guest
     reproducers: dict[Signature, Path] = field(default_factory=dict)
 
@@ -135,6 +137,8 @@ class Campaign:
                 "toolchains": list(self.toolchains), "linkers": list(self.linkers), "programs": self.programs,
                 "builds": self.builds, "seeds_done": self.seeds_done, "elapsed": round(self.elapsed, 1),
                 "instructions": self.instructions, "object_instructions": self.object_instructions,
+                "per_toolchain": dict(sorted(self.per_toolchain.items())),
+                "per_linker": dict(sorted(self.per_linker.items())),
                 "stacks": self.stacks, "expected": dict(self.expected),
                 "signatures": [r.to_json() for r in sorted(self.records.values(), key=lambda r: r.signature)]}
 
@@ -209,6 +213,8 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
             return
         findings = evaluate(ex)
         camp.programs += 1
+        camp.per_toolchain[ex.config.toolchain] += 1
+        camp.per_linker[ex.config.linker] += 1
         for f in findings:
             rec = camp.records.setdefault(f.signature, Record(f.signature, first_seed=seed))
             rec.programs += 1
@@ -487,6 +493,11 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                 where = d
             sigs[key] = (have, where)
     merged["expected"] = dict(expected)
+    for name in ("per_toolchain", "per_linker"):
+        total: Counter = Counter()
+        for _, r in results:
+            total.update(r.get(name, {}))
+        merged[name] = dict(sorted(total.items()))
     merged["signatures"] = [s for s, _ in sorted(sigs.values(), key=lambda t: t[0]["signature"]["key"])]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
