@@ -68,6 +68,11 @@ def _mold(sig: Signature, section: str | None, ld: str) -> bool:
         "no-pt-gnu-sframe", "fdes-unsorted", "concatenated-not-merged", "pcrel-starts-unflagged", "fde-order")
 
 
+def _gold(sig: Signature, section: str | None, ld: str) -> bool:
+    return sig.linker == "gold" and sig.kind == "sframe-check" and sig.detail.split(" ")[0] in (
+        "no-pt-gnu-sframe", "fdes-unsorted", "concatenated-not-merged", "pcrel-starts-unflagged", "fde-order")
+
+
 KNOWN = (
     Known(_pltgot,
           "`bfd/elf64-x86-64.c`: `elf_x86_64_sframe_pltgot_fre1` is `{0, {16, 0, ...}, SFRAME_V1_FRE_INFO "
@@ -87,12 +92,16 @@ KNOWN = (
           "parser (`bfd/elf-sframe.c`) rejects another version with \"unexpected SFrame format version N\" and "
           "\"SFrame section ignored\" -- an error message on a link that still exits 0.  LLVM 22/23's "
           "emitter (`llvm/lib/MC/MCSFrame.cpp`, PRs 150509, 151223, 158154, 165322) writes "
-          "`SFRAME_VERSION_2`.",
+          "`SFRAME_VERSION_2`.  Where no other input has SFrame (a static or non-PIE link: no `.plt.got` "
+          "SFrame of ld's own), ld still writes a 0-byte `SHT_GNU_SFRAME` `.sframe` output section, which "
+          "binutils' own `objdump --sframe` rejects (\"SFrame decode failure: Corrupt SFrame.\").",
           "Known as a design decision on the binutils side (\"In the next GNU Binutils release, GNU as and ld will "
           "only generate SFrame V3; SFrame V2 will not be supported for generation nor linking\", binutils commit "
           "c1ca6c6b, Indu Bhagat, 2026-01-16; the wild linker followed: wild-linker/wild#1898).  No LLVM issue "
           "found for V3 output; what is worth filing: a silently empty SFrame for every clang object under "
-          "`--gsframe` with ld.bfd >= 2.46 (exit status 0), and LLVM's emitter lagging the format."),
+          "`--gsframe` with ld.bfd >= 2.46 (an \"error\" and exit status 0), the 0-byte output section its own "
+          "objdump calls corrupt (the class of rui314/mold#1646, there a 0-byte section in gas 2.45's Scrt1.o), "
+          "and LLVM's emitter lagging the format."),
     Known(_lld,
           "lld keeps `.sframe` input sections as plain data: its output has no `PT_GNU_SFRAME`, and the FDEs "
           "stay in their input order (no `SFRAME_F_FDE_SORTED`), which `.text.startup`/`.text.unlikely` placement "
@@ -102,6 +111,10 @@ KNOWN = (
     Known(_mold,
           "mold concatenates `.sframe` input sections like any other section.",
           "Known: rui314/mold#1511 (\"Support .sframe\": sections need merging, mold concatenates them)."),
+    Known(_gold,
+          "gold has no SFrame support: `.sframe` input sections are laid out like any other data.",
+          "No report found (gold is deprecated in binutils since 2.44 and gets no new features); a known "
+          "limitation, not filed."),
 )
 
 
@@ -193,21 +206,25 @@ def _fde_and_cie(text: str, addr: int) -> str:
 
 
 def _sframe_version(path: Path) -> int | None:
+    """The version byte of the file's .sframe; 0 for a section with no readable header (a 0-byte
+    one: the newest objdump is asked), None for no section."""
     with open(path, "rb") as f:
         sec = ELFFile(f).get_section_by_name(".sframe")
-        data = sec.data() if sec is not None else b""
-    return data[2] if len(data) >= 4 and data[:2] == b"\xe2\xde" else None
+        if sec is None:
+            return None
+        data = sec.data()
+    return data[2] if len(data) >= 4 and data[:2] == b"\xe2\xde" else 0
 
 
 def _sframe_dump(path: Path, addr: int | None, label: str) -> Evidence | None:
     version = _sframe_version(path)
     # binutils 2.47's objdump reads V2 and V3 (2.44's does not recognise some of lld's outputs at all)
-    reader = (binutils("sid") or reading_sframe(version)) if version in (2, 3) else \
+    reader = (binutils("sid") or reading_sframe(version)) if version in (0, 2, 3) else \
         reading_sframe(version) if version else None
     if reader is None:
         return None
     try:
-        text = reader.run("objdump", ["--sframe", str(path)])
+        text = reader.run("objdump", ["--sframe", str(path)], ok_codes=(0, 1))
     except HarnessError as exc:
         text = str(exc)
     return Evidence(label, reader.label("objdump"), f"objdump --sframe {path.name}", _cut(text, addr))
@@ -313,7 +330,9 @@ def gather(d: Path, work: Path) -> BugReport:
             title = (f"{LINKER_BINARY[config.linker]} {_short(ld_line)}: the SFrame FRE of "
                      f"{symbol or 'runtime code'}{f' ({section})' if section else ''} says {ev.get('sframe')}, "
                      f"its own .eh_frame {ev.get('cfi')}")
-            summary = f"{finding.get('message', '')}."
+            summary = (f"Expected: the SFrame row of {symbol or 'the code'} at {addr:#x} gives what the program's "
+                       f".eh_frame gives there, `{ev.get('cfi')}`.  Actual: its SFrame FRE gives `{ev.get('sframe')}`"
+                       f".  sframe check's words: {finding.get('message', '')}.")
             unwinder = _unwinder_text(ev.get("sframe"), ev.get("cfi"), symbol or f"{addr:#x}")
         else:
             addr = None  # the section's address: no code to show, no CFI row
