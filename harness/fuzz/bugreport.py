@@ -16,8 +16,10 @@ stub's FRE) is the linker's; a frame-pointer step is the compiler's.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from elftools.elf.sections import SymbolTableSection
 from ..errors import HarnessError
 from ..images.link import LINKER_BINARY, linker_version
 from ..report.finding import BugReport, Evidence
+from ..toolchain.binutils import TIMEOUT as TOOL_TIMEOUT
 from ..toolchain.binutils import binutils, reading_sframe
 from .build import BuildConfig, build_source, toolchain
 from .campaign import SIGNATURE_JSON, CampaignError, _blocks_at, _register_user, load_reproducer
@@ -224,9 +227,11 @@ def _sframe_dump(path: Path, addr: int | None, label: str) -> Evidence | None:
     if reader is None:
         return None
     try:
-        text = reader.run("objdump", ["--sframe", str(path)], ok_codes=(0, 1))
-    except HarnessError as exc:
-        text = str(exc)
+        r = subprocess.run([*reader.argv("objdump"), "--sframe", str(path)], capture_output=True, text=True,
+                           errors="replace", timeout=TOOL_TIMEOUT, env={**os.environ, "LC_ALL": "C"})
+        text = r.stdout + (f"\n{r.stderr.strip()}" if r.stderr.strip() else "")  # its errors are its words too
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        text = f"{reader.label('objdump')} could not be run: {exc}"
     return Evidence(label, reader.label("objdump"), f"objdump --sframe {path.name}", _cut(text, addr))
 
 

@@ -101,3 +101,13 @@ def test_the_command_writes_report_md_and_refuses_a_directory_without_reproducer
     assert r.returncode == 2 and "neither a reproducer directory nor a campaign's" in r.stderr, r.stderr
     with pytest.raises(CampaignError):
         reproducer_dirs(tmp_path / "nothing")
+
+
+def test_the_empty_section_report_quotes_binutils_own_objdump_rejecting_it(tmp_path):
+    need("sid-clang23")
+    d = _reproducer(BuildConfig("sid-clang23", "-O0", True, True, True, "bfd"), tmp_path,
+                    "sframe-check [empty-section] @ sid-clang23/bfd sframe static")
+    r = gather(d, tmp_path / "scratch")
+    actual = next(e for e in r.evidence if e.label == "actual (the program's SFrame)")
+    assert actual.tool == "objdump 2.47.50 (sid root)" and "SFrame decode failure: Corrupt SFrame." in actual.text
+    assert "0 bytes" in r.summary and "0-byte `SHT_GNU_SFRAME`" in r.producer_source
