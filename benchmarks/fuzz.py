@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.fuzz.build import LINKERS, TOOLCHAINS, linker_available
+from harness.fuzz.build import DEFAULT_TOOLCHAINS, LINKERS, linker_available
 from harness.fuzz.campaign import run
 from harness.fuzz.live import LiveChecker
 from harness.fuzz.static import StaticChecker
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--live-seconds", type=float, default=120.0)
-    ap.add_argument("--toolchains", default=",".join(TOOLCHAINS))
+    ap.add_argument("--toolchains", default=",".join(DEFAULT_TOOLCHAINS))
     args = ap.parse_args(argv)
     toolchains = tuple(args.toolchains.split(","))
     linkers = tuple(x for x in LINKERS if linker_available("host", x))

@@ -2,13 +2,15 @@
 unwinders against each other; each finding shrunk to a minimal reproducer.
 
     harness fuzz --static [--budget S] [--seeds A:B] [--out DIR] [--toolchains T,..] [--linkers L,..]
+                 [--toolchain NAME=PREFIX ...]   a user's own install (PREFIX/bin: gcc or clang, as, ld)
     harness fuzz [--budget S] ...            live: the programs sampled in a guest (harness.fuzz.live)
     harness fuzz replay DIR                  rebuild and recheck one reproducer
     harness fuzz merge DIR... [--out DIR]    join campaign result directories
+    harness fuzz report DIR                  each signature's reproducer as a bug report (report.md)
 
 Exit status: a campaign 1 when it found any signature, else 0; replay 1 while the reproducer
 still shows its signature, 0 once it does not; merge 1 when the merged result has signatures;
-2 bad usage or input; 3 infrastructure (a toolchain root that cannot be had, a guest that died or
+report 0 once written; 2 bad usage or input; 3 infrastructure (a toolchain root that cannot be had, a guest that died or
 hung in live mode, an interrupt).  In live mode a program that crashes in the guest is a finding
 (``live-crash``), not an error of the harness.
 """
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
-from ..images.toolchain import TOOLCHAINS
+from ..images.toolchain import DEFAULT_TOOLCHAINS, TOOLCHAINS
 from . import arg, command, positive_float, sample_count
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
@@ -41,14 +43,45 @@ def _seeds(text: str) -> tuple[int, int]:
     return a, b
 
 
-def _names(known: tuple[str, ...]):
+def _names(known: tuple[str, ...] | None):
+    """A comma list of names; ``known`` None: checked later (the toolchains, once ``--toolchain``
+    has added the user's)."""
     def parse(text: str) -> tuple[str, ...]:
         names = tuple(n for n in text.split(",") if n)
-        bad = [n for n in names if n not in known]
+        bad = [n for n in names if known is not None and n not in known]
         if bad or not names:
-            raise argparse.ArgumentTypeError(f"{text!r}: known are {', '.join(known)}")
+            raise argparse.ArgumentTypeError(f"{text!r}: known are {', '.join(known or ())}")
         return names
     return parse
+
+
+def _user_toolchain(text: str) -> tuple[str, str]:
+    name, sep, prefix = text.partition("=")
+    if not sep or not name or not prefix:
+        raise argparse.ArgumentTypeError(f"not NAME=PREFIX: {text!r}")
+    return name, prefix
+
+
+def _toolchains(args) -> tuple[str, ...] | None:
+    """Register ``--toolchain NAME=PREFIX`` installs and check ``--toolchains``; None after a
+    message on stderr when either is bad (exit 2).  A user's install named alone joins the default
+    matrix."""
+    from ..images.errors import ImageError
+    from ..images.toolchain import known_toolchains, user_toolchain
+    for name, prefix in args.toolchain or ():
+        try:
+            user_toolchain(name, prefix)
+        except ImageError as exc:
+            print(f"harness fuzz: {exc}", file=sys.stderr)
+            return None
+    users = tuple(n for n, _ in args.toolchain or ())
+    names = args.toolchains or (users or DEFAULT_TOOLCHAINS)
+    bad = [n for n in names if n not in known_toolchains()]
+    if bad:
+        print(f"harness fuzz: --toolchains {','.join(bad)}: known are {', '.join(known_toolchains())}",
+              file=sys.stderr)
+        return None
+    return names
 
 
 def live_checker(args) -> Checker:
@@ -60,16 +93,22 @@ def live_checker(args) -> Checker:
 @command("fuzz", help="generated stack shapes across toolchains and linkers, shrunk to minimal reproducers",
          description=__doc__.split("\n\n")[0],
          args=[
-             arg("action", nargs="?", metavar="replay|merge",
-                 help="replay DIR: recheck a reproducer; merge DIR...: join campaign results"),
-             arg("dirs", nargs="*", metavar="DIR", help="replay: one reproducer directory; merge: campaign dirs"),
+             arg("action", nargs="?", metavar="replay|merge|report",
+                 help="replay DIR: recheck a reproducer; merge DIR...: join campaign results; report DIR...: "
+                      "a Markdown bug report per signature (DIR/report.md)"),
+             arg("dirs", nargs="*", metavar="DIR",
+                 help="replay: one reproducer directory; merge: campaign dirs; report: reproducer or campaign dirs"),
              arg("--static", action="store_true", help="the static checker: no guest (default: live)"),
              arg("--budget", type=positive_float, default=300.0, help="seconds the campaign may take (default 300)"),
              arg("--seeds", type=_seeds, default=(0, 1_000_000), metavar="A:B",
                  help="hypothesis seeds A..B-1, in order (split a campaign across machines; default 0:1000000)"),
              arg("--out", metavar="DIR", help="one reproducer directory per signature, and campaign.json"),
-             arg("--toolchains", type=_names(TOOLCHAINS), default=TOOLCHAINS, metavar="T,..",
-                 help=f"toolchain roots (default {','.join(TOOLCHAINS)})"),
+             arg("--toolchains", type=_names(None), default=None, metavar="T,..",
+                 help=f"toolchains, of {','.join(TOOLCHAINS)} and --toolchain's names (default "
+                      f"{','.join(DEFAULT_TOOLCHAINS)}, or the --toolchain installs when given)"),
+             arg("--toolchain", type=_user_toolchain, action="append", metavar="NAME=PREFIX",
+                 help="a user's own install, run on the host: PREFIX/bin holds gcc or clang, as and ld "
+                      "(repeatable; its versions go into every reproducer)"),
              arg("--linkers", type=_names(LINKERS), default=None, metavar="L,..",
                  help=f"linkers (default: those installed of {','.join(LINKERS)})"),
              arg("--no-shrink", action="store_true", help="keep the first program of each signature, unshrunk"),
@@ -83,14 +122,23 @@ def cmd_fuzz(args) -> int:
     from ..fuzz.campaign import merge, run
     from ..fuzz.static import StaticChecker
     from ..report.fuzz import format_campaign
-    if args.action not in (None, "replay", "merge"):
-        print(f"harness fuzz: {args.action!r} is neither replay nor merge (see harness fuzz --help)", file=sys.stderr)
+    if args.action not in (None, "replay", "merge", "report"):
+        print(f"harness fuzz: {args.action!r} is not replay, merge or report (see harness fuzz --help)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    toolchains = _toolchains(args)
+    if toolchains is None:
         return EXIT_USAGE
     if args.action == "replay":
         if len(args.dirs) != 1:
             print("harness fuzz: replay takes one reproducer directory", file=sys.stderr)
             return EXIT_USAGE
         return _replay(args, Path(args.dirs[0]))
+    if args.action == "report":
+        if not args.dirs:
+            print("harness fuzz: report takes reproducer or campaign directories", file=sys.stderr)
+            return EXIT_USAGE
+        return _report([Path(d) for d in args.dirs])
     if args.action == "merge":
         if not args.dirs:
             print("harness fuzz: merge takes campaign result directories", file=sys.stderr)
@@ -105,7 +153,7 @@ def cmd_fuzz(args) -> int:
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
     work = Path(tempfile.mkdtemp(prefix="harness-fuzz-"))
     try:
-        camp = run(checker, work, seeds=args.seeds, budget=args.budget, toolchains=args.toolchains,
+        camp = run(checker, work, seeds=args.seeds, budget=args.budget, toolchains=toolchains,
                    linkers=linkers, out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
                    mode="static" if args.static else "live")
     finally:
@@ -129,3 +177,20 @@ def _replay(args, d: Path) -> int:
     others = sorted({f.signature.key for f in r.findings} - {r.signature.key})
     print(format_replay(str(d), r.signature.key, r.reproduces, others))
     return EXIT_FAILURES if r.reproduces else EXIT_OK
+
+
+def _report(dirs: list[Path]) -> int:
+    """Write DIR/report.md for each reproducer under ``dirs`` (harness.fuzz.bugreport)."""
+    from ..fuzz.bugreport import REPORT_MD, gather, reproducer_dirs
+    from ..report.finding import render_report
+
+    repros = [r for d in dirs for r in reproducer_dirs(d)]
+    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-report-"))
+    try:
+        for d in repros:
+            report = gather(d, work)
+            (d / REPORT_MD).write_text(render_report(report))
+            print(f"{d / REPORT_MD}: {report.title}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return EXIT_OK

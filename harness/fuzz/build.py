@@ -1,7 +1,9 @@
 """The build matrix of generated programs, and one build.
 
-A :class:`BuildConfig` is one point of the matrix: a toolchain root (``host``: gcc 12 + binutils
-2.40, SFrame V1; ``trixie``: 2.44, V2; ``sid``: 2.46+, V3 -- the SFrame version follows the root),
+A :class:`BuildConfig` is one point of the matrix: a toolchain (``host``: gcc 12 + binutils
+2.40, SFrame V1; ``trixie``: 2.44, V2; ``sid``: 2.46+, V3 -- the SFrame version follows the root;
+``sid-gcc11`` .. ``sid-gcc15`` and ``sid-clang22``/``sid-clang23`` by name, clang's integrated
+assembler writing V2; a user's install registered with ``--toolchain NAME=PREFIX``),
 an optimisation level, frame pointers on/off, SFrame on/off, static/dynamic, and a linker
 (ld.bfd, gold, mold, lld).  The compiler flags are :func:`harness.images.programs.cflags`' for
 the matching :class:`~harness.images.programs.Variant` (the guest programs' own), split into the
@@ -28,13 +30,13 @@ from ..errors import EXIT_USAGE, HarnessError
 from ..images.errors import ImageError
 from ..images.link import plan_build, root_has_linker
 from ..images.programs import Variant, cflags
-from ..images.toolchain import TOOLCHAINS, Toolchain, get_toolchain
+from ..images.toolchain import DEFAULT_TOOLCHAINS, TOOLCHAINS, Toolchain, get_toolchain, known_toolchains
 from .defaults import LINKERS
 from .render import render, source_name
 from .shape import Shape
 
 OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
-__all__ = ["LINKERS", "OPTS", "TOOLCHAINS", "BuildConfig", "Built", "MatrixError", "build",
+__all__ = ["DEFAULT_TOOLCHAINS", "LINKERS", "OPTS", "TOOLCHAINS", "BuildConfig", "Built", "MatrixError", "build",
            "build_source", "configs", "linkable", "linker_available", "root_has_linker", "toolchain"]
 BUILD_TIMEOUT = 120.0
 
@@ -61,8 +63,8 @@ class BuildConfig:
     def __post_init__(self) -> None:
         if self.pie == (not self.static):
             object.__setattr__(self, "pie", None)
-        if self.toolchain not in TOOLCHAINS:
-            raise MatrixError(f"unknown toolchain {self.toolchain!r}; known: {', '.join(TOOLCHAINS)}")
+        if self.toolchain not in known_toolchains():
+            raise MatrixError(f"unknown toolchain {self.toolchain!r}; known: {', '.join(known_toolchains())}")
         if self.opt not in OPTS:
             raise MatrixError(f"unknown optimisation {self.opt!r}; known: {', '.join(OPTS)}")
         if self.linker not in LINKERS:
@@ -85,6 +87,12 @@ class BuildConfig:
                          "static" if self.static else "dyn", *self._pie_word])
 
     @property
+    def compile_flags(self) -> str:
+        """The flags of a signature that only the compiler and assembler decide (a finding in the
+        object, before any linker): ``-O2 fp sframe``."""
+        return " ".join([self.opt, "fp" if self.fp else "nofp", "sframe" if self.sframe else "nosframe"])
+
+    @property
     def link_flags(self) -> str:
         """The flags of a signature that only the link decides: ``sframe dyn``."""
         return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn", *self._pie_word])
@@ -101,7 +109,7 @@ class BuildConfig:
         return cls(**d)
 
 
-def configs(toolchains=TOOLCHAINS, linkers=LINKERS) -> st.SearchStrategy[BuildConfig]:
+def configs(toolchains=DEFAULT_TOOLCHAINS, linkers=LINKERS) -> st.SearchStrategy[BuildConfig]:
     """Points of the matrix; shrinks towards the first toolchain and linker, -O0, frame
     pointers and SFrame on, dynamic, the toolchain's default PIE-ness (then PIE, static-pie or
     -no-pie: the four linkers' layouts, as tests/qemu/test_linker_matrix.py runs them live)."""
@@ -141,9 +149,12 @@ class Built:
     commands: list[str] = field(default_factory=list)
     binary: Path | None = None
     error: str | None = None
+    object: Path | None = None  # the compiler's object (prog.o), before any linker
+    stderr: list[str] = field(default_factory=list)  # each step's, when it succeeded (its warnings)
     link_toolchain: str = ""
     binutils: str = ""
-    gcc: str = ""
+    gcc: str = ""  # the compiler's version (clang's, for a clang toolchain)
+    versions: dict = field(default_factory=dict)  # as/ld/compiler --version, first lines (Toolchain.versions)
 
     @property
     def ok(self) -> bool:
@@ -161,7 +172,8 @@ def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest
     """:func:`build` of a given source text (a reproducer's, as kept or as edited by hand)."""
     tc = toolchain(config.toolchain)
     cxx = name.endswith(".cc")
-    out = Built(shape, config, source, name, binutils=tc.binutils_version, gcc=tc.gcc_version)
+    out = Built(shape, config, source, name, binutils=tc.binutils_version, gcc=tc.gcc_version,
+                versions=tc.versions())
     dest.mkdir(parents=True, exist_ok=True)
     (dest / name).write_text(source)
     plan = plan_build(tc, "g++" if cxx else "gcc", name, "prog", cflags(tc, config.variant), config.linker,
@@ -172,7 +184,7 @@ def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest
     try:
         shutil.copy(dest / name, outer / name)
         try:
-            plan.run(outer, inner, BUILD_TIMEOUT)
+            out.stderr = plan.run(outer, inner, BUILD_TIMEOUT)
         except ImageError as exc:
             if "timed out" in str(exc):
                 raise
@@ -180,7 +192,8 @@ def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest
             (dest / "build-error.txt").write_text(str(exc))
             return out
         shutil.copy(outer / "prog", dest / "prog")
-        out.binary = dest / "prog"
+        shutil.copy(outer / "prog.o", dest / "prog.o")
+        out.binary, out.object = dest / "prog", dest / "prog.o"
         return out
     finally:
         shutil.rmtree(outer, ignore_errors=True)

@@ -44,8 +44,9 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from ..errors import EXIT_USAGE, HarnessError
+from ..images.errors import ImageError
 from ..progress import step
-from .build import LINKERS, TOOLCHAINS, BuildConfig, Built, build, build_source, configs, toolchain
+from .build import DEFAULT_TOOLCHAINS, LINKERS, BuildConfig, Built, build, build_source, configs, toolchain
 from .finding import Finding, Signature
 from .shape import MAX_FUNCS, Shape, shapes
 
@@ -74,7 +75,7 @@ class Example:
         return self.shape.size
 
 
-def examples(toolchains: Iterable[str] = TOOLCHAINS, linkers: Iterable[str] = LINKERS,
+def examples(toolchains: Iterable[str] = DEFAULT_TOOLCHAINS, linkers: Iterable[str] = LINKERS,
              max_funcs: int = MAX_FUNCS, matrix: st.SearchStrategy[BuildConfig] | None = None,
              ) -> st.SearchStrategy[Example]:
     """(shape, build) pairs; ``matrix`` replaces the build matrix's strategy (a test's one build)."""
@@ -125,6 +126,9 @@ class Campaign:
     records: dict[Signature, Record] = field(default_factory=dict)
     expected: Counter = field(default_factory=Counter)
     instructions: int = 0
+    object_instructions: int = 0  # static: compared in the compilers' objects, before the link
+    per_toolchain: Counter = field(default_factory=Counter)  # programs checked while searching, by toolchain
+    per_linker: Counter = field(default_factory=Counter)
     stacks: int = 0  # live: stacks checked in the guest
     reproducers: dict[Signature, Path] = field(default_factory=dict)
 
@@ -132,7 +136,10 @@ class Campaign:
         return {"mode": self.mode, "seeds": list(self.seeds), "budget": self.budget,
                 "toolchains": list(self.toolchains), "linkers": list(self.linkers), "programs": self.programs,
                 "builds": self.builds, "seeds_done": self.seeds_done, "elapsed": round(self.elapsed, 1),
-                "instructions": self.instructions, "stacks": self.stacks, "expected": dict(self.expected),
+                "instructions": self.instructions, "object_instructions": self.object_instructions,
+                "per_toolchain": dict(sorted(self.per_toolchain.items())),
+                "per_linker": dict(sorted(self.per_linker.items())),
+                "stacks": self.stacks, "expected": dict(self.expected),
                 "signatures": [r.to_json() for r in sorted(self.records.values(), key=lambda r: r.signature)]}
 
 
@@ -148,7 +155,8 @@ def _plain(test):
 
 #: the order signatures are shrunk in: disagreements of the unwinders first, then build failures,
 #: then what the linker alone decides (one defect, many signatures)
-_KIND_ORDER = ("sframe-step", "fp-step", "sframe-no-fre", "sframe-check", "build-failed", "sframe-missing")
+_KIND_ORDER = ("sframe-step", "sframe-object", "fp-step", "sframe-no-fre", "sframe-check", "sframe-dropped",
+               "build-failed", "sframe-missing")
 
 
 def _priority(rec: Record) -> tuple:
@@ -162,7 +170,7 @@ class _Found(Exception):
 
 
 def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), budget: float = 300.0,
-        toolchains: Iterable[str] = TOOLCHAINS, linkers: Iterable[str] = LINKERS, out: Path | None = None,
+        toolchains: Iterable[str] = DEFAULT_TOOLCHAINS, linkers: Iterable[str] = LINKERS, out: Path | None = None,
         shrink: bool = True, shrink_budget: float = SHRINK_BUDGET, shrink_share: float = SHRINK_SHARE,
         mode: str = "static", examples_per_seed: int = EXAMPLES_PER_SEED, max_funcs: int = MAX_FUNCS,
         matrix: st.SearchStrategy[BuildConfig] | None = None) -> Campaign:
@@ -205,6 +213,8 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
             return
         findings = evaluate(ex)
         camp.programs += 1
+        camp.per_toolchain[ex.config.toolchain] += 1
+        camp.per_linker[ex.config.linker] += 1
         for f in findings:
             rec = camp.records.setdefault(f.signature, Record(f.signature, first_seed=seed))
             rec.programs += 1
@@ -278,6 +288,7 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
     if hasattr(checker, "expected"):
         camp.expected = Counter(checker.expected)
     camp.instructions = getattr(checker, "instructions", 0)
+    camp.object_instructions = getattr(checker, "object_instructions", 0)
     camp.stacks = getattr(checker, "stacks", 0)
     if out is not None:
         write_results(camp, checker, out)
@@ -311,17 +322,33 @@ def write_reproducer(d: Path, rec: Record, checker: Checker) -> Path:
             "source": built.source_name, "reproduced_when_written": bool(findings), "shrunk": rec.shrunk,
             "finding": finding.to_json() if finding else None, "programs": rec.programs,
             "occurrences": rec.occurrences, "size": _size_json(ex),
-            "toolchain": {"name": ex.config.toolchain, "binutils": built.binutils, "gcc": built.gcc,
-                          "link": built.link_toolchain}}
+            "toolchain": _toolchain_json(built)}
     (d / SIGNATURE_JSON).write_text(json.dumps(meta, indent=1) + "\n")
     if built.ok and finding is not None:
         (d / "tools.txt").write_text(tool_output(built, finding))
     return d
 
 
+def _toolchain_json(built: Built) -> dict:
+    """What a reproducer records of the toolchain: its name, versions (``as --version``, ``ld
+    --version``, the compiler's ``--version``: first lines), where it links, and a user's
+    install's prefix (with which ``replay`` registers it again)."""
+    tc = toolchain(built.config.toolchain)
+    out = {"name": built.config.toolchain, "binutils": built.binutils, "gcc": built.gcc,
+           "compiler": tc.cc, "link": built.link_toolchain, "versions": built.versions}
+    link = toolchain(built.link_toolchain) if built.link_toolchain else tc
+    if link is not tc:
+        out["link_versions"] = link.versions()
+    if tc.prefix is not None:
+        out["prefix"] = str(tc.prefix)
+    return out
+
+
 def _build_sh(built: Built) -> str:
     lines = ["#!/bin/sh", "# The commands that built ./prog, each run in the toolchain root named in brackets",
-             "# (host: this machine; trixie/sid: the debootstrap roots of harness/images/toolchain.py).", "set -e"]
+             "# (host: this machine; trixie/sid/sid-*: the debootstrap roots of harness/images/toolchain.py;",
+             "# another name: a user's install, run on the host).", "set -e"]
+    lines += [f"# {key}: {v}" for key, v in built.versions.items()]
     lines += [f"# {c.split('] ', 1)[0]}]\n{c.split('] ', 1)[1]}" for c in built.commands]
     return "\n".join(lines) + "\n"
 
@@ -400,6 +427,7 @@ def replay(d: Path, checker: Checker, work: Path) -> Replay:
     """Rebuild the reproducer in ``d`` from its kept source (as it is now: edited by hand or not)
     with its build, and check it: does its signature still show?"""
     meta = load_reproducer(d)
+    _register_user(meta)
     sig = Signature.from_json(meta["signature"])
     shape = Shape.from_json(meta["shape"])
     config = BuildConfig.from_json(meta["config"])
@@ -409,6 +437,18 @@ def replay(d: Path, checker: Checker, work: Path) -> Replay:
     built = build_source(shape, src.read_text(), meta["source"], config, work)
     findings = checker(built)
     return Replay(sig, any(f.signature == sig for f in findings), findings, built)
+
+
+def _register_user(meta: dict) -> None:
+    """A reproducer built by a user's install: register it again under its name (the prefix as
+    recorded), unless this run named it already."""
+    from ..images.toolchain import USER_TOOLCHAINS, user_toolchain
+    tc = meta.get("toolchain") or {}
+    if tc.get("prefix") and tc.get("name") not in USER_TOOLCHAINS:
+        try:
+            user_toolchain(tc["name"], tc["prefix"])
+        except ImageError as exc:
+            raise CampaignError(f"the reproducer's toolchain {tc['name']}={tc['prefix']} is gone: {exc}") from exc
 
 
 # --------------------------------------------------------------------------------- merge
@@ -432,6 +472,7 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                     "seeds_done": sum(r["seeds_done"] for _, r in results),
                     "elapsed": round(sum(r["elapsed"] for _, r in results), 1),
                     "instructions": sum(r.get("instructions", 0) for _, r in results),
+                    "object_instructions": sum(r.get("object_instructions", 0) for _, r in results),
                     "stacks": sum(r.get("stacks", 0) for _, r in results)}
     expected: Counter = Counter()
     sigs: dict[str, tuple[dict, Path]] = {}
@@ -452,6 +493,11 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                 where = d
             sigs[key] = (have, where)
     merged["expected"] = dict(expected)
+    for name in ("per_toolchain", "per_linker"):
+        total: Counter = Counter()
+        for _, r in results:
+            total.update(r.get(name, {}))
+        merged[name] = dict(sorted(total.items()))
     merged["signatures"] = [s for s, _ in sorted(sigs.values(), key=lambda t: t[0]["signature"]["key"])]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,14 @@ Kinds (:data:`KINDS`):
 * ``sframe-no-fre`` -- SFrame is built in, the function's CFI is one SFrame can express, and no
   FRE covers the instruction (the kernel falls back to frame pointers);
 * ``sframe-missing`` -- SFrame is built in and the linked program has no SFrame section;
+* ``sframe-dropped`` -- the compiler's object has SFrame FDEs for generated functions and the
+  linked program has none for them (the linker dropped or ignored the input's section: sid's
+  ld.bfd 2.47.50 and clang's V2);
+* ``sframe-object`` -- in the compiler's object, before any linker: ``sframe check`` of the
+  object (detail ``check KIND``), or the SFrame step against the CFI step at an instruction
+  (``step ...``) or no FRE where the CFI is expressible (``no-fre ...``): the assembler's
+  defect (clang's integrated assembler or gas), whatever the linker.  Its signature names no
+  linker (``-``) and the compile flags only;
 * ``fp-step`` -- in a frame-pointer body (the CFI's CFA is rbp-based), the frame-pointer step
   differs from the CFI step;
 * ``build-failed`` -- the compiler or linker failed on a generated program;
@@ -44,6 +52,8 @@ KINDS = {
     "sframe-step": "the SFrame step and the CFI step recover different caller frames",
     "sframe-no-fre": "no SFrame FRE covers an instruction whose CFI SFrame can express",
     "sframe-missing": "SFrame was asked for and the program has no SFrame section",
+    "sframe-dropped": "the object's SFrame FDEs of generated functions are not in the linked program",
+    "sframe-object": "in the compiler's object: sframe check, or the SFrame step against the CFI step",
     "fp-step": "the frame-pointer step and the CFI step differ in a frame-pointer body",
     "build-failed": "the compiler or the linker failed on a generated program",
     "live-crash": "the program died in the guest",
@@ -98,7 +108,7 @@ def _decided_by_the_link(detail: str) -> bool:
     signature keeps the link flags only, so one defect is one signature per toolchain and linker
     (a 1,200 s campaign gave 18 of ld.bfd's .plt.got FRE and 77 of fde-order by -O level)."""
     kind = detail.split(" ")[0]
-    return kind in LINKER_KINDS or kind == "fde-order" or detail.endswith(" in runtime code")
+    return kind in LINKER_KINDS or kind in ("fde-order", "empty-section") or detail.endswith(" in runtime code")
 
 
 @dataclass
@@ -118,7 +128,10 @@ class Finding:
     @property
     def signature(self) -> Signature:
         c = self.config
-        link_only = self.kind == "sframe-missing" or (self.kind == "sframe-check" and _decided_by_the_link(self.detail))
+        if self.kind == "sframe-object":  # the assembler's: no linker took part
+            return Signature(self.kind, self.detail, c.toolchain, "-", c.compile_flags)
+        link_only = self.kind in ("sframe-missing", "sframe-dropped") or (
+            self.kind == "sframe-check" and _decided_by_the_link(self.detail))
         return Signature(self.kind, self.detail, c.toolchain, c.linker, c.link_flags if link_only else c.flags)
 
     def to_json(self) -> dict:

@@ -51,7 +51,7 @@ from ..rule import DWARF_X86_64, SAME, UNDEFINED, FrameRule
 from ..sframe.errors import SFrameError
 from ..unwind.cfi import CFIRules, UnsupportedCFI, cfi_table, unwind_cfi
 from ..unwind.maps import ElfImage
-from ..unwind.sframe_check import LINKER_KINDS, check_binary, load
+from ..unwind.sframe_check import LINKER_KINDS, check_binary, check_table, load
 from ..unwind.user import RuleProvider, UnwindConfig, UnwinderType, unwind_user
 from .build import Built
 from .finding import Finding, build_failed, dedupe
@@ -67,6 +67,8 @@ EXPECTED = {
     "fp-prologue-ip": "frame-pointer step before the function's frame pointer is set up",
     "fp-epilogue-ip": "frame-pointer step after the frame pointer is popped",
     "fp-drap-cfa": "frame-pointer step in a realigned (DRAP) frame: rbp + 16 is not the CFA",
+    "sframe-dropped-function": "a generated function whose object's FDE the linker dropped (the sframe-dropped "
+                               "finding names them): no FRE in the program, not flagged again per instruction",
     "unsynthesizable": "a CFI row no stack is built for (skipped)",
     "no-cfi-row": "an instruction without a CFI row (skipped)",
 }
@@ -254,6 +256,7 @@ class StaticChecker:
         self.sframe_provider = sframe_provider or (lambda built, table: table)
         self.expected: Counter[str] = Counter()
         self.instructions = 0
+        self.object_instructions = 0  # compared in the compilers' objects (placed)
 
     def __call__(self, built: Built) -> list[Finding]:
         cfg = built.config
@@ -268,7 +271,11 @@ class StaticChecker:
                 table, _ = load(path, strict=False)
             except SFrameError as exc:
                 no_section = "no .sframe" in str(exc)  # harness/sframe/elf.py's two words for it
-                kind, detail = ("sframe-missing", "") if no_section else ("sframe-check", "unreadable")
+                # an output section of 0 bytes: the linker kept the section and none of its inputs
+                # (ld.bfd 2.47.50 ignoring clang's V2 in a static link): the link's finding
+                empty = "section of 0 bytes" in str(exc)
+                kind, detail = (("sframe-missing", "") if no_section else
+                                ("sframe-check", "empty-section") if empty else ("sframe-check", "unreadable"))
                 findings.append(Finding(kind, detail, cfg, str(exc)))
             if table is not None:
                 checked = self._sframe_check(built, image)
@@ -278,11 +285,72 @@ class StaticChecker:
                     # would differ for that one reason, which the linker's finding already names
                     self.expected["sframe-linker-unmerged"] += 1
                     table = None
+        dropped: set[str] = set()
+        if cfg.sframe and built.object is not None:
+            obj_findings, in_object = self._object(built)
+            findings += obj_findings
+            dropped = self._dropped(built, image, table, in_object, findings)
         cfi = cfi_table(image)
         provider = self.sframe_provider(built, table) if table is not None else None
         for fn in generated_functions(image):
-            findings += self._function(built, image, cfi, provider, table, fn)
+            findings += self._function(built, image, cfi, provider, table, fn, dropped=fn.name in dropped)
         return dedupe(findings)
+
+    def _object(self, built: Built) -> tuple[list[Finding], set[str]]:
+        """The compiler's object judged alone, placed (harness/sframe/reloc.py): ``sframe check``
+        of it, and the SFrame step against the CFI step at every instruction of its generated
+        functions -- the assembler's SFrame (clang's integrated assembler, or gas), before any
+        linker.  Returns the findings (kind ``sframe-object``) and the generated functions the
+        object has an FDE for."""
+        cfg = built.config
+        try:
+            table, image = load(built.object, strict=False)
+        except SFrameError as exc:
+            if "no .sframe" in str(exc):
+                return [Finding("sframe-object", "missing", cfg, f"the object has no SFrame section: {exc}")], set()
+            return [Finding("sframe-object", "unreadable", cfg, str(exc))], set()
+        out: list[Finding] = []
+        try:
+            r = check_table(table, image)
+        except SFrameError as exc:
+            return [Finding("sframe-object", "unreadable", cfg, str(exc))], set()
+        funcs = generated_functions(image)
+        for f in r.findings:
+            fn = next((g for g in funcs if f.addr is not None and g.start <= f.addr < g.start + g.size), None)
+            ev = {"message": f.message, "sframe": str(f.sframe) if f.sframe else None,
+                  "cfi": str(f.cfi) if f.cfi else None, "object": True}
+            out.append(Finding("sframe-object", f"check {f.kind}", cfg, f"the object: {f.message}",
+                               fn.name if fn else None, f.addr, ev))
+        cfi = cfi_table(image)
+        provider = self.sframe_provider(built, table)
+        saved, self.expected = self.expected, Counter()  # the object's known classes are the program's again
+        before = self.instructions
+        try:
+            for fn in funcs:
+                for f in self._function(built, image, cfi, provider, table, fn, fp=False):
+                    kind = {"sframe-step": "step", "sframe-no-fre": "no-fre"}[f.kind]
+                    out.append(Finding("sframe-object", f"{kind} {f.detail}", cfg, f"the object: {f.message}",
+                                       f.function, f.addr, {**f.evidence, "object": True}, f.count))
+        finally:
+            self.expected = saved
+            self.object_instructions += self.instructions - before
+            self.instructions = before
+        return out, {fn.name for fn in funcs if table.find_fde(fn.start) is not None}
+
+    def _dropped(self, built: Built, image: ElfImage, table, in_object: set[str], findings: list[Finding]) -> set[str]:
+        """The generated functions the object has an SFrame FDE for and the linked program not:
+        one ``sframe-dropped`` finding naming them (unless the program has no SFrame section at
+        all: ``sframe-missing`` says it)."""
+        if not in_object or (table is None and not any(f.detail == "empty-section" for f in findings)):
+            return set()
+        gone = sorted(fn.name for fn in generated_functions(image)
+                      if fn.name in in_object and (table is None or table.find_fde(fn.start) is None))
+        if gone:
+            findings.append(Finding("sframe-dropped", "", built.config,
+                                    f"the linked program has no SFrame FDE for {', '.join(gone)} (the object "
+                                    f"{built.object.name} has one for each): the linker dropped or ignored its "
+                                    ".sframe", gone[0], None, {"functions": gone}, len(gone)))
+        return set(gone)
 
     def _sframe_check(self, built: Built, image: ElfImage) -> list[Finding]:
         cfg = built.config
@@ -309,7 +377,10 @@ class StaticChecker:
             out.append(Finding("sframe-check", "no-verdict", cfg, f"sframe check gave no verdict: {r.no_verdict}"))
         return out
 
-    def _function(self, built: Built, image: ElfImage, cfi, provider, table, fn: _Function) -> list[Finding]:
+    def _function(self, built: Built, image: ElfImage, cfi, provider, table, fn: _Function, *,
+                  fp: bool = True, dropped: bool = False) -> list[Finding]:
+        """One function's instructions, each stepped by the CFI, the frame pointers (``fp``) and
+        SFrame; ``dropped``: the linker dropped the function's FDE (no ``sframe-no-fre`` then)."""
         cfg = built.config
         pcs = instructions(image, fn)
         rules, fp_rows = cfi_rows(cfi, pcs)
@@ -335,8 +406,8 @@ class StaticChecker:
                 continue
             where = f"{fn.name}+{pc - fn.start:#x}"
             # the frame-pointer step
-            fp_trace = unwind_user(synth.memory, regs, UnwindConfig(max_entries=2))
-            diff = _differs(_frame(fp_trace), want)
+            fp_trace = unwind_user(synth.memory, regs, UnwindConfig(max_entries=2)) if fp else None
+            diff = _differs(_frame(fp_trace), want) if fp else []
             if diff:
                 if rule.cfa.deref or rule.cfa.base not in ("sp", "fp"):
                     self.expected["fp-drap-cfa"] += 1
@@ -356,6 +427,9 @@ class StaticChecker:
             if sf_rule is None:
                 if table is not None and table.find_fde(pc) is None and not expressible:
                     self.expected["sframe-function-without-fde"] += 1
+                    continue
+                if dropped:
+                    self.expected["sframe-dropped-function"] += 1
                     continue
                 fde = table.find_fde(pc) if table is not None else None
                 out.append(Finding("sframe-no-fre", "no FDE" if fde is None else "FDE without an FRE here", cfg,

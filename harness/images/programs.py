@@ -105,6 +105,11 @@ def cflags(tc: Toolchain, v: Variant) -> list[str]:
     f += ["-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"] if v.frame_pointers else ["-fomit-frame-pointer"]
     if v.sframe:
         f.append("-Wa,--gsframe")
+        if tc.integrated_as:  # LLVM 22's integrated assembler: SFrame V2 behind this flag
+            f.append("-Wa,--allow-experimental-sframe")
+    f += tc.extra_flags
+    if tc.prefix is not None:  # a user's install: its as and ld before anything on PATH
+        f.append(f"-B{tc.prefix / 'bin'}/")
     if v.shadow:
         f += ["-finstrument-functions", "-DHARNESS_SHADOW"]
     if v.static:
@@ -319,7 +324,7 @@ def build_program(name: str, tc: Toolchain, variant: Variant = Variant()) -> Pro
             for f in (src, *headers):
                 shutil.copy(f, outer / f.name)
             if variant.linker == "bfd":
-                tc.run(["gcc", *flags, "-o", name, f"{name}.c"], cwd=inner)
+                tc.run([tc.cc, *flags, "-o", name, f"{name}.c"], cwd=inner)
             else:
                 plan_build(tc, "gcc", f"{name}.c", name, flags, variant.linker).run(outer, inner)
             shutil.copy(outer / name, tmp / name)

@@ -12,7 +12,11 @@ __all__ = ["format_campaign", "format_replay"]
 
 def _checked(c: dict) -> str:
     """What the campaign's checkers looked at: instructions (static), stacks in a guest (live)."""
-    parts = [f"{c.get('instructions', 0)} instructions compared"] if "static" in c["mode"] else []
+    parts = []
+    if "static" in c["mode"]:
+        objects = c.get("object_instructions", 0)
+        parts.append(f"{c.get('instructions', 0)} instructions compared"
+                     + (f" (and {objects} in the compilers' objects)" if objects else ""))
     if "live" in c["mode"]:
         parts.append(f"{c.get('stacks', 0)} stacks checked in a guest")
     return ", ".join(parts)
@@ -39,6 +43,10 @@ def format_campaign(c: dict, *, out: str | None = None) -> str:
             lines.append("  ".join(x.ljust(w) for x, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
         if any(not s.get("shrunk", True) and s.get("size") for s in sigs):
             lines.append("(* not shrunk: the budget ran out first; the first program that showed it)")
+    per = c.get("per_toolchain") or {}
+    if per:
+        lines.append("programs per toolchain: " + ", ".join(f"{k} {v}" for k, v in per.items())
+                     + "; per linker: " + ", ".join(f"{k} {v}" for k, v in (c.get("per_linker") or {}).items()))
     expected = c.get("expected") or {}
     if expected:
         lines.append("known behaviour, not flagged: " + ", ".join(f"{k} {v}" for k, v in sorted(expected.items())))

@@ -69,7 +69,8 @@ def test_the_first_error_line_is_kept_whole_and_cut_at_160_characters(tc, tmp_pa
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("toolchain", "buster", "unknown toolchain 'buster'; known: host, trixie, sid"),
+    ("toolchain", "buster", "unknown toolchain 'buster'; known: host, trixie, sid, sid-gcc11, sid-gcc12, sid-gcc13, "
+                          "sid-gcc14, sid-gcc15, sid-clang22, sid-clang23, sid-clang22-gas, sid-clang23-gas"),
     ("opt", "-Og", "unknown optimisation '-Og'; known: -O0, -O1, -O2, -O3, -Os"),
     ("linker", "ld.gold", "unknown linker 'ld.gold'; known: bfd, gold, mold, lld"),
 ])

@@ -51,9 +51,11 @@ def three(tmp_path):
     other = _record("sframe-no-fre", SID, BIG, 1, 2, 1, "other")
     a = _write(tmp_path / "a", "static", (0, 10), [step_big, fp_only_a], budget=60.0, toolchains=("host",),
                linkers=("bfd",), programs=20, builds=25, seeds_done=10, elapsed=59.94, instructions=1000,
+               object_instructions=900, per_toolchain=Counter({"host": 20}), per_linker=Counter({"bfd": 20}),
                expected=Counter({"fp-prologue-ip": 5, "unsynthesizable": 1}))
     b = _write(tmp_path / "b", "static", (10, 20), [step_small, fp_b, other], budget=30.0, toolchains=("sid", "host"),
                linkers=("lld", "bfd"), programs=7, builds=9, seeds_done=3, elapsed=30.02, instructions=500,
+               per_toolchain=Counter({"sid": 4, "host": 3}), per_linker=Counter({"lld": 7}),
                expected=Counter({"fp-prologue-ip": 2, "fp-drap-cfa": 4}))
     c = _write(tmp_path / "c", "live", (0, 10), [], budget=100.0, toolchains=("trixie",), linkers=("mold",),
                programs=4, builds=4, seeds_done=1, elapsed=100.0, stacks=80)
@@ -66,7 +68,8 @@ def test_merge_sums_the_counts_and_joins_the_matrix(three):
     assert {k: m[k] for k in m if k != "signatures"} == {
         "mode": "live+static", "merged": [str(a), str(b), str(c)], "seeds": [(0, 10), (10, 20)], "budget": 190.0,
         "toolchains": ["host", "sid", "trixie"], "linkers": ["bfd", "lld", "mold"], "programs": 31, "builds": 38,
-        "seeds_done": 14, "elapsed": 189.9, "instructions": 1500, "stacks": 80,
+        "seeds_done": 14, "elapsed": 189.9, "instructions": 1500, "object_instructions": 900, "stacks": 80,
+        "per_toolchain": {"host": 23, "sid": 4}, "per_linker": {"bfd": 20, "lld": 7},
         "expected": {"fp-prologue-ip": 7, "unsynthesizable": 1, "fp-drap-cfa": 4}}
 
 
