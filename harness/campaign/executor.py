@@ -256,8 +256,9 @@ class Executor:
                     self._check_connection(inflight)
                     s.elapsed = time.monotonic() - self._started
                     rate = s.units / s.elapsed * 60 if s.elapsed > 0 else 0.0
-                    st.update(f"{s.done} done, {len(inflight)} running, {len(s.retried)} retried, "
-                              f"{len(s.failed)} failed; {rate:.0f} {unit}/min")
+                    running = min(len(inflight), s.workers)  # one task at a time per worker
+                    st.update(f"{s.done} done, {running} running, {len(inflight) - running} queued, "
+                              f"{len(s.retried)} retried, {len(s.failed)} failed; {rate:.0f} {unit}/min")
             except KeyboardInterrupt:
                 self.cancel(list(inflight))
                 raise

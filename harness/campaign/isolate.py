@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import HarnessError
 from ..transport.qemu import die_with_parent
 
-__all__ = ["TaskCancelled", "TaskDied", "call", "children", "kill_campaign"]
+__all__ = ["TaskCancelled", "TaskDied", "call", "children", "kill_campaign", "run_command"]
 
 TERM_GRACE = 10.0  # seconds a child gets to end its guest after SIGTERM
 
@@ -80,32 +80,50 @@ def kill_campaign(campaign: str, grace: float = TERM_GRACE) -> list[int]:
     return [p.pid for p in procs]
 
 
+def _start(campaign: str, argv: list[str], log: Path) -> subprocess.Popen:
+    with _lock:
+        if campaign in _cancelled:
+            raise TaskCancelled(f"campaign {campaign} was cancelled")
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=die_with_parent)
+    with _lock:
+        _children.setdefault(campaign, set()).add(proc)
+    return proc
+
+
+def _wait(campaign: str, proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait for ``proc`` (bounded); whether the campaign was cancelled meanwhile."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end([proc], TERM_GRACE)
+        raise TaskTimeout(f"the task ran past {timeout:.0f} s and was killed") from None
+    finally:
+        with _lock:
+            _children.get(campaign, set()).discard(proc)
+    with _lock:
+        return campaign in _cancelled
+
+
+def run_command(campaign: str, argv: list[str], log: Path, *, timeout: float) -> int:
+    """``argv`` as a child of ``campaign`` (its output to ``log``); its exit status.
+    :class:`TaskCancelled` when the campaign was cancelled while it ran."""
+    proc = _start(campaign, argv, log)
+    if _wait(campaign, proc, timeout):
+        raise TaskCancelled(f"campaign {campaign} was cancelled: its child (pid {proc.pid}) was killed")
+    return proc.returncode
+
+
 def call(campaign: str, fn: Callable[..., Any], args: tuple = (), *, timeout: float) -> Any:
     """``fn(*args)`` in a child process; its result (or its exception, raised here).  Bounded by
     ``timeout`` seconds; ended by :func:`kill_campaign`."""
     import cloudpickle
-    with _lock:
-        if campaign in _cancelled:
-            raise TaskCancelled(f"campaign {campaign} was cancelled")
     with tempfile.TemporaryDirectory(prefix="harness-task-") as tmp:
         spec, out, log = Path(tmp, "task.pkl"), Path(tmp, "result.pkl"), Path(tmp, "child.log")
         spec.write_bytes(cloudpickle.dumps((fn, args)))
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen([sys.executable, "-m", "harness.campaign.child", str(spec), str(out)],
-                                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=die_with_parent)
-        with _lock:
-            _children.setdefault(campaign, set()).add(proc)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _end([proc], TERM_GRACE)
-            raise TaskTimeout(f"the task ran past {timeout:.0f} s and was killed") from None
-        finally:
-            with _lock:
-                _children.get(campaign, set()).discard(proc)
-        with _lock:
-            cancelled = campaign in _cancelled
+        proc = _start(campaign, [sys.executable, "-m", "harness.campaign.child", str(spec), str(out)], log)
+        cancelled = _wait(campaign, proc, timeout)
         if out.is_file():
             ok, value = pickle.loads(out.read_bytes())
             if ok:
