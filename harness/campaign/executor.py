@@ -193,6 +193,10 @@ class Executor:
         self.close()
 
     def close(self) -> None:
+        if self.client is not None and self.client.status != "running":
+            # a lost scheduler: the client's own attempts to reach it again end in tracebacks
+            for name in [n for n in logging.root.manager.loggerDict if n.startswith("distributed")]:
+                logging.getLogger(name).setLevel(logging.CRITICAL + 1)
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic("all")
@@ -217,6 +221,7 @@ class Executor:
         """Run ``tasks`` (drawn as room frees up, while ``more()``), each :class:`Outcome` to
         ``on_result`` as it comes; ``count(result)``: the units it did (the rate's numerator)."""
         from distributed import wait
+        from distributed.client import FuturesCancelledError
         assert self.client is not None, "Executor.run outside its with block"
         window = window or 2 * max(self.summary.workers, 1)
         tasks = iter(tasks)
@@ -248,6 +253,10 @@ class Executor:
                         done, _ = wait(list(inflight), timeout=POLL, return_when="FIRST_COMPLETED")
                     except TimeoutError:
                         done = set()
+                    except FuturesCancelledError as exc:  # the scheduler dropped them: its connection is gone
+                        s.elapsed = time.monotonic() - self._started
+                        raise SchedulerLost(f"the scheduler {s.where} was lost with {len(inflight)} tasks unfinished "
+                                            f"({s.done} done): the client's connection to it closed", s) from exc
                     self._workers_removed(by_key, inflight)
                     for fut in done:
                         task, attempt = inflight.pop(fut)

@@ -112,13 +112,21 @@ def cmd_fuzz(args) -> int:
     from ..report.cluster import format_cluster
     checker = StaticChecker() if args.static else live_checker(args)
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
+    from ..campaign.executor import SchedulerLost
+    camp = None
     with Executor(args.scheduler, workers=args.workers, topic="fuzz") as ex:
         print(f"harness fuzz: {ex.summary.where}, {ex.summary.workers} workers; dashboard "
               f"{ex.summary.dashboard or '(none)'}", file=sys.stderr, flush=True)
-        camp, summary = spread.run(ex, checker, seeds=args.seeds, budget=args.budget, toolchains=args.toolchains,
-                                   linkers=linkers, out=Path(args.out) if args.out else None,
-                                   shrink=not args.no_shrink, mode="static" if args.static else "live",
-                                   live=not args.static)
+        try:
+            camp, summary = spread.run(ex, checker, seeds=args.seeds, budget=args.budget,
+                                       toolchains=args.toolchains, linkers=linkers,
+                                       out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
+                                       mode="static" if args.static else "live", live=not args.static)
+        except SchedulerLost as exc:
+            print(f"harness fuzz: {exc}", file=sys.stderr)
+            if args.out:
+                print(f"what was done is in {Path(args.out) / 'campaign.json'}", file=sys.stderr)
+            return EXIT_INFRA
     print(format_campaign(camp.to_json(), out=args.out))
     print(format_cluster(summary.to_json()))
     if summary.failed:

@@ -102,7 +102,7 @@ def localhost_cluster(tmp: Path, workers: int = 2) -> Iterator[LocalhostCluster]
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGTERM)
-        end = time.monotonic() + 3
+        end = time.monotonic() + 1.5
         for p in reversed(procs):
             try:
                 p.wait(timeout=max(0.1, end - time.monotonic()))

@@ -147,3 +147,28 @@ def test_a_worker_killed_mid_campaign_its_task_runs_elsewhere_counted_once(in_pr
     assert task in summary.retried  # and any task queued on that worker next, for the same reason
     assert {why for whys in summary.retried.values() for why in whys} == {
         f"worker {killed['worker']} lost while it held the task"}
+
+
+def test_the_scheduler_lost_ends_the_campaign_with_exit_3_and_what_was_done_written(tmp_path):
+    from harness.campaign.executor import SchedulerLost
+    with localhost_cluster(tmp_path / "cluster") as c:
+        def stop_when_one_is_done(ex, stop: threading.Event) -> None:
+            while not stop.is_set() and ex.summary.done < 1:
+                time.sleep(0.05)
+            if not stop.is_set():
+                c.stop_scheduler()
+
+        stop = threading.Event()
+        with Executor(c.address) as ex:
+            t = threading.Thread(target=stop_when_one_is_done, args=(ex, stop), daemon=True)
+            t.start()
+            try:
+                with pytest.raises(SchedulerLost) as lost:
+                    _spread(ex, tmp_path / "out", seeds=(0, 40), chunk=1)
+            finally:
+                stop.set()
+                t.join(timeout=10)
+    assert lost.value.exit_code == 3 and "was lost" in str(lost.value)
+    data = json.loads((tmp_path / "out" / "campaign.json").read_text())
+    assert data["cluster"]["done"] >= 1 and 1 <= data["seeds_done"] < 40
+    assert data["programs"] == 3 * data["seeds_done"]  # whole seeds of three programs: nothing half-counted
