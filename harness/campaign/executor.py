@@ -104,6 +104,7 @@ class Summary:
     failed: list[Outcome] = field(default_factory=list)
     retried: dict[str, list[str]] = field(default_factory=dict)  # task key -> why, each retry
     lost_workers: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)  # cancelled at the run's deadline
     units: int = 0  # what the caller counts (programs, files, runs)
     elapsed: float = 0.0
 
@@ -111,7 +112,8 @@ class Summary:
         return {"workers": self.workers, "where": self.where, "dashboard": self.dashboard, "done": self.done,
                 "failed": [{"task": o.task.key, "error": o.error, "tries": o.tries} for o in self.failed],
                 "retried": {k: list(v) for k, v in sorted(self.retried.items())},
-                "lost_workers": list(self.lost_workers), "units": self.units, "elapsed": round(self.elapsed, 1)}
+                "lost_workers": list(self.lost_workers), "unfinished": list(self.unfinished), "units": self.units,
+                "elapsed": round(self.elapsed, 1)}
 
 
 def default_workers() -> int:
@@ -217,9 +219,12 @@ class Executor:
 
     def run(self, tasks: Iterable[Task], on_result: Callable[[Outcome], None], *,
             count: Callable[[Any], int] = lambda result: 0, unit: str = "programs",
-            more: Callable[[], bool] = lambda: True, window: int | None = None) -> Summary:
+            more: Callable[[], bool] = lambda: True, window: int | None = None,
+            deadline: float | None = None) -> Summary:
         """Run ``tasks`` (drawn as room frees up, while ``more()``), each :class:`Outcome` to
-        ``on_result`` as it comes; ``count(result)``: the units it did (the rate's numerator)."""
+        ``on_result`` as it comes; ``count(result)``: the units it did (the rate's numerator).
+        At ``deadline`` (``time.monotonic()``) the tasks in flight are cancelled and named in
+        :attr:`Summary.unfinished`."""
         from distributed import wait
         from distributed.client import FuturesCancelledError
         assert self.client is not None, "Executor.run outside its with block"
@@ -248,6 +253,11 @@ class Executor:
                             break
                         submit(task, 1)
                     if not inflight:
+                        break
+                    if deadline is not None and time.monotonic() >= deadline:
+                        s.unfinished += [task.key for task, _ in inflight.values()]
+                        self.cancel(list(inflight))
+                        inflight.clear()
                         break
                     try:
                         done, _ = wait(list(inflight), timeout=POLL, return_when="FIRST_COMPLETED")
