@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EXIT_USAGE, HarnessError
-from ..progress import step
+from ..progress import note, step
 
 __all__ = ["ClusterError", "Executor", "Outcome", "SchedulerLost", "Summary", "Task", "default_workers"]
 
@@ -141,12 +141,13 @@ class Executor:
     address, else a ``LocalCluster`` of ``workers`` (default :func:`default_workers`)."""
 
     def __init__(self, scheduler: str | None = None, *, workers: int | None = None, retries: int = RETRIES,
-                 topic: str = "campaign"):
+                 topic: str = "campaign", live: bool = False):
         if scheduler is not None and "://" not in scheduler and ":" not in scheduler:
             raise ClusterAddressError(f"--scheduler {scheduler!r}: not an address (tcp://HOST:PORT)")
         if workers is not None and workers < 1:
             raise ClusterAddressError(f"workers {workers}: at least 1")
         self.scheduler, self.n_workers, self.retries, self.topic = scheduler, workers, retries, topic
+        self.live = live  # a guest per task: a LocalCluster never has more workers than cores
         self.id = f"harness-{uuid.uuid4().hex[:10]}"
         self.client = None
         self.cluster = None
@@ -168,6 +169,9 @@ class Executor:
         try:
             if self.scheduler is None:
                 n = self.n_workers or default_workers()
+                if self.live and n > default_workers():
+                    note(self.topic, f"live work: {n} workers asked, {default_workers()} cores: one guest per core")
+                    n = default_workers()
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
                 self.client = Client(self.cluster, timeout=CONNECT_TIMEOUT)

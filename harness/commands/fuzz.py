@@ -114,7 +114,7 @@ def cmd_fuzz(args) -> int:
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
     from ..campaign.executor import SchedulerLost
     camp = None
-    with Executor(args.scheduler, workers=args.workers, topic="fuzz") as ex:
+    with Executor(args.scheduler, workers=args.workers, topic="fuzz", live=not args.static) as ex:
         print(f"harness fuzz: {ex.summary.where}, {ex.summary.workers} workers; dashboard "
               f"{ex.summary.dashboard or '(none)'}", file=sys.stderr, flush=True)
         try:

@@ -45,7 +45,7 @@ def cmd_matrix(args) -> int:
     scenarios = tuple(s.name for s in select_scenarios(args.scenarios or list(DEFAULT_SET)))
     grid = cells(parse_kernels(args.kernels), parse_qemus(args.qemu), parse_smp(args.smp))
     out = new_run_dir(args.out, suffix="-matrix")
-    with Executor(args.scheduler, workers=args.workers, topic="matrix") as ex:
+    with Executor(args.scheduler, workers=args.workers, topic="matrix", live=True) as ex:
         print(f"harness matrix: {len(grid)} cells on {ex.summary.where}, {ex.summary.workers} workers; dashboard "
               f"{ex.summary.dashboard or '(none)'}; into {out}/", file=sys.stderr, flush=True)
         try:
