@@ -110,11 +110,15 @@ def test_a_task_failing_every_try_is_reported_and_the_rest_goes_on(cluster):
     assert summary.units == 6 and summary.done == 1
 
 
-def test_a_worker_killed_mid_campaign_its_task_runs_elsewhere_counted_once(in_process, tmp_path):
+# The last two tests end the module's cluster's processes: a worker, then the scheduler.
+
+
+def test_a_worker_killed_mid_campaign_its_task_runs_elsewhere_counted_once(in_process, cluster):
     killed: dict = {}
 
     def killer(cluster, stop: threading.Event) -> None:
-        """Kill the first worker seen running a seed chunk for a second (mid-task)."""
+        """Kill the first worker seen holding a seed chunk for 0.3 s (mid-task: a chunk of two
+        seeds takes seconds)."""
         from distributed import Client
         seen: dict = {}
         with Client(cluster.address, timeout=20) as c:
@@ -124,22 +128,22 @@ def test_a_worker_killed_mid_campaign_its_task_runs_elsewhere_counted_once(in_pr
                     busy = [k for k in keys if "-seeds-" in str(k)]
                     for k in busy:
                         seen.setdefault((addr, k), time.monotonic())
-                        if time.monotonic() - seen[(addr, k)] >= 1.0:
+                        if time.monotonic() - seen[(addr, k)] >= 0.3:
                             cluster.kill_worker(names[addr])
                             killed.update(worker=addr, key=str(k))
                             return
                 time.sleep(0.1)
 
-    with localhost_cluster(tmp_path / "cluster") as c:
-        stop = threading.Event()
-        t = threading.Thread(target=killer, args=(c, stop), daemon=True)
-        t.start()
-        try:
-            with Executor(c.address) as ex:
-                camp, summary = _spread(ex, None, chunk=1)
-        finally:
-            stop.set()
-            t.join(timeout=30)
+    c = cluster
+    stop = threading.Event()
+    t = threading.Thread(target=killer, args=(c, stop), daemon=True)
+    t.start()
+    try:
+        with Executor(c.address) as ex:
+            camp, summary = _spread(ex, None, chunk=2)
+    finally:
+        stop.set()
+        t.join(timeout=30)
     assert killed, "no worker was seen mid-task"
     assert spread.counts(camp) == in_process  # nothing lost, nothing counted twice
     assert summary.lost_workers == [killed["worker"]] and not summary.failed
@@ -149,25 +153,26 @@ def test_a_worker_killed_mid_campaign_its_task_runs_elsewhere_counted_once(in_pr
         f"worker {killed['worker']} lost while it held the task"}
 
 
-def test_the_scheduler_lost_ends_the_campaign_with_exit_3_and_what_was_done_written(tmp_path):
+def test_the_scheduler_lost_ends_the_campaign_with_exit_3_and_what_was_done_written(cluster, tmp_path):
     from harness.campaign.executor import SchedulerLost
-    with localhost_cluster(tmp_path / "cluster") as c:
-        def stop_when_one_is_done(ex, stop: threading.Event) -> None:
-            while not stop.is_set() and ex.summary.done < 1:
-                time.sleep(0.05)
-            if not stop.is_set():
-                c.stop_scheduler()
+    c = cluster
 
-        stop = threading.Event()
-        with Executor(c.address) as ex:
-            t = threading.Thread(target=stop_when_one_is_done, args=(ex, stop), daemon=True)
-            t.start()
-            try:
-                with pytest.raises(SchedulerLost) as lost:
-                    _spread(ex, tmp_path / "out", seeds=(0, 40), chunk=1)
-            finally:
-                stop.set()
-                t.join(timeout=10)
+    def stop_when_one_is_done(ex, stop: threading.Event) -> None:
+        while not stop.is_set() and ex.summary.done < 1:
+            time.sleep(0.05)
+        if not stop.is_set():
+            c.stop_scheduler()
+
+    stop = threading.Event()
+    with Executor(c.address) as ex:
+        t = threading.Thread(target=stop_when_one_is_done, args=(ex, stop), daemon=True)
+        t.start()
+        try:
+            with pytest.raises(SchedulerLost) as lost:
+                _spread(ex, tmp_path / "out", seeds=(0, 40), chunk=1)
+        finally:
+            stop.set()
+            t.join(timeout=10)
     assert lost.value.exit_code == 3 and "was lost" in str(lost.value)
     data = json.loads((tmp_path / "out" / "campaign.json").read_text())
     assert data["cluster"]["done"] >= 1 and 1 <= data["seeds_done"] < 40
