@@ -116,6 +116,7 @@ class CellResult:
     archive: bytes  # the run directory, tar.gz
     elapsed: float
     worker_host: str = ""
+    run_dir: str = ""  # where the run was on the worker (its output names it)
 
 
 def _harness_argv(args: list[str]) -> list[str]:
@@ -137,7 +138,7 @@ def cell_task(campaign: str, cell: Cell, scenarios: tuple[str, ...], samples: in
             if run_dir.is_dir():
                 tar.add(run_dir, arcname=".")
         return CellResult(cell, code, log.read_text(errors="replace"), buf.getvalue(), time.monotonic() - start,
-                          os.uname().nodename)
+                          os.uname().nodename, str(run_dir))
 
 
 @dataclass
@@ -191,6 +192,8 @@ def run_matrix(executor: Executor, cells_: list[Cell], scenarios: tuple[str, ...
         d = out / cell.name
         _unpack(r.archive, d)
         r.archive = b""
+        if r.run_dir:  # the paths the run printed, as they are here
+            r.output = r.output.replace(r.run_dir, str(d))
         (d / "output.txt").write_text(r.output)
         summary = d / "summary.json"
         if summary.is_file():
