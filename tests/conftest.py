@@ -106,6 +106,7 @@ def pytest_collection_modifyitems(config, items):
 # two that mostly wait placed by their wall time; the modules below 1.4 s follow in their
 # collection order.  A module missing from the list only runs later than it could.
 LONGEST_FIRST = (
+    "tests/unit/campaign/test_spread.py",  # 30 s of wall, mostly waits: Dask clusters' starts, a killed worker
     "tests/unit/sframe/test_check.py",
     "tests/unit/deferred/test_check_mutations.py",
     "tests/unit/kernel/test_btf.py",

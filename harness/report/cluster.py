@@ -8,8 +8,11 @@ __all__ = ["format_cluster"]
 
 def format_cluster(d: dict, unit: str = "programs") -> str:
     rate = d["units"] / d["elapsed"] * 60 if d.get("elapsed") else 0.0
-    lines = [f"cluster: {d['where']}, {d['workers']} workers; {d['done']} tasks done, {len(d['retried'])} retried, "
-             f"{len(d['failed'])} failed; {rate:.0f} {unit}/min"]
+    lost = f" ({len(d['lost_workers'])} lost)" if d["lost_workers"] else ""
+    lines = [f"cluster: {d['where']}, {d['workers']} workers{lost}; {d['done']} tasks done, {len(d['retried'])} "
+             f"retried, {len(d['failed'])} failed; {rate:.0f} {unit}/min"]
+    if d.get("unfinished"):
+        lines.append(f"  unfinished at the deadline: {', '.join(d['unfinished'])}")
     if d["lost_workers"]:
         lines.append(f"  workers lost: {', '.join(d['lost_workers'])}")
     for key, why in d["retried"].items():
