@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
 from ..images.toolchain import TOOLCHAINS
-from . import arg, cluster_args, command, positive_float, sample_count
+from . import arg, cluster_args, command, positive_float, positive_int, sample_count
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
     from ..fuzz.campaign import Checker
@@ -83,6 +83,8 @@ def live_checker(args) -> Checker:
              arg("--kernel", help="live: the guest kernel, as harness run --kernel takes it, or a bzImage's path"),
              arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),
              *cluster_args(),
+             arg("--chunk", type=positive_int, metavar="N",
+                 help="seeds per task (default 2 static, 1 live; more on a big cluster: docs/scale.md)"),
          ])
 def cmd_fuzz(args) -> int:
     from ..fuzz.build import linker_available
@@ -121,7 +123,8 @@ def cmd_fuzz(args) -> int:
             camp, summary = spread.run(ex, checker, seeds=args.seeds, budget=args.budget,
                                        toolchains=args.toolchains, linkers=linkers,
                                        out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
-                                       mode="static" if args.static else "live", live=not args.static)
+                                       mode="static" if args.static else "live", live=not args.static,
+                                       chunk=args.chunk)
         except SchedulerLost as exc:
             print(f"harness fuzz: {exc}", file=sys.stderr)
             if args.out:
