@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
@@ -124,6 +125,27 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@contextlib.contextmanager
+def _ctrl_c_for_the_client_alone():
+    """A terminal's Ctrl-C reaches its whole foreground process group: a ``LocalCluster``'s
+    worker processes too, which would die at once, their tasks' children (a guest's harness)
+    killed by ``PR_SET_PDEATHSIG`` with no clean-up.  Spawned while SIGINT and SIGHUP are ignored,
+    they keep ignoring them (an ignored signal stays so across exec, and Python then installs no
+    handler of its own): the client alone ends on them, cancelling the tasks in order
+    (:meth:`Executor.cancel`).  A Ctrl-C in the cluster's 2-5 s start is lost with them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGHUP)}
+    for sig in old:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def _call(fn: Callable[..., Any], args: tuple) -> tuple[Any, str]:
     """What a worker runs: the task, and the worker's address with its result."""
     import warnings
@@ -172,8 +194,9 @@ class Executor:
                 if self.live and n > default_workers():
                     note(self.topic, f"live work: {n} workers asked, {default_workers()} cores: one guest per core")
                     n = default_workers()
-                self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                            dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                with _ctrl_c_for_the_client_alone():
+                    self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
                 self.client = Client(self.cluster, timeout=CONNECT_TIMEOUT)
                 self.summary.where = "LocalCluster"
             else:

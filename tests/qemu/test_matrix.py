@@ -96,3 +96,32 @@ def test_ctrl_c_on_the_client_leaves_no_guest_on_any_worker(tmp_path):
         assert all(gone(g) for g in guests), [(g, cmdline(g)[:2]) for g in guests if not gone(g)]
         assert not _guests(workers)
         assert all(p.poll() is None for p in c.workers.values())  # the cluster lives on
+
+
+def test_a_terminals_ctrl_c_ends_a_localcluster_matrix_in_order(tmp_path):
+    """Ctrl-C at a terminal reaches the whole foreground group, the LocalCluster's workers too:
+    they ignore it (spawned so), and the client cancels the cells in order -- exit 3, one line, no
+    worker's traceback, no guest left."""
+    p = subprocess.Popen([*HARNESS, "matrix", *CELLS, "--samples", "2000", "--out", str(tmp_path / "m"),
+                          "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        guests: list[int] = []
+        while len(guests) < 2 and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.5)
+            guests = _guests([p.pid])
+        assert len(guests) == 2, f"no guest on each worker within 300 s: {guests}"
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+    assert p.returncode == 3 and "harness matrix: interrupted (SIGINT)" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    deadline = time.monotonic() + 30
+    while not all(gone(g) for g in guests) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert all(gone(g) for g in guests)
+    assert (tmp_path / "m" / "matrix.json").is_file()
