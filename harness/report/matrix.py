@@ -78,9 +78,23 @@ def format_matrix(m: dict, out: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _bad(row: str, value: str) -> bool:
+    """A cell of the table to mark: a scenario with failed stacks, none checked, errors, or no run;
+    an exit code other than 0."""
+    if row == "exit":
+        return value != "0"
+    if row.startswith("causes"):
+        return False
+    if "/" not in value:
+        return value != "-"
+    stacks, failed = value.split()[0].split("/")
+    return stacks == "0" or failed != "0" or value.endswith(" err")
+
+
 def write_matrix_html(m: dict, out: Path) -> Path:
     head, rows = matrix_rows(m)
-    page = _env.get_template("matrix.html.j2").render(m=m, head=head, rows=rows,
+    marked = [[(v, _bad(r[0], v)) for v in r[1:]] for r in rows]
+    page = _env.get_template("matrix.html.j2").render(m=m, head=head, rows=rows, marked=marked,
                                                       title=f"unwind harness matrix: {out.name}")
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")

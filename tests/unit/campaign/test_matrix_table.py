@@ -77,6 +77,12 @@ def test_the_table_and_the_page_over_the_cells(tmp_path):
     assert "fp-frameless-function" in text and "cloud-host-smp1: exit 0: every stack agrees or is explained" in text
     page = write_matrix_html(m, tmp_path).read_text()
     assert 'href="cloud-host-smp1/report.html"' in page and "7.3.4-1~bpo13+1" in page
+    assert '<td class="bad">' not in page  # every cell passed
+    m["cells"][1]["summary"]["scenarios"][0].update(stacks=0, failed_stacks=0)  # none checked: a failure
+    m["cells"][1]["exit_code"] = 1
+    page = write_matrix_html(m, tmp_path).read_text()
+    # the scenario's cell, its exit in the table and in the list of cells
+    assert page.count('<td class="bad">') == 3 and '<td class="bad">0/0</td>' in page
 
 
 def test_bad_matrix_input_exits_2_before_any_cluster(capsys):
