@@ -32,7 +32,7 @@ from ..campaign.isolate import run_command
 from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
 from ..images.kernel import check_kernel_choice
 
-__all__ = ["ALIASES", "Cell", "CellResult", "MatrixError", "cells", "parse_kernels", "run_matrix"]
+__all__ = ["ALIASES", "Cell", "CellResult", "MatrixInputError", "cells", "parse_kernels", "run_matrix"]
 
 #: the issue's names for the harness's kernels
 ALIASES = {"cloud": "default", "6.12": "trixie", "6.1": "bookworm"}
@@ -40,7 +40,7 @@ QEMUS = ("host", "backports")
 CELL_TIMEOUT = 3600.0  # seconds one cell's harness run may take (its own waits are bounded too)
 
 
-class MatrixError(HarnessError):
+class MatrixInputError(HarnessError):
     """Bad matrix input: an empty list, an unknown QEMU, a vCPU count that is no number."""
 
     exit_code = EXIT_USAGE
@@ -82,7 +82,7 @@ def parse_kernels(text: str) -> list[Kernel]:
         check_kernel_choice(name)  # the names --kernel takes (KernelInputError: exit 2)
         out.append(Kernel(word, name))
     if not out:
-        raise MatrixError(f"--kernels {text!r}: no kernel")
+        raise MatrixInputError(f"--kernels {text!r}: no kernel")
     return out
 
 
@@ -90,7 +90,7 @@ def parse_qemus(text: str) -> list[str]:
     out = [w.strip() for w in text.split(",") if w.strip()]
     bad = [w for w in out if w not in QEMUS]
     if bad or not out:
-        raise MatrixError(f"--qemu {text!r}: known are {', '.join(QEMUS)}")
+        raise MatrixInputError(f"--qemu {text!r}: known are {', '.join(QEMUS)}")
     return out
 
 
@@ -98,9 +98,9 @@ def parse_smp(text: str) -> list[int]:
     try:
         out = [int(w) for w in text.split(",") if w.strip()]
     except ValueError:
-        raise MatrixError(f"--smp {text!r}: not a list of vCPU counts (1,2)") from None
+        raise MatrixInputError(f"--smp {text!r}: not a list of vCPU counts (1,2)") from None
     if not out or any(not 1 <= n <= 16 for n in out):
-        raise MatrixError(f"--smp {text!r}: vCPU counts from 1 to 16")
+        raise MatrixInputError(f"--smp {text!r}: vCPU counts from 1 to 16")
     return out
 
 

@@ -14,7 +14,7 @@ from harness.matrix import (
     Cell,
     CellResult,
     Kernel,
-    MatrixError,
+    MatrixInputError,
     MatrixResult,
     cells,
     parse_kernels,
@@ -37,7 +37,7 @@ def test_the_kernels_are_named_as_run_takes_them_with_the_issues_aliases(tmp_pat
     assert (k.label, k.name, k.path) == ("bzImage", None, str(image))
     with pytest.raises(KernelInputError, match="unknown kernel 'focal'"):
         parse_kernels("cloud,focal")
-    with pytest.raises(MatrixError):
+    with pytest.raises(MatrixInputError):
         parse_kernels(",")
 
 
@@ -51,7 +51,7 @@ def test_cells_are_every_kernel_by_qemu_by_smp_and_run_as_harness_run():
     assert Cell(Kernel("k", None, "/k/bzImage"), "host", 2).argv((), None, "o")[1:3] == ["--kernel-path", "/k/bzImage"]
     for bad in (lambda: parse_qemus("host,kvm"), lambda: parse_smp("1,x"), lambda: parse_smp("0"),
                 lambda: parse_smp("17")):
-        with pytest.raises(MatrixError):
+        with pytest.raises(MatrixInputError):
             bad()
 
 
