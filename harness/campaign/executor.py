@@ -35,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -46,7 +48,7 @@ from typing import Any
 from ..errors import EXIT_USAGE, HarnessError
 from ..progress import note, step
 
-__all__ = ["ClusterError", "Executor", "Outcome", "SchedulerLost", "Summary", "Task", "default_workers"]
+__all__ = ["ClusterError", "Executor", "Outcome", "SchedulerLost", "Summary", "Task", "default_workers", "scratch_dir"]
 
 RETRIES = 2  # a task that raises is tried 1 + RETRIES times
 POLL = 0.5  # seconds between looks at the futures and the connection
@@ -125,6 +127,17 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def scratch_dir() -> str | None:
+    """Where a task keeps its temporary files: the worker's own directory (``dask worker
+    --local-directory``; Dask removes it with the worker, and a killed worker's at the next
+    start), so a worker killed mid-task leaves nothing in /tmp; None outside a worker."""
+    try:
+        from distributed import get_worker
+        return get_worker().local_directory
+    except (ImportError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def _ctrl_c_for_the_client_alone():
     """A terminal's Ctrl-C reaches its whole foreground process group: a ``LocalCluster``'s
@@ -178,6 +191,7 @@ class Executor:
         self._lock = threading.Lock()
         self._lost_since: float | None = None
         self._started = time.monotonic()
+        self._scratch: str | None = None
 
     # ------------------------------------------------------------------------- the cluster
 
@@ -194,9 +208,13 @@ class Executor:
                 if self.live and n > default_workers():
                     note(self.topic, f"live work: {n} workers asked, {default_workers()} cores: one guest per core")
                     n = default_workers()
+                # the workers' directories (their tasks' scratch) in one of ours, removed at the end
+                self._scratch = tempfile.mkdtemp(prefix="harness-dask-")
+                dask.config.set({"temporary-directory": self._scratch})  # the scheduler's too
                 with _ctrl_c_for_the_client_alone():
                     self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                                                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                                                local_directory=self._scratch)
                 self.client = Client(self.cluster, timeout=CONNECT_TIMEOUT)
                 self.summary.where = "LocalCluster"
             else:
@@ -234,6 +252,9 @@ class Executor:
                 with contextlib.suppress(Exception):
                     thing.close(timeout=10) if thing is self.client else thing.close(timeout=20)
         self.client = self.cluster = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def _event(self, event) -> None:
         """The scheduler's events (its thread): a worker removed, with the tasks it was running."""

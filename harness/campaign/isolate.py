@@ -115,11 +115,16 @@ def run_command(campaign: str, argv: list[str], log: Path, *, timeout: float) ->
     return proc.returncode
 
 
+def _scratch() -> str | None:
+    from .executor import scratch_dir
+    return scratch_dir()
+
+
 def call(campaign: str, fn: Callable[..., Any], args: tuple = (), *, timeout: float) -> Any:
     """``fn(*args)`` in a child process; its result (or its exception, raised here).  Bounded by
     ``timeout`` seconds; ended by :func:`kill_campaign`."""
     import cloudpickle
-    with tempfile.TemporaryDirectory(prefix="harness-task-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-task-", dir=_scratch()) as tmp:
         spec, out, log = Path(tmp, "task.pkl"), Path(tmp, "result.pkl"), Path(tmp, "child.log")
         spec.write_bytes(cloudpickle.dumps((fn, args)))
         proc = _start(campaign, [sys.executable, "-m", "harness.campaign.child", str(spec), str(out)], log)

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..campaign.executor import Executor, Outcome, Summary, Task
+from ..campaign.executor import Executor, Outcome, Summary, Task, scratch_dir
 from ..campaign.isolate import call
 from .build import LINKERS, TOOLCHAINS, toolchain
 from .campaign import (
@@ -80,7 +80,7 @@ def _search(plan: Plan, seeds: tuple[int, int], deadline: float) -> Campaign:
     budget = deadline - time.time()
     if budget <= 0:
         return Campaign(plan.mode, seeds, 0.0, plan.toolchains, plan.linkers)
-    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-task-"))
+    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-task-", dir=scratch_dir()))
     try:
         camp = run_in_process(plan.checker, work, seeds=seeds, budget=budget, toolchains=plan.toolchains,
                               linkers=plan.linkers, shrink=False, mode=plan.mode,
@@ -109,7 +109,7 @@ class Settled:
 
 def _settle(plan: Plan, rec: Record, shrink: tuple[float, float] | None) -> Settled:
     end = min(time.time() + shrink[0], shrink[1]) if shrink is not None else None  # from the task's start
-    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-settle-"))
+    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-settle-", dir=scratch_dir()))
     try:
         (work / "b").mkdir()
         evaluate = Evaluator(plan.checker, work / "b")

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..campaign.executor import Executor, Outcome, Summary, Task
+from ..campaign.executor import Executor, Outcome, Summary, Task, scratch_dir
 from ..campaign.isolate import run_command
 from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
 from ..images.kernel import check_kernel_choice
@@ -128,7 +128,7 @@ def cell_task(campaign: str, cell: Cell, scenarios: tuple[str, ...], samples: in
     """One cell: ``harness run`` in a child process of the worker (killed if the matrix is
     cancelled), its run directory archived."""
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="harness-matrix-cell-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-matrix-cell-", dir=scratch_dir()) as tmp:
         run_dir = Path(tmp) / "run"
         log = Path(tmp) / "output.txt"
         code = run_command(campaign, _harness_argv(cell.argv(scenarios, samples, str(run_dir), extra)), log,

@@ -71,7 +71,8 @@ def localhost_cluster(tmp: Path, workers: int = 2) -> Iterator[LocalhostCluster]
     dead) on 127.0.0.1; the processes see this checkout first on their path."""
     from distributed import Client
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               DASK_TEMPORARY_DIRECTORY=str(tmp))  # the scheduler's directory: not /tmp/dask-scratch-space
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []
