@@ -48,7 +48,7 @@ from typing import Any
 from ..errors import EXIT_USAGE, HarnessError
 from ..progress import note, step
 
-__all__ = ["ClusterError", "Executor", "Outcome", "SchedulerLost", "Summary", "Task", "default_workers", "scratch_dir"]
+__all__ = ["ClusterError", "Executor", "Outcome", "SchedulerLost", "Summary", "Task", "default_workers"]
 
 RETRIES = 2  # a task that raises is tried 1 + RETRIES times
 POLL = 0.5  # seconds between looks at the futures and the connection
@@ -125,17 +125,6 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
-
-
-def scratch_dir() -> str | None:
-    """Where a task keeps its temporary files: the worker's own directory (``dask worker
-    --local-directory``; Dask removes it with the worker, and a killed worker's at the next
-    start), so a worker killed mid-task leaves nothing in /tmp; None outside a worker."""
-    try:
-        from distributed import get_worker
-        return get_worker().local_directory
-    except (ImportError, ValueError):
-        return None
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import HarnessError
 from ..transport.qemu import die_with_parent
 
-__all__ = ["TaskCancelled", "TaskDied", "call", "children", "kill_campaign", "run_command"]
+__all__ = ["TaskCancelled", "TaskDied", "call", "children", "kill_campaign", "run_command", "scratch_dir"]
 
 TERM_GRACE = 10.0  # seconds a child gets to end its guest after SIGTERM
 
@@ -80,6 +80,17 @@ def kill_campaign(campaign: str, grace: float = TERM_GRACE) -> list[int]:
     return [p.pid for p in procs]
 
 
+def scratch_dir() -> str | None:
+    """Where a task keeps its temporary files: the worker's own directory (``dask worker
+    --local-directory``; Dask removes it with the worker, and a killed worker's at the next
+    start), so a worker killed mid-task leaves nothing in /tmp; None outside a worker."""
+    try:
+        from distributed import get_worker
+        return get_worker().local_directory
+    except (ImportError, ValueError):
+        return None
+
+
 def _start(campaign: str, argv: list[str], log: Path) -> subprocess.Popen:
     with _lock:
         if campaign in _cancelled:
@@ -115,16 +126,11 @@ def run_command(campaign: str, argv: list[str], log: Path, *, timeout: float) ->
     return proc.returncode
 
 
-def _scratch() -> str | None:
-    from .executor import scratch_dir
-    return scratch_dir()
-
-
 def call(campaign: str, fn: Callable[..., Any], args: tuple = (), *, timeout: float) -> Any:
     """``fn(*args)`` in a child process; its result (or its exception, raised here).  Bounded by
     ``timeout`` seconds; ended by :func:`kill_campaign`."""
     import cloudpickle
-    with tempfile.TemporaryDirectory(prefix="harness-task-", dir=_scratch()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-task-", dir=scratch_dir()) as tmp:
         spec, out, log = Path(tmp, "task.pkl"), Path(tmp, "result.pkl"), Path(tmp, "child.log")
         spec.write_bytes(cloudpickle.dumps((fn, args)))
         proc = _start(campaign, [sys.executable, "-m", "harness.campaign.child", str(spec), str(out)], log)

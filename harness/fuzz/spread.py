@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..campaign.executor import Executor, Outcome, Summary, Task, scratch_dir
-from ..campaign.isolate import call
+from ..campaign.executor import Executor, Outcome, Summary, Task
+from ..campaign.isolate import call, scratch_dir
 from .build import LINKERS, TOOLCHAINS, toolchain
 from .campaign import (
     CAMPAIGN_JSON,

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..campaign.executor import Executor, Outcome, Summary, Task, scratch_dir
-from ..campaign.isolate import run_command
+from ..campaign.executor import Executor, Outcome, Summary, Task
+from ..campaign.isolate import run_command, scratch_dir
 from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
 from ..images.kernel import check_kernel_choice
 
