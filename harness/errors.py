@@ -84,6 +84,13 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `ShapeError`                    fuzz: harness/fuzz/shape.py
  |         +-- `MatrixError`                   fuzz: harness/fuzz/build.py
  |         +-- `CampaignError`                 fuzz: harness/fuzz/campaign.py
+ |         +-- `ClusterError`                  campaign: harness/campaign/executor.py
+ |         +-- `ClusterAddressError`           campaign: harness/campaign/executor.py
+ |         +-- `SchedulerLost`                 campaign: harness/campaign/executor.py
+ |         +-- `TaskCancelled`                 campaign: harness/campaign/isolate.py
+ |         +-- `TaskDied`                      campaign: harness/campaign/isolate.py
+ |         +-- `TaskTimeout`                   campaign: harness/campaign/isolate.py
+ |         +-- `MatrixInputError`              matrix: harness/matrix/__init__.py
  |         +-- `GuestSpecError`                session: harness/session.py
  |         +-- `UnknownScenario`               scenarios: harness/scenarios/catalog.py
 

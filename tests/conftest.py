@@ -107,6 +107,7 @@ def pytest_collection_modifyitems(config, items):
 # for 25 s), with the two that mostly wait placed by their wall time; the modules below 1.1 s
 # follow in their collection order.  A module missing from the list only runs later than it could.
 LONGEST_FIRST = (
+    "tests/unit/campaign/test_spread.py",  # 30 s of wall, mostly waits: Dask clusters' starts, a killed worker
     "tests/unit/sframe/test_check.py",
     "tests/unit/unwind/test_load_bias.py",
     "tests/unit/verdicts/test_causes.py",

@@ -110,6 +110,15 @@ def arg(*flags: str, **kwargs: Any) -> Arg:
     return Arg(flags, kwargs)
 
 
+def cluster_args() -> list[Arg]:
+    """``--scheduler`` and ``--workers``: where a campaign's tasks run (harness.campaign)."""
+    return [arg("--scheduler", metavar="ADDRESS",
+                help="run the tasks on this Dask cluster (tcp://HOST:PORT; workers started "
+                     "`dask worker ADDRESS --nthreads 1`); default: a LocalCluster on this machine"),
+            arg("--workers", type=positive_int, metavar="N",
+                help="the LocalCluster's workers (default: one per core; live work: one guest each)")]
+
+
 @dataclass
 class Command:
     """A registered subcommand: ``func(args) -> exit code`` (None for a group, which only holds
@@ -133,8 +142,8 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 #: The order of the subcommands in ``harness --help`` (the rest follow in the order they load).
-ORDER = ("images", "boot", "shell", "doctor", "run", "bench", "report", "check", "perf", "kernel-diff", "sframe",
-         "fuzz")
+ORDER = ("images", "boot", "shell", "doctor", "run", "matrix", "bench", "report", "check", "perf", "kernel-diff",
+         "sframe", "fuzz")
 
 
 def _register(cmd: Command) -> None:

@@ -4,11 +4,16 @@ unwinders against each other; each finding shrunk to a minimal reproducer.
     harness fuzz --static [--budget S] [--seeds A:B] [--out DIR] [--toolchains T,..] [--linkers L,..]
                  [--toolchain NAME=PREFIX ...]   a user's own install (PREFIX/bin: gcc or clang, as, ld)
     harness fuzz [--budget S] ...            live: the programs sampled in a guest (harness.fuzz.live)
+    harness fuzz ... --scheduler tcp://HOST:PORT   on an existing Dask cluster (default: a LocalCluster)
     harness fuzz replay DIR                  rebuild and recheck one reproducer
     harness fuzz merge DIR... [--out DIR]    join campaign result directories
     harness fuzz report DIR                  each signature's reproducer as a bug report (report.md)
 
-Exit status: a campaign 1 when it found any signature, else 0; replay 1 while the reproducer
+A campaign runs as tasks on Dask (harness.fuzz.spread): an embedded LocalCluster of one worker
+per core (--workers N), or the cluster of --scheduler.
+
+Exit status: a campaign 1 when it found any signature, else 0 (3 when a task failed every try:
+the campaign is incomplete); replay 1 while the reproducer
 still shows its signature, 0 once it does not; merge 1 when the merged result has signatures;
 report 0 once written; 2 bad usage or input; 3 infrastructure (a toolchain root that cannot be had, a guest that died or
 hung in live mode, an interrupt).  In live mode a program that crashes in the guest is a finding
@@ -24,10 +29,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
+from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
 from ..images.toolchain import DEFAULT_TOOLCHAINS, TOOLCHAINS
-from . import arg, command, positive_float, sample_count
+from . import arg, cluster_args, command, positive_float, positive_int, sample_count
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
     from ..fuzz.campaign import Checker
@@ -116,10 +121,13 @@ def live_checker(args) -> Checker:
                  help=f"live: requests on each program (default {LIVE_SAMPLES})"),
              arg("--kernel", help="live: the guest kernel, as harness run --kernel takes it, or a bzImage's path"),
              arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),
+             *cluster_args(),
+             arg("--chunk", type=positive_int, metavar="N",
+                 help="seeds per task (default 2 static, 1 live; more on a big cluster: docs/scale.md)"),
          ])
 def cmd_fuzz(args) -> int:
     from ..fuzz.build import linker_available
-    from ..fuzz.campaign import merge, run
+    from ..fuzz.campaign import merge
     from ..fuzz.static import StaticChecker
     from ..report.fuzz import format_campaign
     if args.action not in (None, "replay", "merge", "report"):
@@ -149,16 +157,31 @@ def cmd_fuzz(args) -> int:
     if args.dirs:
         print("harness fuzz: DIR arguments go with replay or merge", file=sys.stderr)
         return EXIT_USAGE
+    from ..campaign.executor import Executor
+    from ..fuzz import spread
+    from ..report.cluster import format_cluster
     checker = StaticChecker() if args.static else live_checker(args)
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
-    work = Path(tempfile.mkdtemp(prefix="harness-fuzz-"))
-    try:
-        camp = run(checker, work, seeds=args.seeds, budget=args.budget, toolchains=toolchains,
-                   linkers=linkers, out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
-                   mode="static" if args.static else "live")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    from ..campaign.executor import SchedulerLost
+    camp = None
+    with Executor(args.scheduler, workers=args.workers, topic="fuzz", live=not args.static) as ex:
+        print(f"harness fuzz: {ex.summary.where}, {ex.summary.workers} workers; dashboard "
+              f"{ex.summary.dashboard or '(none)'}", file=sys.stderr, flush=True)
+        try:
+            camp, summary = spread.run(ex, checker, seeds=args.seeds, budget=args.budget,
+                                       toolchains=toolchains, linkers=linkers,
+                                       out=Path(args.out) if args.out else None, shrink=not args.no_shrink,
+                                       mode="static" if args.static else "live", live=not args.static,
+                                       chunk=args.chunk)
+        except SchedulerLost as exc:
+            print(f"harness fuzz: {exc}", file=sys.stderr)
+            if args.out:
+                print(f"what was done is in {Path(args.out) / 'campaign.json'}", file=sys.stderr)
+            return EXIT_INFRA
     print(format_campaign(camp.to_json(), out=args.out))
+    print(format_cluster(summary.to_json()))
+    if summary.failed:
+        return EXIT_INFRA
     return EXIT_FAILURES if camp.records else EXIT_OK
 
 

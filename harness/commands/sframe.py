@@ -2,6 +2,7 @@
 
     harness sframe check [--binutils X.Y] [--limit N] [--debug] BINARY...
     harness sframe check --tree DIR [--jobs N] [--timeout S]
+    harness sframe check --tree DIR --scheduler tcp://HOST:PORT | --workers N   (as Dask tasks)
     harness sframe dump [--debug] BINARY
 
 ``check`` runs :func:`harness.unwind.sframe_check.check_file` on each binary, object or archive
@@ -25,7 +26,7 @@ import argparse
 import sys
 
 from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from . import arg, command, group
+from . import arg, cluster_args, command, group, positive_int
 
 
 def _binutils(text: str) -> tuple[int, int]:
@@ -83,6 +84,9 @@ group("sframe", help="check or dump a binary's SFrame section (no guest)", descr
                  help="the binutils that linked the binaries: from 2.45 a V2 section must carry "
                       "SFRAME_F_FDE_FUNC_START_PCREL"),
              arg("--limit", type=int, default=20, help="findings printed per kind and binary (default 20)"),
+             *cluster_args(),
+             arg("--chunk", type=positive_int, default=32, metavar="N",
+                 help="--tree on a cluster (--scheduler or --workers): files per task (default 32)"),
              _DEBUG,
          ])
 def cmd_check(args) -> int:
@@ -112,12 +116,48 @@ def cmd_check(args) -> int:
     return status
 
 
+def tree_on_cluster(args):
+    """``--tree`` as tasks on Dask (``--scheduler`` or ``--workers``): the files in chunks of
+    ``--chunk``, each task's results merged here; a chunk not done by ``--timeout`` counts its
+    files as timed out.  Every worker must see the tree at the same path."""
+    import time
+
+    from ..campaign.executor import Executor, Task
+    from ..report.cluster import format_cluster
+    from ..unwind.sframe_tree import check_chunk, chunks, finish, scan
+    t0 = time.monotonic()
+    rep, found = scan(args.tree)
+    parts = {f"files-{i}": c for i, c in enumerate(chunks(found, args.chunk))}
+    done: set[str] = set()
+
+    def on_result(o) -> None:
+        if o.ok:
+            rep.results.extend(o.result)
+            done.add(o.task.key)
+
+    with Executor(args.scheduler, workers=args.workers, topic="sframe") as ex:
+        rep.jobs = ex.summary.workers
+        summary = ex.run([Task(k, check_chunk, (c, str(rep.root), args.binutils)) for k, c in parts.items()],
+                         on_result, count=lambda r: 0, unit="files", deadline=t0 + args.timeout)
+    summary.units = sum(len(c) for k, c in parts.items() if k in done)
+    rep.timed_out = sum(len(c) for k, c in parts.items() if k in summary.unfinished)
+    failed = sum(len(parts[o.task.key]) for o in summary.failed)
+    return finish(rep, t0), summary, failed, format_cluster
+
+
 def _check_tree(args) -> int:
     from ..report.sframe import format_tree
     from ..unwind.sframe_tree import check_tree
     def work() -> int:
-        rep = check_tree(args.tree, jobs=args.jobs, timeout=args.timeout, expect_binutils=args.binutils)
-        print(format_tree(rep, limit=args.limit))
+        if args.scheduler or args.workers:
+            rep, summary, failed, format_cluster = tree_on_cluster(args)
+            print(format_tree(rep, limit=args.limit))
+            print(format_cluster(summary.to_json(), unit="files"))
+            if failed:
+                return EXIT_INFRA
+        else:
+            rep = check_tree(args.tree, jobs=args.jobs, timeout=args.timeout, expect_binutils=args.binutils)
+            print(format_tree(rep, limit=args.limit))
         if rep.timed_out or any(r.crash for r in rep.results):
             return EXIT_INFRA
         if any(r.errors or r.no_verdict for r in rep.results) or not rep.with_sframe:

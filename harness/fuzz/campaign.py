@@ -148,11 +148,6 @@ def _bound(fn, seed: int):
     return lambda ex: fn(ex, seed)
 
 
-def _plain(test):
-    """``test`` without its default arguments (``@given`` refuses a function that has any)."""
-    return lambda ex: test(ex)
-
-
 #: the order signatures are shrunk in: disagreements of the unwinders first, then build failures,
 #: then what the linker alone decides (one defect, many signatures)
 _KIND_ORDER = ("sframe-step", "sframe-object", "fp-step", "sframe-no-fre", "sframe-check", "sframe-dropped",
@@ -167,6 +162,76 @@ def _priority(rec: Record) -> tuple:
 
 class _Found(Exception):
     """Raised inside the hypothesis test: this example shows the signature being shrunk."""
+
+
+class Evaluator:
+    """Builds and checks examples in ``work`` (each build removed once checked), its findings
+    cached by (shape, build): a replayed seed and a repeated candidate cost no build."""
+
+    def __init__(self, checker: Checker, work: Path):
+        self.checker, self.work = checker, work
+        self.cache: dict[tuple, list[Finding]] = {}
+        self.builds = 0
+        self._counter = iter(range(1 << 62))
+
+    def __call__(self, ex: Example) -> list[Finding]:
+        key = (ex.shape, ex.config)
+        if key not in self.cache:
+            dest = self.work / f"b{next(self._counter)}"
+            built = build(ex.shape, ex.config, dest)
+            self.builds += 1
+            try:
+                self.cache[key] = self.checker(built)
+            finally:
+                shutil.rmtree(dest, ignore_errors=True)
+        return self.cache[key]
+
+
+def hypothesis_run(strategy: st.SearchStrategy[Example], seed: int, test, phases, examples_per_seed: int) -> None:
+    """One seed's hypothesis run of ``test`` (no example database, no deadline, no health check)."""
+    wrapped = hypothesis.seed(seed)(settings(
+        database=None, deadline=None, max_examples=examples_per_seed, derandomize=False, phases=phases,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
+    )(hypothesis.given(strategy)(test)))
+    try:
+        wrapped()
+    except _Found:
+        pass
+
+
+def shrink_record(rec: Record, evaluate: Callable[[Example], list[Finding]], strategy: st.SearchStrategy[Example],
+                  end: float, examples_per_seed: int = EXAMPLES_PER_SEED) -> None:
+    """Phase 2 for one signature: run ``rec.first_seed`` again with the generate and shrink phases
+    and a test that raises exactly when an example shows ``rec``'s signature; the smallest that
+    raised becomes ``rec.example`` (``rec.shrunk``).  No new candidate is accepted after ``end``
+    (``time.monotonic()``), which ends the shrink with the smallest found so far."""
+    state: dict = {"raised": set(), "best": None}
+
+    def shows(ex: Example) -> bool:
+        key = (ex.shape, ex.config)
+        if key in state["raised"]:
+            return True
+        if time.monotonic() >= end and state["best"] is not None:
+            return False  # out of time: no new candidate is accepted, the shrink ends
+        match = [f for f in evaluate(ex) if f.signature == rec.signature]
+        if not match:
+            return False
+        if state["best"] is not None:
+            rec.shrink_steps += 1
+        if state["best"] is None or ex.size <= state["best"][0].size:
+            state["best"] = (ex, match[0])
+        state["raised"].add(key)
+        return True
+
+    def test(ex: Example) -> None:
+        if shows(ex):
+            raise _Found  # the one raise: hypothesis tells failures apart by where they rose
+
+    # The seed's generation replays from the cache up to the first program that showed the
+    # signature (same seed, same outcomes before it: the same examples), then shrinks it.
+    hypothesis_run(strategy, rec.first_seed, test, (Phase.generate, Phase.shrink), examples_per_seed)
+    if state["best"] is not None:
+        rec.example, rec.finding, rec.shrunk = state["best"][0], state["best"][1], True
 
 
 def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), budget: float = 300.0,
@@ -185,21 +250,8 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
     camp = Campaign(mode, seeds, budget, toolchains, linkers)
     start = time.monotonic()
     deadline = start + budget
-    cache: dict[tuple, list[Finding]] = {}
-    counter = iter(range(1 << 62))
     strategy = examples(toolchains, linkers, max_funcs, matrix)
-
-    def evaluate(ex: Example) -> list[Finding]:
-        key = (ex.shape, ex.config)
-        if key not in cache:
-            dest = work / f"b{next(counter)}"
-            built = build(ex.shape, ex.config, dest)
-            camp.builds += 1
-            try:
-                cache[key] = checker(built)
-            finally:
-                shutil.rmtree(dest, ignore_errors=True)
-        return cache[key]
+    evaluate = Evaluator(checker, work)
 
     tried: set[Signature] = set()  # shrunk, or given their chance to be
 
@@ -223,33 +275,6 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
                 rec.first = (ex, f)
         st_.update(f"{camp.programs} programs, {len(camp.records)} signatures, seed {seed}")
 
-    def shows(ex: Example, rec: Record, state: dict) -> bool:
-        """Phase 2: does this example still show ``rec``'s signature (within the shrink's time)?"""
-        key = (ex.shape, ex.config)
-        if key in state["raised"]:
-            return True
-        if time.monotonic() >= state["end"] and state["best"] is not None:
-            return False  # out of time: no new candidate is accepted, the shrink ends
-        match = [f for f in evaluate(ex) if f.signature == rec.signature]
-        if not match:
-            return False
-        if state["best"] is not None:
-            rec.shrink_steps += 1
-        if state["best"] is None or ex.size <= state["best"][0].size:
-            state["best"] = (ex, match[0])
-        state["raised"].add(key)
-        return True
-
-    def hypothesis_run(seed: int, test, phases) -> None:
-        wrapped = hypothesis.seed(seed)(settings(
-            database=None, deadline=None, max_examples=examples_per_seed, derandomize=False, phases=phases,
-            suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
-        )(hypothesis.given(strategy)(test)))
-        try:
-            wrapped()
-        except _Found:
-            pass
-
     search_end = deadline
     next_seed = a
     with step("fuzz", f"{mode} campaign, seeds {a}:{b}, {budget:.0f} s") as st_:
@@ -257,7 +282,7 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
             search_end = deadline - (deadline - time.monotonic()) * shrink_share
             first = next_seed
             while next_seed < b and not search_over():
-                hypothesis_run(next_seed, _bound(search, next_seed), (Phase.generate,))
+                hypothesis_run(strategy, next_seed, _bound(search, next_seed), (Phase.generate,), examples_per_seed)
                 camp.seeds_done += 1
                 next_seed += 1
             # Phase 2: shrink the new signatures, the most telling first, until the budget runs out.
@@ -266,22 +291,14 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
                     break
                 tried.add(rec.signature)
                 st_.update(f"shrinking {rec.signature.key}")
-                state = {"raised": set(), "best": None, "end": min(time.monotonic() + shrink_budget, deadline)}
-
-                def test(ex: Example, rec=rec, state=state) -> None:
-                    if shows(ex, rec, state):
-                        raise _Found  # the one raise: hypothesis tells failures apart by where they rose
-
-                # The seed's generation replays from the cache up to the first program that showed
-                # the signature (same seed, same outcomes before it: the same examples), then shrinks it.
-                hypothesis_run(rec.first_seed, _plain(test), (Phase.generate, Phase.shrink))
-                if state["best"] is not None:
-                    rec.example, rec.finding, rec.shrunk = state["best"][0], state["best"][1], True
+                shrink_record(rec, evaluate, strategy, min(time.monotonic() + shrink_budget, deadline),
+                              examples_per_seed)
             if next_seed == first or next_seed >= b or time.monotonic() >= deadline:
                 break
         for rec in camp.records.values():  # never shrunk (the budget ran out): the first program
             if rec.example is None and rec.first is not None:
                 rec.example, rec.finding = rec.first
+        camp.builds = evaluate.builds
         camp.elapsed = time.monotonic() - start
         st_.end(f"{mode} campaign: {camp.programs} programs ({camp.builds} builds), "
                 f"{len(camp.records)} signatures in {camp.elapsed:.0f} s")

@@ -222,22 +222,56 @@ def dpkg_packages(root: Path) -> dict[str, str]:
     return out
 
 
+def scan(root: str | os.PathLike, jobs: int = 1) -> tuple[TreeReport, list[tuple[str, bool]]]:
+    """The report's counts of ``root`` and its candidates, biggest first (the pool's tail is then
+    short).  Raises :class:`SFrameError` if ``root`` is not a directory."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SFrameError(f"{root}: not a directory", field="file")
+    rep = TreeReport(str(root), jobs=jobs)
+    rep.files, found = candidates(root)
+    rep.elf_files = sum(not a for _, a in found)
+    rep.archives = sum(a for _, a in found)
+    found.sort(key=lambda c: -_size(c[0]))
+    return rep, found
+
+
+def kept(r: FileResult) -> bool:
+    """A result the report keeps: a file with SFrame data, bad input or a checker crash."""
+    return r.has_sframe or bool(r.errors) or r.crash is not None
+
+
+def check_chunk(files: list[tuple[str, bool]], root: str,
+                expect_binutils: tuple[int, int] | None = None) -> list[FileResult]:
+    """:func:`check_one` of each file (a task of a campaign: plain paths in, the kept results out)."""
+    return [r for r in (check_one(p, a, root, expect_binutils) for p, a in files) if kept(r)]
+
+
+def chunks(found: list[tuple[str, bool]], n: int) -> list[list[tuple[str, bool]]]:
+    """``found`` dealt into chunks of at most ``n`` files, round robin over the sizes (each chunk
+    gets big and small files alike)."""
+    count = max(1, -(-len(found) // max(1, n)))
+    return [c for c in (found[i::count] for i in range(count)) if c]
+
+
+def finish(rep: TreeReport, t0: float) -> TreeReport:
+    """The packages of the kept results, their order, the wall time since ``t0``."""
+    pkgs = dpkg_packages(Path(rep.root))
+    rep.packages = {r.path: pkgs.get(r.path, NO_PACKAGE) for r in rep.results}
+    rep.results.sort(key=lambda r: r.path)
+    rep.wall = time.monotonic() - t0
+    return rep
+
+
 def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT,
                expect_binutils: tuple[int, int] | None = None) -> TreeReport:
     """Check every ELF file and archive under ``root`` in a pool of ``jobs`` processes (default:
     the cores).  Files not done within ``timeout`` seconds of the start are counted as
     ``timed_out``.  Raises :class:`SFrameError` if ``root`` is not a directory."""
-    root = Path(root)
-    if not root.is_dir():
-        raise SFrameError(f"{root}: not a directory", field="file")
     jobs = max(1, jobs or os.cpu_count() or 1)
     t0 = time.monotonic()
-    rep = TreeReport(str(root), jobs=jobs)
-    rep.files, found = candidates(root)
-    rep.elf_files = sum(not a for _, a in found)
-    rep.archives = sum(a for _, a in found)
-    # big files first: the pool's tail is then short
-    found.sort(key=lambda c: -_size(c[0]))
+    rep, found = scan(root, jobs)
+    root = Path(root)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(check_one, p, a, str(root), expect_binutils) for p, a in found]
         deadline = t0 + timeout
@@ -251,7 +285,7 @@ def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: flo
                 # future's exception)
                 rep.timed_out += 1
                 continue
-            if r.has_sframe or r.errors or r.crash:
+            if kept(r):
                 rep.results.append(r)
         if rep.timed_out:
             # the bound holds: end the pool's own workers (started here) still on a file; their
@@ -260,11 +294,7 @@ def check_tree(root: str | os.PathLike, *, jobs: int | None = None, timeout: flo
             pool.shutdown(wait=False, cancel_futures=True)
             for proc in workers:
                 proc.terminate()
-    pkgs = dpkg_packages(root)
-    rep.packages = {r.path: pkgs.get(r.path, NO_PACKAGE) for r in rep.results}
-    rep.results.sort(key=lambda r: r.path)
-    rep.wall = time.monotonic() - t0
-    return rep
+    return finish(rep, t0)
 
 
 def _size(p: str) -> int:

@@ -11,7 +11,7 @@ from harness.commands import COMMANDS, build_parser, command, load, positive_flo
 
 # The subcommands the exit-code contract of harness/cli.py speaks for.
 TOP = {"run", "report", "check", "shell", "boot", "images", "doctor", "bench", "perf", "kernel-diff", "sframe",
-       "fuzz"}
+       "fuzz", "matrix"}
 NESTED = {"images build", "sframe check", "sframe dump"}
 
 

@@ -180,3 +180,17 @@ def test_a_file_whose_check_checked_nothing_is_no_verdict_in_the_tree(root, tmp_
     # gas 2.40's two findings in each copy's structure and in good.o's rules; bad.o's rules not compared
     assert lines[-1].startswith("    frames: 2 files (/lib/bad.o, /lib/good.o): ") and lines[-1].endswith(
         ", 1 no verdict"), lines[-1]
+
+
+def test_the_tree_as_dask_tasks_gives_the_pools_report(root, capsys):
+    """``--workers 2 --chunk 1``: each file a task on a LocalCluster (harness.campaign), the
+    results merged on the client: the same report as the process pool's, line for line."""
+    rc_pool = main(["sframe", "check", "--tree", str(root)])
+    pool = capsys.readouterr().out.splitlines()
+    rc = main(["sframe", "check", "--tree", str(root), "--workers", "2", "--chunk", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == rc_pool == 2
+    # the first line ends with the wall time and the processes; the cluster's line follows the report
+    assert out[0].rsplit(";", 1)[0] == pool[0].rsplit(";", 1)[0]
+    assert out[1:-1] == pool[1:]
+    assert out[-1].startswith("cluster: LocalCluster, 2 workers; 5 tasks done, 0 retried, 0 failed;")
