@@ -36,7 +36,7 @@ from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
 def cmd_run(args) -> int:
     """The main job: run scenarios on one guest and print the summary table."""
     from ..lockstep import driver as kernel_diff
-    from ..scenarios.catalog import DEFAULT_SAMPLES, programs_for, select_scenarios, user_scenario
+    from ..scenarios.catalog import DEFAULT_SAMPLES, on_vcpus, programs_for, select_scenarios, user_scenario
     from .kernel_diff import cmd_kernel_diff
     if args.kernel_diff:
         if args.program:
@@ -64,6 +64,12 @@ def cmd_run(args) -> int:
         spec.user_programs = [args.program]
         return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report, args.cross_examine)
     scenarios = select_scenarios(args.scenarios)
+    if args.smp > 1:
+        moved = [s.name for s in scenarios if on_vcpus(s, args.smp) is not s]
+        scenarios = [on_vcpus(s, args.smp) for s in scenarios]
+        if moved:
+            print(f"{', '.join(moved)}: requests at timer interrupts on {args.smp} vCPUs (an injected NMI "
+                  f"reaches vCPU 0 only)", file=sys.stderr)
     if args.samples:
         scenarios = [dataclasses.replace(s, samples=args.samples) for s in scenarios]
     if args.rate:

@@ -13,6 +13,7 @@ does, :data:`PROGRAM_FACTS`, and how it is requested) and the registry's conditi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import EXIT_USAGE, HarnessError
@@ -20,7 +21,7 @@ from ..images.programs import USER, Variant, program_facts, user_program
 from ..unwind.user import UnknownUnwinder, Unwinder
 from ..verdicts.causes import allowed_causes
 
-__all__ = ["CATALOG", "DEFAULT_SAMPLES", "DEFAULT_SET", "Scenario", "UnknownScenario", "programs_for",
+__all__ = ["CATALOG", "DEFAULT_SAMPLES", "DEFAULT_SET", "Scenario", "UnknownScenario", "on_vcpus", "programs_for",
            "select_scenarios", "unwinder_for", "user_scenario"]
 
 #: Requests that must land on a scenario's program, when the scenario (or --samples) names no other number.
@@ -170,6 +171,19 @@ def unwinder_for(variant: Variant, toolchain: str) -> Unwinder:
     return Unwinder.FP
 
 
+def on_vcpus(sc: Scenario, smp: int) -> Scenario:
+    """``sc`` as it can sample a guest of ``smp`` vCPUs: on more than one, its NMI requests become
+    timer interrupts, which every vCPU takes.  QEMU's injected NMI (QMP ``inject-nmi``) reaches
+    vCPU 0 only (Linux masks LINT1 on the others), so a program the scheduler put on another vCPU
+    got none: a catalog scenario run with ``--smp 2`` on QEMU 11.1 had all 200 of its requests
+    refused with -EINVAL (idle and kernel threads) in one run of three (``harness matrix``,
+    2026-12-07)."""
+    if smp > 1 and "nmi" in sc.requests:
+        return dataclasses.replace(sc, requests=tuple(dict.fromkeys("timer" if r == "nmi" else r
+                                                                     for r in sc.requests)))
+    return sc
+
+
 def user_scenario(path: str, args: list[str], samples: int = DEFAULT_SAMPLES, smp: int = 1,
                   libs: tuple[str, ...] = ()) -> Scenario:
     """A scenario for a user's own binary: SFrame-based unwinding where it has SFrame, else
@@ -181,9 +195,10 @@ def user_scenario(path: str, args: list[str], samples: int = DEFAULT_SAMPLES, sm
     the scheduler puts on another vCPU would get none.  The binary is checked here (a
     :class:`harness.images.programs.ProgramError` before anything boots)."""
     p = user_program(path, libs)
-    return Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
-                    args=tuple(args), samples=samples, unwinder=unwinder_for(p.variant, p.toolchain),
-                    user_path=str(p.path), requests=("timer",) if smp > 1 else ("nmi",))
+    sc = Scenario(f"user:{p.name}", program=p.name, toolchain=p.toolchain, variant=p.variant,
+                  args=tuple(args), samples=samples, unwinder=unwinder_for(p.variant, p.toolchain),
+                  user_path=str(p.path))
+    return on_vcpus(sc, smp)
 
 
 def programs_for(scenarios: list[Scenario]) -> list[tuple[str, str, Variant]]:

@@ -14,7 +14,7 @@ from harness.images.qemu import choice_from_env
 from harness.kernel import PF_KTHREAD
 from harness.report.text import stack_failures
 from harness.scenarios import engine as engine_module
-from harness.scenarios.catalog import CATALOG, programs_for
+from harness.scenarios.catalog import CATALOG, on_vcpus, programs_for
 from harness.scenarios.engine import SNAPSHOTS_KEPT, Engine
 from harness.scenarios.snapshot import load, replay
 from harness.session import GuestSpec
@@ -74,12 +74,9 @@ def session(request, guest_pool):
 
 
 def _scenario(session, name):
-    sc = dataclasses.replace(CATALOG[name], samples=SAMPLES_FOR.get(name, SAMPLES))
-    if session.spec.smp > 1 and "nmi" in sc.requests:
-        # QMP's NMI reaches vCPU 0 only (Linux masks LINT1 on the others): on SMP guests the
-        # requests come from the timer interrupt on every vCPU.
-        sc = dataclasses.replace(sc, requests=("timer",))
-    return sc
+    # on SMP guests the requests come from the timer interrupt on every vCPU (on_vcpus: QMP's NMI
+    # reaches vCPU 0 only), as harness run makes them
+    return on_vcpus(dataclasses.replace(CATALOG[name], samples=SAMPLES_FOR.get(name, SAMPLES)), session.spec.smp)
 
 
 class NotShown(AssertionError):

@@ -9,7 +9,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.images.programs import USER, Variant
-from harness.scenarios.catalog import CATALOG, DEFAULT_SAMPLES, Scenario, unwinder_for, user_scenario
+from harness.scenarios.catalog import CATALOG, DEFAULT_SAMPLES, Scenario, on_vcpus, unwinder_for, user_scenario
 from harness.unwind.user import UnknownUnwinder, Unwinder
 
 
@@ -57,3 +57,18 @@ def test_a_user_binary_without_sframe_walks_frame_pointers():
     assert sc.toolchain == USER and sc.samples == DEFAULT_SAMPLES
     assert sc.unwinder is unwinder_for(sc.variant, USER)
     assert sc.unwinder is (Unwinder.SFRAME if sc.variant.sframe else Unwinder.FP)
+
+
+def test_on_more_than_one_vcpu_nmi_requests_become_timer_interrupts():
+    """QMP's NMI reaches vCPU 0 only: every catalog scenario and a user's binary sample with timer
+    interrupts on 2 vCPUs, keep their other requests, and are left as they are on one."""
+    for sc in CATALOG.values():
+        assert on_vcpus(sc, 1) is sc
+        two = on_vcpus(sc, 2)
+        assert "nmi" not in two.requests and two.requests, sc.name
+        assert set(two.requests) == (set(sc.requests) - {"nmi"}) | ({"timer"} if "nmi" in sc.requests else set())
+        if "nmi" not in sc.requests:
+            assert two is sc
+    assert any("nmi" in sc.requests for sc in CATALOG.values())
+    assert user_scenario(shutil.which("sha256sum"), [], smp=2).requests == ("timer",)
+    assert user_scenario(shutil.which("sha256sum"), []).requests == ("nmi",)
