@@ -65,6 +65,7 @@ def cmd_run(args) -> int:
         return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report, args.cross_examine)
     scenarios = select_scenarios(args.scenarios)
     if args.smp > 1:
+        guest_spec(args, []).check()  # a bad --smp is refused before any note about it
         moved = [s.name for s in scenarios if on_vcpus(s, args.smp) is not s]
         scenarios = [on_vcpus(s, args.smp) for s in scenarios]
         if moved:
