@@ -11,7 +11,9 @@ group("images", help="fetch and build kernels, toolchain roots, programs, initra
 
 @command("build", parent="images", help="build (or find in the cache) what the guests need", args=[
     arg("--kernel", dest="kernels", action="append", help="kernel name (repeatable)"),
-    arg("--toolchain", dest="toolchains", action="append", help="host, trixie, sid, or one of sid's other compilers (sid-gcc11.., sid-clang22..: one root holds them all) (repeatable)"),
+    arg("--toolchain", dest="toolchains", action="append",
+        help="host, trixie, sid, or one of sid's other compilers (sid-gcc11.., sid-clang22..: one root "
+             "holds them all) (repeatable)"),
     arg("--qemu", dest="qemus", action="append", choices=("auto", "host", "backports"),
         help=f"the QEMU to fetch and check (repeatable; default: $HARNESS_QEMU, else {DEFAULT_CHOICE})"),
     arg("--kallsyms", action="append", metavar="KERNEL",
