@@ -26,6 +26,7 @@ from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
 from ..images.toolchain import TOOLCHAINS
 from . import arg, command, positive_float, sample_count
+from ._ktap import KTAP_ARG, check_output_file, write_ktap
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
     from ..fuzz.campaign import Checker
@@ -77,6 +78,7 @@ def live_checker(args) -> Checker:
                  help=f"live: requests on each program (default {LIVE_SAMPLES})"),
              arg("--kernel", help="live: the guest kernel, as harness run --kernel takes it, or a bzImage's path"),
              arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),
+             KTAP_ARG,
          ])
 def cmd_fuzz(args) -> int:
     from ..fuzz.build import linker_available
@@ -95,12 +97,14 @@ def cmd_fuzz(args) -> int:
         if not args.dirs:
             print("harness fuzz: merge takes campaign result directories", file=sys.stderr)
             return EXIT_USAGE
+        check_output_file("--ktap", args.ktap)
         merged = merge([Path(d) for d in args.dirs], Path(args.out) if args.out else None)
-        print(format_campaign(merged, out=args.out))
+        _print(args, format_campaign(merged, out=args.out), merged)
         return EXIT_FAILURES if merged["signatures"] else EXIT_OK
     if args.dirs:
         print("harness fuzz: DIR arguments go with replay or merge", file=sys.stderr)
         return EXIT_USAGE
+    check_output_file("--ktap", args.ktap)
     checker = StaticChecker() if args.static else live_checker(args)
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
     work = Path(tempfile.mkdtemp(prefix="harness-fuzz-"))
@@ -110,8 +114,16 @@ def cmd_fuzz(args) -> int:
                    mode="static" if args.static else "live")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(format_campaign(camp.to_json(), out=args.out))
+    _print(args, format_campaign(camp.to_json(), out=args.out), camp.to_json())
     return EXIT_FAILURES if camp.records else EXIT_OK
+
+
+def _print(args, text: str, campaign: dict) -> None:
+    """The campaign's table, and its KTAP with --ktap (then on stdout alone: the table to stderr)."""
+    from ..report.ktap import fuzz_ktap
+    print(text, file=sys.stderr if args.ktap == "-" else sys.stdout)
+    if args.ktap:
+        write_ktap(args.ktap, fuzz_ktap(campaign))
 
 
 def _replay(args, d: Path) -> int:

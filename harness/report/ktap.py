@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KTAP_VERSION", "kernel_diff_doc", "kernel_diff_ktap", "run_doc", "run_ktap"]
+__all__ = ["KTAP_VERSION", "fuzz_ktap", "kernel_diff_doc", "kernel_diff_ktap", "run_doc", "run_ktap"]
 
 KTAP_VERSION = 1
 INDENT = "    "
@@ -216,4 +216,28 @@ def kernel_diff_ktap(doc: dict) -> str:
         failed = bool(sc.get("errors") or sc.get("unexplained") or not sc.get("compared"))
         lines.append(_result(not failed, n, sc["name"], "" if items or failed else "SKIP nothing compared"))
     lines.append(_diag(f"exit {doc.get('exit_code')}: {doc.get('outcome', '')}"))
+    return "\n".join(lines) + "\n"
+
+
+def fuzz_ktap(c: dict) -> str:
+    """KTAP of a fuzz campaign (``campaign.json``): a not-ok test per signature (its message,
+    program count and reproducer as diagnostics), then one for the campaign itself, ok: what
+    it tried and checked, and the known behaviour it did not flag."""
+    sigs = c.get("signatures") or []
+    lines = [f"KTAP version {KTAP_VERSION}",
+             _diag(f"harness fuzz ({c.get('mode')}): {c.get('programs', 0)} programs, {c.get('builds', 0)} builds, "
+                   f"{c.get('seeds_done', 0)} seeds, {c.get('elapsed', 0):.0f} s; {len(sigs)} signature(s)"),
+             f"1..{len(sigs) + 1}"]
+    for i, sig in enumerate(sigs, 1):
+        key = sig["signature"]["key"]
+        lines.append(_diag(sig.get("message") or key))
+        lines.append(_diag(f"programs {sig.get('programs', 0)}, occurrences {sig.get('occurrences', 0)}, first seed "
+                           f"{sig.get('first_seed')}, reproducer {sig.get('reproducer') or '-'}"))
+        lines.append(_result(False, i, key))
+    expected = c.get("expected") or {}
+    if expected:
+        lines.append(_diag("known behaviour, not flagged: " + _counts(dict(sorted(expected.items())))))
+    checked = f"stacks {c['stacks']}" if c.get("stacks") else f"instructions {c.get('instructions', 0)}"
+    lines.append(_result(True, len(sigs) + 1, f"fuzz-{c.get('mode')}",
+                         f"programs {c.get('programs', 0)}, {checked}"))
     return "\n".join(lines) + "\n"

@@ -120,3 +120,21 @@ def test_kernel_diff_skip_is_a_skip():
            "scenarios": []}
     test, _ = parse_ktap(kernel_diff_ktap(doc))
     assert test.status.name == "SKIPPED" and test.subtests[0].skip_reason == "no unwind_deferred (6.17+)"
+
+
+def test_fuzz_ktap_of_a_real_static_campaign(tmp_path, capsys):
+    """A short static campaign on the host toolchain (real builds, every instruction checked),
+    its KTAP on stdout: one ok test for the campaign, one not-ok test per signature."""
+    out = tmp_path / "camp"
+    code = main(["fuzz", "--static", "--budget", "20", "--seeds", "0:3", "--toolchains", "host", "--linkers", "bfd",
+                 "--out", str(out), "--ktap"])
+    captured = capsys.readouterr()
+    campaign = json.loads((out / "campaign.json").read_text())
+    assert code == (1 if campaign["signatures"] else 0)
+    assert captured.out.startswith("KTAP version 1\n") and "fuzz (static):" in captured.err
+    test, printed = parse_ktap(captured.out)
+    assert test.counts.errors == 0, printed
+    assert (test.counts.failed, test.counts.passed) == (len(campaign["signatures"]), 1)
+    assert test.subtests[-1].name == "fuzz-static" and campaign["programs"] > 0
+    assert f"ok {len(campaign['signatures']) + 1} fuzz-static # programs {campaign['programs']}, instructions " \
+           f"{campaign['instructions']}" in captured.out
