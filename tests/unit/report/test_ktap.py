@@ -138,3 +138,12 @@ def test_fuzz_ktap_of_a_real_static_campaign(tmp_path, capsys):
     assert test.subtests[-1].name == "fuzz-static" and campaign["programs"] > 0
     assert f"ok {len(campaign['signatures']) + 1} fuzz-static # programs {campaign['programs']}, instructions " \
            f"{campaign['instructions']}" in captured.out
+
+
+@pytest.mark.parametrize("command", [["run", "fp-syscall"], ["kernel-diff"], ["fuzz", "--static"]])
+def test_a_ktap_file_that_cannot_be_written_is_refused_first(command, tmp_path, capsys):
+    """Before any guest, build or run directory: exit 2 naming the option."""
+    out = tmp_path / "out"
+    assert main([*command, "--ktap", str(tmp_path / "no" / "x.ktap"), "--out", str(out)]) == 2
+    assert f"--ktap {tmp_path / 'no' / 'x.ktap'}: no directory" in capsys.readouterr().err
+    assert not out.exists()
