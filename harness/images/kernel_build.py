@@ -265,20 +265,42 @@ def _make(tree: Path, out: Path, *targets: str, timeout: float, log=None, progre
 def _configure(tree: Path, out: Path, base: Path | None, kconfig: Kconfig) -> str:
     """Write OUT/.config: the base, the pare-down and harness fragments, olddefconfig; its text."""
     log_path = out / "config.log"
-    with open(log_path, "wb") as log:
-        if base is None:
+    if base is None:
+        with open(log_path, "wb") as log:
             rc = _make(tree, out, "x86_64_defconfig", timeout=CONFIG_TIMEOUT, log=log)
-            if rc:
-                raise KernelBuildError(f"make x86_64_defconfig in {tree} failed ({rc}):\n{_tail(log_path)}", log_path)
-            text = (out / ".config").read_text()
-        else:
-            text = base.read_text()
-        text += "\n" + pare_down_fragment() + harness_fragment(kconfig)
-        (out / ".config").write_text(text)
+        if rc:
+            raise KernelBuildError(f"make x86_64_defconfig in {tree} failed ({rc}):\n{_tail(log_path)}", log_path)
+        text = (out / ".config").read_text()
+    else:
+        text = base.read_text()
+    text += "\n" + pare_down_fragment() + harness_fragment(kconfig)
+    (out / ".config").write_text(text)
+    with open(log_path, "ab") as log:
         rc = _make(tree, out, "olddefconfig", timeout=CONFIG_TIMEOUT, log=log)
     if rc:
         raise KernelBuildError(f"make olddefconfig in {tree} failed ({rc}):\n{_tail(log_path)}", log_path)
     return (out / ".config").read_text()
+
+
+#: a compiler's or linker's error, or make's (with -jN the last lines are often another job's)
+_ERROR = re.compile(r"\berror\b|\*\*\*|undefined reference|fatal", re.I)
+
+
+def _error_lines(path: Path, n: int = LOG_TAIL // 2) -> str:
+    """The first ``n`` lines of the log that report an error, with the line before each."""
+    out: list[str] = []
+    prev = ""
+    with open(path, "rb") as f:
+        for raw in f:
+            line = raw.decode(errors="replace").rstrip()
+            if _ERROR.search(line):
+                if prev and (not out or out[-1] != prev):
+                    out.append(prev)
+                out.append(line)
+                if len(out) >= n:
+                    break
+            prev = line
+    return "\n".join(out)
 
 
 def _tail(path: Path, n: int = LOG_TAIL) -> str:
@@ -365,8 +387,11 @@ def _make_bzimage(tree: Path, out: Path, tmp: Path, jobs: int, timeout: float) -
             kept = out / "build-failed.log"
             log.flush()
             shutil.copy(log_path, kept)
-            raise KernelBuildError(f"make bzImage in {tree} failed ({rc}) after {seconds:.0f}s; the log's last "
-                                   f"lines (all of it: {kept}):\n{_tail(log_path)}", kept)
+            errors = _error_lines(log_path)
+            raise KernelBuildError(
+                f"make bzImage in {tree} failed ({rc}) after {seconds:.0f}s (the whole log: {kept})"
+                + (f"; its first errors:\n{errors}\n" if errors else "")
+                + f"; its last lines:\n{_tail(log_path, LOG_TAIL // 2)}", kept)
         st.end(f"make -j{jobs} bzImage in {seconds:.0f}s ({n} steps)")
     if n > 1000 or total is None:  # a cold build's count: the best progress total for the next
         write_atomic(count_file, str(n))

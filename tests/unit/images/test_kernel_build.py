@@ -16,6 +16,7 @@ import pytest
 from harness.cli import main
 from harness.images.kernel import KernelInputError, check_kernel_choice
 from harness.images.kernel_build import (
+    KernelBuildError,
     KernelConfigDropped,
     KernelTreeError,
     build_tree,
@@ -126,3 +127,26 @@ def test_git_identity_follows_commit_diff_and_untracked(tmp_path):
     assert tree_identity(repo) == dirty
     git("commit", "-qam", "two")
     assert tree_identity(repo).split(":")[1] != clean.split(":")[1]
+
+
+def test_a_tree_that_does_not_compile_fails_with_its_log(tree, tmp_path, monkeypatch):
+    """A hard-linked copy of the tree whose tools/objtool/special.c (objtool is among the first
+    things make bzImage builds) no longer compiles: a KernelBuildError (exit 2) with the
+    compiler's error among the log's last lines and the whole log kept; nothing enters the
+    cache of built kernels."""
+    for tool in ("make", "gcc", "flex", "bison"):
+        require(shutil.which(tool) is not None, f"{tool} is needed to build the tree")
+    copy = tmp_path / "linux"
+    shutil.copytree(tree, copy, symlinks=True, copy_function=os.link)
+    broken = copy / "tools/objtool/special.c"
+    text = broken.read_text()
+    broken.unlink()  # never write through the hard link
+    broken.write_text(text + "\nthis is not C;\n")
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(KernelBuildError) as exc:
+        build_tree(copy, timeout=600)
+    msg = str(exc.value)
+    assert "make bzImage in" in msg and "failed" in msg and "special.c" in msg and "error" in msg
+    assert exc.value.exit_code == 2 and exc.value.log.is_file()
+    assert "this is not C" in exc.value.log.read_text()
+    assert not any((tmp_path / "cache/kernels-built").glob("[!.]*"))
