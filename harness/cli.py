@@ -18,6 +18,8 @@ died, disk full, interrupted).
     harness fuzz --static|replay|merge   generated stack shapes across toolchains, shrunk to reproducers
     harness report RUN_DIR               report.html (and SCENARIO.folded) in a run directory
     harness kernel-diff [SCENARIO ...]   the guest kernel's unwind_deferred against the model, event by event
+    harness kernel config PATH           a kernel .config judged against what the harness needs
+    harness kernel build TREE            a kernel tree built for the guest (then --kernel tree:TREE)
 
 This module builds the top parser from the commands registered in :mod:`harness.commands` (one
 module per subcommand), dispatches, and turns an error that reaches it into its exit code

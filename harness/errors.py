@@ -24,6 +24,10 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         |    +-- `KernelInputError`         harness/images/kernel.py
  |         |    +-- `CacheLockTimeout`         harness/images/lock.py
  |         |    +-- `DebianPerfError`          harness/images/debperf.py
+ |         |    +-- `KernelSourceError`        harness/images/kernel_source.py
+ |         |    +-- `KernelTreeError`          harness/images/kernel_build.py
+ |         |    +-- `KernelBuildError`         harness/images/kernel_build.py
+ |         |         +-- `KernelConfigDropped`
  |         +-- `GuestError`                    transport: harness/transport/errors.py
  |         |    +-- `QemuStartError`
  |         |    +-- `GuestPanic`
@@ -54,6 +58,7 @@ the parsers' errors and a user's bad binary (what was given is wrong), 3 for eve
  |         +-- `ToolError`                     toolchain: harness/toolchain/binutils.py
  |         +-- `SnapshotError` [ValueError]    unwind: harness/unwind/snapshot.py
  |         +-- `KernelIntrospectionError`      kernel: harness/kernel/__init__.py
+ |         +-- `ConfigError` [ValueError]      kernel: harness/kernel/config.py
  |         +-- `BtfError` [ValueError]         kernel: harness/kernel/btf.py
  |         +-- `BtfLookupError` [KeyError]     kernel: harness/kernel/btf.py
  |         |    +-- `BtfAmbiguityError`

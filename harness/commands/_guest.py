@@ -27,7 +27,8 @@ DEFAULT_PROGRAMS = [
 GUEST_ARGS = (
     arg("--kernel", default="default",
         help="default (trixie-backports 7.x, cloud flavour), generic and rt (the same suite's generic and "
-             "PREEMPT_RT flavours), trixie (6.12), bookworm (6.1)"),
+             "PREEMPT_RT flavours), trixie (6.12), bookworm (6.1), or tree:PATH (a kernel tree: built out of tree "
+             "in the cache when it changed, see harness kernel build)"),
     arg("--kernel-path", help="boot this bzImage or vmlinux instead"),
     arg("--smp", type=positive_int, default=1, help="vCPUs (at most 16)"),
     arg("--mem", type=positive_int, metavar="MiB",

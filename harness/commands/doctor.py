@@ -14,12 +14,20 @@ from . import command
 def cmd_doctor(args) -> int:
     from ..images.apt import debian_archive_uri
     from ..images.cache import cache_root
+    from ..images.kernel_build import host_pahole
     from ..images.qemu import HOST_PREFIX, cached_backports, choice_from_env, version_banner
     ok = True
     for tool in ("qemu-system-x86_64", "gdb", "socat", "busybox", "debootstrap", "zstd", "objdump", "gcc", "bpftool"):
         path = shutil.which(tool)
         ok &= path is not None
         print(f"{tool:20} {path or 'MISSING'}")
+    # harness kernel build's tools: a missing one does not fail the doctor (only a tree build needs them)
+    build = {t: shutil.which(t) for t in ("make", "flex", "bison", "bc", "pahole")}
+    pahole = host_pahole()
+    print(f"{'kernel build':20} " + (", ".join(t for t, p in build.items() if p) or "none")
+          + (f"; MISSING {', '.join(t for t, p in build.items() if not p)}" if not all(build.values()) else "")
+          + (f" (pahole {pahole // 100}.{pahole % 100}{'' if pahole >= 122 else ': BTF needs >= 1.22'})"
+             if pahole else "") + " (harness kernel build, --kernel tree:PATH)")
     print(f"{'qemu version':20} {version_banner(HOST_PREFIX)} (host)")
     for info in cached_backports():
         print(f"{'':20} {info['banner']} ({info['suite']}, cached in {info['path']})")
@@ -42,7 +50,8 @@ def cmd_doctor(args) -> int:
         print(f"{'debian archive':20} {exc}")
     root = cache_root()
     print(f"{'cache':20} {root}")
-    for kind in ("kernels", "toolchains", "qemu", "programs", "initramfs", "kallsyms"):
+    for kind in ("kernels", "kernels-built", "kernel-source", "toolchains", "qemu", "programs", "initramfs",
+                 "kallsyms"):
         d = root / kind
         entries = sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.exists() else []
         print(f"  {kind:18} {len(entries)} cached")
@@ -52,4 +61,10 @@ def cmd_doctor(args) -> int:
                 if meta.exists():
                     k = json.loads(meta.read_text())
                     print(f"    {k['package']}={k['version']} ({k.get('suite', '')})")
+        if kind == "kernels-built":
+            for e in entries:
+                meta = d / e / "build.json"
+                if meta.exists():
+                    b = json.loads(meta.read_text())
+                    print(f"    {b['release']} of {b['tree']} ({b['seconds']:.0f} s, {b['built']})")
     return EXIT_OK if ok else EXIT_FAILURES

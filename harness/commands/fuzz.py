@@ -33,6 +33,7 @@ from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from ..fuzz.defaults import LINKERS, LIVE_SAMPLES
 from ..images.toolchain import DEFAULT_TOOLCHAINS, TOOLCHAINS
 from . import arg, cluster_args, command, positive_float, positive_int, sample_count
+from ._ktap import KTAP_ARG, check_output_file, write_ktap
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
     from ..fuzz.campaign import Checker
@@ -124,6 +125,7 @@ def live_checker(args) -> Checker:
              *cluster_args(),
              arg("--chunk", type=positive_int, metavar="N",
                  help="seeds per task (default 2 static, 1 live; more on a big cluster: docs/scale.md)"),
+             KTAP_ARG,
          ])
 def cmd_fuzz(args) -> int:
     from ..fuzz.build import linker_available
@@ -151,8 +153,9 @@ def cmd_fuzz(args) -> int:
         if not args.dirs:
             print("harness fuzz: merge takes campaign result directories", file=sys.stderr)
             return EXIT_USAGE
+        check_output_file("--ktap", args.ktap)
         merged = merge([Path(d) for d in args.dirs], Path(args.out) if args.out else None)
-        print(format_campaign(merged, out=args.out))
+        _print(args, format_campaign(merged, out=args.out), merged)
         return EXIT_FAILURES if merged["signatures"] else EXIT_OK
     if args.dirs:
         print("harness fuzz: DIR arguments go with replay or merge", file=sys.stderr)
@@ -160,6 +163,7 @@ def cmd_fuzz(args) -> int:
     from ..campaign.executor import Executor
     from ..fuzz import spread
     from ..report.cluster import format_cluster
+    check_output_file("--ktap", args.ktap)
     checker = StaticChecker() if args.static else live_checker(args)
     linkers = args.linkers or tuple(x for x in LINKERS if linker_available("host", x))
     from ..campaign.executor import SchedulerLost
@@ -178,11 +182,19 @@ def cmd_fuzz(args) -> int:
             if args.out:
                 print(f"what was done is in {Path(args.out) / 'campaign.json'}", file=sys.stderr)
             return EXIT_INFRA
-    print(format_campaign(camp.to_json(), out=args.out))
-    print(format_cluster(summary.to_json()))
+    _print(args, format_campaign(camp.to_json(), out=args.out) + "\n" + format_cluster(summary.to_json()),
+           camp.to_json())
     if summary.failed:
         return EXIT_INFRA
     return EXIT_FAILURES if camp.records else EXIT_OK
+
+
+def _print(args, text: str, campaign: dict) -> None:
+    """The campaign's table, and its KTAP with --ktap (then on stdout alone: the table to stderr)."""
+    from ..report.ktap import fuzz_ktap
+    print(text, file=sys.stderr if args.ktap == "-" else sys.stdout)
+    if args.ktap:
+        write_ktap(args.ktap, fuzz_ktap(campaign))
 
 
 def _replay(args, d: Path) -> int:

@@ -7,6 +7,8 @@ summaries and chooses the exit code.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from ..errors import EXIT_FAILURES, EXIT_INFRA, EXIT_OK
 from ..lockstep.defaults import DEFAULT_FREQ, DEFAULT_SAMPLES, DEFAULT_SCENARIOS, DEFAULT_SHOW
 from . import arg, command, positive_int
 from ._guest import GUEST_ARGS, guest_spec
+from ._ktap import KTAP_ARG, check_output_file, write_ktap
 
 if TYPE_CHECKING:  # the module itself is imported where it is used (commands/__init__.py)
     from ..lockstep.compare import Summary
@@ -54,6 +57,7 @@ def _exit_code(total: Summary, profile: str, errors: list[str]) -> tuple[int, st
         help="one perf event (cpu = -1, the program's first thread) instead of one inherited event per CPU"),
     arg("--show", type=int, default=DEFAULT_SHOW, help="differences printed per scenario"),
     arg("--out", help="directory for the event files (default runs/TIMESTAMP-kernel-diff)"),
+    KTAP_ARG,
     arg("--replay", metavar="EVENTS.jsonl", help="re-check a recorded event file, no guest"),
     *GUEST_ARGS,
 ])
@@ -66,7 +70,22 @@ def cmd_kernel_diff_or_replay(args) -> int:
 
 
 def cmd_kernel_diff(args) -> int:
-    """The lockstep on a guest: each scenario's program under perf with defer_callchain."""
+    """The lockstep on a guest; with ``--ktap -`` its printout goes to stderr and stdout carries
+    the KTAP document alone (rendered from the summary.json it writes)."""
+    ktap = getattr(args, "ktap", None)
+    check_output_file("--ktap", ktap)
+    doc: dict = {}
+    with contextlib.redirect_stdout(sys.stderr) if ktap == "-" else contextlib.nullcontext():
+        code = _kernel_diff(args, doc)
+    if ktap and doc:
+        from ..report.ktap import kernel_diff_ktap
+        write_ktap(ktap, kernel_diff_ktap(doc))
+    return code
+
+
+def _kernel_diff(args, doc: dict) -> int:
+    """The lockstep on a guest: each scenario's program under perf with defer_callchain; fills
+    ``doc`` with what it wrote to summary.json."""
     from ..images.kernel import get_kernel
     from ..kernel.btf import Btf
     from ..lockstep.compare import Summary, deferred_support
@@ -83,6 +102,7 @@ def cmd_kernel_diff(args) -> int:
 
     def skip(release: str, why: str) -> int:
         print(f"kernel-diff: kernel {release}: {why}; the kernel-diff checks are skipped")
+        doc.update({"release": release, "profile": args.profile, "skipped": why, "scenarios": []})
         if ci and default_kernel:
             print("kernel-diff: CI=true and this is the default kernel, which must have it: failure")
             return EXIT_FAILURES
@@ -127,6 +147,13 @@ def cmd_kernel_diff(args) -> int:
     for line in lockstep_lines(total, show=0 if len(results) > 1 else args.show):
         print(line)
     code, why = _exit_code(total, args.profile, errors)
+    from ..images.lock import write_atomic
+    from ..report.ktap import kernel_diff_doc
+    doc.update(kernel_diff_doc(results, args.profile, sess.info.release, code, why))
+    try:
+        write_atomic(out / "summary.json", json.dumps(doc, indent=1))
+    except OSError as exc:
+        print(f"summary.json not written: {exc}", file=sys.stderr)
     print(f"exit {code}: {why}")
     return code
 

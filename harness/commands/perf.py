@@ -172,9 +172,9 @@ def cmd_debian_perf(args) -> int:
         _print(debian_lines(report, args.examples, f"{args.check}: perf {report.perf_version} on {report.release}"))
         return EXIT_OK if report.ok else EXIT_FAILURES
     scenarios = select_scenarios(args.debian_perf, DEBIAN_DEFAULT)
-    if args.kernel_path:
-        print("harness perf: --debian-perf takes linux-perf of a named kernel's suite, not --kernel-path",
-              file=sys.stderr)
+    if args.kernel_path or args.kernel.startswith("tree:"):
+        print("harness perf: --debian-perf takes linux-perf of a named kernel's suite, not --kernel-path or "
+              "--kernel tree:PATH", file=sys.stderr)
         return EXIT_USAGE
     kernel = get_kernel(args.kernel)
     why = deferred_unsupported(kernel.version)

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from . import UsageError, arg, command, positive_float, sample_count
 from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
+from ._ktap import KTAP_ARG, check_output_file, write_ktap
 
 
 @command("run", help="run scenarios on a guest and check every delivered stack", args=[
@@ -19,6 +20,7 @@ from ._guest import GUEST_ARGS, LIB_ARG, guest_spec
     arg("--samples", type=sample_count, help="requests on the program's tasks per scenario"),
     arg("--rate", type=positive_float, help="sampling mode: inject NMIs at this rate (per second)"),
     arg("--junit-xml", metavar="FILE", help="also write a JUnit XML file: one test case per scenario"),
+    KTAP_ARG,
     arg("--out", help="directory for the JSONL logs: new or empty (default runs/TIMESTAMP[-N])"),
     arg("--report", action="store_true", help="write report.html into the run directory"),
     arg("--cross-examine", action="store_true",
@@ -62,7 +64,7 @@ def cmd_run(args) -> int:
             sc = dataclasses.replace(sc, rate=args.rate)
         spec = guest_spec(args, [])
         spec.user_programs = [args.program]
-        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report, args.cross_examine)
+        return _run_and_report(spec, [sc], args.out, args.junit_xml, args.report, args.cross_examine, args.ktap)
     scenarios = select_scenarios(args.scenarios)
     if args.smp > 1:
         guest_spec(args, []).check()  # a bad --smp is refused before any note about it
@@ -76,24 +78,33 @@ def cmd_run(args) -> int:
     if args.rate:
         scenarios = [dataclasses.replace(s, rate=args.rate) for s in scenarios]
     return _run_and_report(guest_spec(args, programs_for(scenarios)), scenarios, args.out, args.junit_xml, args.report,
-                           args.cross_examine)
+                           args.cross_examine, args.ktap)
 
 
-def check_outputs(spec, junit: str | None) -> None:
+def check_outputs(spec, junit: str | None, ktap: str | None = None) -> None:
     """Every input that can be checked before the run directory is made (exit 2, and no empty
     runs/TIMESTAMP left behind): the guest asked for (--kernel, --kernel-path, --smp, --mem)
-    and where --junit-xml will go (written after the whole run: a typo there must not cost it)."""
+    and where --junit-xml and --ktap will go (written after the whole run: a typo there must
+    not cost it)."""
     spec.check()
-    if junit:
-        path = Path(junit)
-        if path.is_dir():
-            raise UsageError(f"--junit-xml {junit}: is a directory")
-        if not path.parent.is_dir():
-            raise UsageError(f"--junit-xml {junit}: no directory {path.parent}")
+    check_output_file("--junit-xml", junit)
+    check_output_file("--ktap", ktap)
 
 
 def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: bool = False,
-                    cross_examine: bool = False) -> int:
+                    cross_examine: bool = False, ktap: str | None = None) -> int:
+    """Run, print the table and exit code; with ``--ktap -`` the human lines go to stderr and
+    stdout carries the KTAP document alone."""
+    human = contextlib.redirect_stdout(sys.stderr) if ktap == "-" else contextlib.nullcontext()
+    with human:
+        code, doc = _run_and_report_human(spec, scenarios, out_dir, junit, report, cross_examine, ktap)
+    if ktap and doc is not None:
+        from ..report.ktap import run_ktap
+        write_ktap(ktap, run_ktap(doc))
+    return code
+
+
+def _run_and_report_human(spec, scenarios, out_dir, junit, report, cross_examine, ktap) -> tuple[int, dict | None]:
     from ..deferred.log import LogWriteError
     from ..images.lock import write_atomic
     from ..progress import sampling_reporter
@@ -106,7 +117,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     from ..signals import signal_name
     from ..transport.errors import GuestError, TargetError
     from .report import cmd_report
-    check_outputs(spec, junit)
+    check_outputs(spec, junit, ktap)
     out = new_run_dir(out_dir)  # unique and claimed: two runs never share one (exit 2 if --out is taken)
     results: list = []
     facts: dict = {}
@@ -165,9 +176,9 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
                                  f"{len(results)} of {len(scenarios)} scenario(s)")
     elif len(results) < len(scenarios):
         code, why = EXIT_INFRA, f"interrupted after {len(results)} of {len(scenarios)} scenario(s)"
+    doc = {**summary(results, facts), "exit_code": code, "outcome": why}
     try:
-        write_atomic(out / "summary.json", json.dumps({**summary(results, facts), "exit_code": code,
-                                                       "outcome": why}, indent=1))
+        write_atomic(out / "summary.json", json.dumps(doc, indent=1))
     except OSError as exc:  # the disk that cut the log short: say so, keep the table printed above
         print(f"summary.json not written: {exc}", file=sys.stderr)  # names the file (write_atomic)
     if junit:
@@ -176,7 +187,7 @@ def _run_and_report(spec, scenarios, out_dir, junit: str | None = None, report: 
     if report and cmd_report(report_args) and code == EXIT_OK:
         code, why = EXIT_INFRA, "report.html could not be written"
     print(f"exit {code}: {why}")
-    return code
+    return code, doc
 
 
 def _boot_failed(out: Path, sess, scenarios, exc: BaseException) -> None:

@@ -377,7 +377,8 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
                                                        libs=tuple(str(x) for x in p.libs)), time_limit=timeout)
                      for p, path in zip(programs, staged, strict=True)]
         libs = list(dict.fromkeys(str(x) for p in programs for x in p.libs))
-        kernel_path = kernel if kernel is not None and ("/" in kernel or Path(kernel).is_file()) else None
+        kernel_path = kernel if kernel is not None and not kernel.startswith("tree:") and (
+            "/" in kernel or Path(kernel).is_file()) else None
         spec = GuestSpec(kernel="default" if kernel is None or kernel_path else kernel, kernel_path=kernel_path,
                          qemu=qemu, user_programs=list(dict.fromkeys(str(path) for path in staged)), libs=libs)
         spec.check()

@@ -21,6 +21,7 @@ from ..errors import EXIT_USAGE
 from .apt import Package, PrivateApt
 from .cache import cached_dir, content_key, sha256_file
 from .errors import ImageError
+from .kernel_build import KernelTreeError, build_tree, check_tree
 from .lock import write_atomic
 
 # Named kernels: (suite, meta package).  The meta package's dependency names the image package.
@@ -35,9 +36,13 @@ KERNELS = {
 }
 
 
+#: ``--kernel tree:PATH``: a kernel tree, built (cached) by :mod:`harness.images.kernel_build`
+TREE_PREFIX = "tree:"
+
+
 @dataclass(frozen=True)
 class Kernel:
-    name: str  # "default", "trixie", "bookworm" or "file"
+    name: str  # a name of KERNELS, "file" or "tree:PATH"
     package: str
     version: str
     release: str  # uname -r, e.g. 7.3.4+deb13-cloud-amd64
@@ -63,8 +68,14 @@ def check_kernel_choice(name: str = "default", path: str | None = None) -> None:
     if path:
         if not Path(path).is_file():
             raise KernelInputError(f"--kernel-path {path}: no such file")
+    elif name.startswith(TREE_PREFIX):
+        try:
+            check_tree(Path(name[len(TREE_PREFIX):]))
+        except KernelTreeError as exc:
+            raise KernelInputError(f"--kernel {name}: {exc}") from exc
     elif name not in KERNELS:
-        raise KernelInputError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)} or --kernel PATH")
+        raise KernelInputError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)}, tree:PATH (a kernel tree, "
+                               "built when stale) or --kernel-path FILE")
 
 
 def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
@@ -72,6 +83,8 @@ def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
     check_kernel_choice(name, path)
     if path:
         return _user_kernel(Path(path))
+    if name.startswith(TREE_PREFIX):
+        return tree_kernel(Path(name[len(TREE_PREFIX):]))
     suite, meta = KERNELS[name]
     apt = PrivateApt()
     pkg = _resolve(apt, suite, meta)
@@ -97,6 +110,40 @@ def get_kernel(name: str = "default", path: str | None = None) -> Kernel:
     d = cached_dir("kernels", key, build, what=f"kernel {pkg.name}={pkg.version}")
     info = json.loads((d / "kernel.json").read_text())
     return Kernel(name, info["package"], info["version"], info["release"], d / "vmlinux", _sha_cached(d / "vmlinux"))
+
+
+def kernel_config(name: str = "default") -> Path:
+    """The ``.config`` a named Debian kernel was built with (``/boot/config-RELEASE``, or
+    ``/usr/lib/modules/RELEASE/config`` in the linux-binary packages), fetched once and cached."""
+    if name not in KERNELS:
+        raise KernelInputError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)}")
+    suite, meta = KERNELS[name]
+    apt = PrivateApt()
+    pkg = _resolve(apt, suite, meta)
+    if pkg.name.startswith("linux-binary-"):  # since 6.19 the config is in linux-base-RELEASE
+        pkg = apt.package("linux-base-" + pkg.name[len("linux-binary-"):], suite)
+
+    def build(tmp: Path) -> None:
+        deb = apt.download(pkg, tmp / "deb")
+        root = tmp / "root"
+        _run(["dpkg-deb", "-x", str(deb), str(root)], f"unpack {deb.name}")
+        found = sorted((root / "boot").glob("config-*")) + sorted((root / "usr/lib/modules").glob("*/config"))
+        if not found:
+            raise ImageError(f"{deb.name} has neither /boot/config-* nor /usr/lib/modules/*/config")
+        shutil.copy(found[0], tmp / "config")
+        shutil.rmtree(root)
+        shutil.rmtree(tmp / "deb")
+
+    key = content_key("kernel-config-v1", pkg.name, pkg.version, pkg.sha256)
+    return cached_dir("kernel-config", key, build, what=f"the .config of {pkg.name}={pkg.version}") / "config"
+
+
+def tree_kernel(tree: Path) -> Kernel:
+    """The kernel of a tree, built when the tree (its commit, diff or files) or its config
+    changed since the last build, else the cached build."""
+    b = build_tree(tree)
+    return Kernel(f"{TREE_PREFIX}{b.tree}", f"tree {b.tree}", b.release, b.release, b.vmlinux,
+                  _sha_cached(b.vmlinux))
 
 
 def _resolve(apt: PrivateApt, suite: str, meta: str) -> Package:

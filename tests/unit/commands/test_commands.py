@@ -11,8 +11,8 @@ from harness.commands import COMMANDS, build_parser, command, load, positive_flo
 
 # The subcommands the exit-code contract of harness/cli.py speaks for.
 TOP = {"run", "report", "check", "shell", "boot", "images", "doctor", "bench", "perf", "kernel-diff", "sframe",
-       "fuzz", "matrix"}
-NESTED = {"images build", "sframe check", "sframe dump"}
+       "fuzz", "matrix", "kernel"}
+NESTED = {"images build", "sframe check", "sframe dump", "kernel config", "kernel build"}
 
 
 def test_every_subcommand_is_registered_by_its_own_module():
