@@ -17,6 +17,7 @@ import sys
 
 from ..errors import EXIT_INFRA
 from . import arg, cluster_args, command, positive_float, sample_count
+from ._ktap import KTAP_ARG, check_output_file, write_ktap
 
 
 @command("matrix", help="the scenarios on every kernel x QEMU x vCPU count, one harness run per cell, in parallel",
@@ -33,6 +34,7 @@ from . import arg, cluster_args, command, positive_float, sample_count
              arg("--cell-timeout", type=positive_float, default=3600.0,
                  help="seconds one cell's run may take before it is killed (default 3600)"),
              *cluster_args(),
+             KTAP_ARG,
          ])
 def cmd_matrix(args) -> int:
     from ..campaign.executor import Executor
@@ -42,6 +44,7 @@ def cmd_matrix(args) -> int:
     from ..report.rundir import new_run_dir
     from ..scenarios.catalog import DEFAULT_SET, select_scenarios
 
+    check_output_file("--ktap", args.ktap)
     scenarios = tuple(s.name for s in select_scenarios(args.scenarios or list(DEFAULT_SET)))
     grid = cells(parse_kernels(args.kernels), parse_qemus(args.qemu), parse_smp(args.smp))
     out = new_run_dir(args.out, suffix="-matrix")
@@ -56,12 +59,16 @@ def cmd_matrix(args) -> int:
                 write_matrix_html(json.loads(data_path.read_text()), out)
     data = res.to_json()
     data["cluster"] = summary.to_json()
-    print(format_matrix(data, out=str(out)))
-    print(format_cluster(summary.to_json(), unit="runs"))
+    human = sys.stderr if args.ktap == "-" else sys.stdout  # with --ktap -, stdout carries the KTAP alone
+    print(format_matrix(data, out=str(out)), file=human)
+    print(format_cluster(summary.to_json(), unit="runs"), file=human)
     code = res.exit_code
     if summary.failed:
         code = max(code, EXIT_INFRA)
-    print(f"exit {code}")
+    print(f"exit {code}", file=human)
+    if args.ktap:
+        from ..report.ktap import matrix_ktap
+        write_ktap(args.ktap, matrix_ktap(data))
     return code
 
 

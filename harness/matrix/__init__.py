@@ -12,7 +12,8 @@ guest with it.
 Kernels are named as ``harness run --kernel`` takes them (checked by the same
 :func:`harness.images.kernel.check_kernel_choice` before any task), with the issue's aliases:
 ``cloud`` (the default kernel: trixie-backports' cloud flavour), ``6.12`` (trixie), ``6.1``
-(bookworm); an existing file is a ``--kernel-path``.
+(bookworm); an existing file is a ``--kernel-path``; ``tree:PATH`` a kernel tree, built (cached, one
+build at a time under its lock) by the first cell that needs it, labelled ``tree-NAME``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 import tempfile
@@ -30,7 +32,7 @@ from pathlib import Path
 from ..campaign.executor import Executor, Outcome, Summary, Task
 from ..campaign.isolate import run_command, scratch_dir
 from ..errors import EXIT_INFRA, EXIT_USAGE, HarnessError
-from ..images.kernel import check_kernel_choice
+from ..images.kernel import TREE_PREFIX, check_kernel_choice
 
 __all__ = ["ALIASES", "Cell", "CellResult", "MatrixInputError", "cells", "parse_kernels", "run_matrix"]
 
@@ -79,6 +81,10 @@ def parse_kernels(text: str) -> list[Kernel]:
             out.append(Kernel(Path(word).name, None, str(Path(word).resolve())))
             continue
         name = ALIASES.get(word, word)
+        if name.startswith(TREE_PREFIX):  # a tree: its absolute path for the workers, a label for a directory
+            tree = Path(name[len(TREE_PREFIX):]).resolve()
+            name = f"{TREE_PREFIX}{tree}"
+            word = "tree-" + (re.sub(r"[^A-Za-z0-9._+-]+", "_", tree.name) or "root")
         check_kernel_choice(name)  # the names --kernel takes (KernelInputError: exit 2)
         out.append(Kernel(word, name))
     if not out:

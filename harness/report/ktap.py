@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KTAP_VERSION", "fuzz_ktap", "kernel_diff_doc", "kernel_diff_ktap", "run_doc", "run_ktap"]
+__all__ = ["KTAP_VERSION", "fuzz_ktap", "kernel_diff_doc", "kernel_diff_ktap", "matrix_ktap", "run_doc", "run_ktap"]
 
 KTAP_VERSION = 1
 INDENT = "    "
@@ -240,4 +240,32 @@ def fuzz_ktap(c: dict) -> str:
     checked = f"stacks {c['stacks']}" if c.get("stacks") else f"instructions {c.get('instructions', 0)}"
     lines.append(_result(True, len(sigs) + 1, f"fuzz-{c.get('mode')}",
                          f"programs {c.get('programs', 0)}, {checked}"))
+    return "\n".join(lines) + "\n"
+
+
+def matrix_ktap(doc: dict) -> str:
+    """KTAP of a matrix (``matrix.json``): one test per cell (kernel x QEMU x vCPUs), its scenarios
+    as subtests with their oracles beneath them, as :func:`run_ktap` renders a run; a cell whose run
+    never came back is ``not ok`` with the reason, one with no summary.json ``not ok`` with its exit
+    code."""
+    cells = doc.get("cells") or []
+    lines = [f"KTAP version {KTAP_VERSION}",
+             _diag(f"harness matrix: {len(cells)} cell(s), scenarios {', '.join(doc.get('scenarios') or [])}"),
+             f"1..{len(cells)}"]
+    for n, cell in enumerate(cells, 1):
+        summary = cell.get("summary") or {}
+        scenarios = summary.get("scenarios") or []
+        head = [f"KTAP version {KTAP_VERSION}", f"# Subtest: {_name(cell['name'])}",
+                _diag(f"kernel {cell.get('kernel')}, qemu {cell.get('qemu')}, smp {cell.get('smp')}; exit "
+                      f"{cell.get('exit_code')}; {cell.get('elapsed') or 0} s on {cell.get('worker') or '?'}")]
+        ok = cell.get("exit_code") == 0 and not cell.get("failed")
+        if cell.get("failed") or not scenarios:
+            why = cell.get("failed") or f"no summary.json (exit {cell.get('exit_code')})"
+            lines += [INDENT + ln for ln in head[2:]] + [_diag(why), _result(False, n, cell["name"])]
+            continue
+        body = [*head, f"1..{len(scenarios)}"]
+        for i, sc in enumerate(scenarios, 1):
+            body += _scenario(sc, i)
+        lines += [*(INDENT + ln for ln in body), _result(ok, n, cell["name"])]
+    lines.append(_diag(f"exit {doc.get('exit_code')}"))
     return "\n".join(lines) + "\n"

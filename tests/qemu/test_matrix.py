@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.dask_cluster import localhost_cluster
+from tests.support.kunit import parse_ktap
 from tests.support.paths import REPO
 from tests.support.procs import children, cmdline, gone
 
@@ -39,8 +40,15 @@ def _table(out: Path) -> dict:
 
 
 def test_a_two_cell_matrix_on_a_localhost_cluster_gives_the_local_runs(tmp_path):
-    local = _matrix(tmp_path / "local", "--workers", "2")
+    local = _matrix(tmp_path / "local", "--workers", "2", "--ktap", str(tmp_path / "local.ktap"))
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    # KTAP (issue 38): a test per cell, read by the kernel's own parser, its counts those of matrix.json
+    test, printed = parse_ktap((tmp_path / "local.ktap").read_text())
+    assert test.counts.errors == 0 and test.status.name == "SUCCESS", printed
+    cells = json.loads((tmp_path / "local" / "matrix.json").read_text())["cells"]
+    assert [t.name for t in test.subtests] == [c["name"] for c in cells]
+    for t, c in zip(test.subtests, cells, strict=True):
+        assert [s.name for s in t.subtests] == [s["name"] for s in c["summary"]["scenarios"]]
     with localhost_cluster(tmp_path / "cluster") as c:
         p = _matrix(tmp_path / "remote", "--scheduler", c.address)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

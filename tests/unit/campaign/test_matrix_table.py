@@ -41,6 +41,23 @@ def test_the_kernels_are_named_as_run_takes_them_with_the_issues_aliases(tmp_pat
         parse_kernels(",")
 
 
+def test_a_kernel_tree_is_named_by_its_absolute_path_and_labelled_for_a_directory(tmp_path, monkeypatch):
+    """``tree:PATH`` (issue 38): the workers get the absolute path (their cwd is not the client's),
+    the cell's directory a label without slashes; a directory that is no kernel tree is refused."""
+    tree = tmp_path / "my linux"
+    (tree / "arch" / "x86").mkdir(parents=True)
+    (tree / "Makefile").write_text("")
+    (tree / "Kconfig").write_text("")
+    monkeypatch.chdir(tmp_path)
+    [k] = parse_kernels("tree:my linux")
+    assert (k.label, k.name, k.path) == ("tree-my_linux", f"tree:{tree}", None)
+    [c] = cells([k], ["host"], [1])
+    assert c.name == "tree-my_linux-host-smp1" and "/" not in c.name
+    assert c.argv(("fp-spin",), None, "/w")[2:4] == ["--kernel", f"tree:{tree}"]
+    with pytest.raises(KernelInputError, match="not a Linux tree"):
+        parse_kernels(f"tree:{tmp_path}")
+
+
 def test_cells_are_every_kernel_by_qemu_by_smp_and_run_as_harness_run():
     grid = cells(parse_kernels("cloud,rt"), parse_qemus("host,backports"), parse_smp("1,2"))
     assert [c.name for c in grid] == [f"{k}-{q}-smp{n}" for k in ("cloud", "rt") for q in ("host", "backports")

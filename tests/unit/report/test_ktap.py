@@ -147,3 +147,32 @@ def test_a_ktap_file_that_cannot_be_written_is_refused_first(command, tmp_path, 
     assert main([*command, "--ktap", str(tmp_path / "no" / "x.ktap"), "--out", str(out)]) == 2
     assert f"--ktap {tmp_path / 'no' / 'x.ktap'}: no directory" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_matrix_ktap_a_test_per_cell_with_its_scenarios_and_oracles():
+    """matrix.json as harness matrix writes it: two real cells of a six-cell run on this machine
+    (tests/data/matrix.json, summaries cut to their counts), a cell whose summary is run-small's
+    (a real run with one failing shadow stack) and a cell that never came back."""
+    from harness.report.ktap import matrix_ktap
+    from tests.support.paths import TEST_DATA as DATA
+
+    doc = json.loads((DATA / "matrix.json").read_text())
+    small = run_doc(read_run(RUN))
+    doc["cells"].append({"name": "small-host-smp1", "kernel": "small", "qemu": "host", "smp": 1, "exit_code": 1,
+                         "elapsed": 1.0, "worker": "vm", "failed": None, "summary": small})
+    doc["cells"].append({"name": "lost-host-smp2", "kernel": "lost", "qemu": "host", "smp": 2, "exit_code": None,
+                         "failed": "worker tcp://127.0.0.1:1 lost while it held the task", "summary": None})
+    test, printed = parse_ktap(matrix_ktap(doc))
+    assert test.counts.errors == 0, printed
+    assert [t.name for t in test.subtests] == [c["name"] for c in doc["cells"]]
+    status = {t.name: t.status.name for t in test.subtests}
+    for c in doc["cells"][:-2]:
+        assert status[c["name"]] == ("SUCCESS" if c["exit_code"] == 0 else "FAILURE"), c["name"]
+        assert [t.name for t in next(t for t in test.subtests if t.name == c["name"]).subtests] == \
+            [s["name"] for s in c["summary"]["scenarios"]]
+    assert status["small-host-smp1"] == "FAILURE" and status["lost-host-smp2"] == "FAILURE"
+    # run-small's one failing pair, three levels down: cell / scenario / oracle
+    failed = [p for p, s in leaves(test) if s.name == "FAILURE"]
+    assert "main/small-host-smp1/forkexec/shadow" in failed and "main/lost-host-smp2" in failed
+    lost = next(t for t in test.subtests if t.name == "lost-host-smp2")
+    assert any("worker tcp://127.0.0.1:1 lost" in ln for ln in lost.log)
