@@ -1,8 +1,8 @@
 """``harness sframe``: the SFrame section of a binary, checked or dumped, without a guest.
 
     harness sframe check [--binutils X.Y] [--limit N] [--debug] BINARY...
-    harness sframe check --tree DIR [--jobs N] [--timeout S]
-    harness sframe check --tree DIR --scheduler tcp://HOST:PORT | --workers N   (as Dask tasks)
+    harness sframe check --tree DIR [--workers N | --scheduler tcp://HOST:PORT] [--chunk N] [--timeout S]
+    harness sframe check --tree DIR --jobs N     (a process pool of N here, no Dask)
     harness sframe dump [--debug] BINARY
 
 ``check`` runs :func:`harness.unwind.sframe_check.check_file` on each binary, object or archive
@@ -78,7 +78,9 @@ group("sframe", help="check or dump a binary's SFrame section (no guest)", descr
              arg("--tree", metavar="DIR",
                  help="every ELF file and archive under DIR, checked in parallel: one line per finding kind, and "
                       "the Debian packages (dpkg's lists under DIR) whose files carry SFrame data"),
-             arg("--jobs", type=int, default=None, help="--tree: processes (default: the cores)"),
+             arg("--jobs", type=int, default=None,
+                 help="--tree: a process pool of N on this machine instead of Dask tasks (default: Dask, a "
+                      "LocalCluster of one worker per core, or --scheduler's cluster)"),
              arg("--timeout", type=float, default=1800.0, help="--tree: seconds the whole run may take"),
              arg("--binutils", type=_binutils, metavar="X.Y",
                  help="the binutils that linked the binaries: from 2.45 a V2 section must carry "
@@ -86,7 +88,7 @@ group("sframe", help="check or dump a binary's SFrame section (no guest)", descr
              arg("--limit", type=int, default=20, help="findings printed per kind and binary (default 20)"),
              *cluster_args(),
              arg("--chunk", type=positive_int, default=32, metavar="N",
-                 help="--tree on a cluster (--scheduler or --workers): files per task (default 32)"),
+                 help="--tree as Dask tasks: files per task (default 32)"),
              _DEBUG,
          ])
 def cmd_check(args) -> int:
@@ -149,7 +151,7 @@ def _check_tree(args) -> int:
     from ..report.sframe import format_tree
     from ..unwind.sframe_tree import check_tree
     def work() -> int:
-        if args.scheduler or args.workers:
+        if args.scheduler or args.workers or not args.jobs:  # Dask (issue 36): a LocalCluster by default
             rep, summary, failed, format_cluster = tree_on_cluster(args)
             print(format_tree(rep, limit=args.limit))
             print(format_cluster(summary.to_json(), unit="files"))
