@@ -45,17 +45,25 @@ PIPELINE_MAX = 256  # packets written at once before their answers are read
 
 def checksum(data: bytes) -> int:
     """The packet checksum: the sum of the bytes, mod 256.  Long bodies (a memory read's hex,
-    8 KiB for a page) by zlib's adler32 over 256-byte pieces: its low half is 1 + the piece's
-    byte sum exactly while that sum stays below its modulus 65521 (256 * 255 does), and C
-    does the adding, 4x faster than ``sum()`` on a page (27 -> 7 us; both ways twice a stop)."""
+    8 KiB for a page) by zlib's adler32 over pieces: its low half is 1 + the piece's byte sum
+    exactly while that sum stays below its modulus 65521, and C does the adding, 4x faster than
+    ``sum()`` on a page (27 -> 7 us; both ways twice a stop).  A piece is 256 bytes (256 * 255
+    stays below 65521), or 512 where every byte is ASCII (512 * 127 does), as the hex of every
+    memory read and register answer is: half the calls, and one for an ASCII body of 16 to 512
+    bytes (a 168-byte read's 336 hex digits: 3.5 -> 0.5 us).  The answers of a trace in bench
+    deferred (29 packets, 28 KB): 35-41 -> 27-28 us of checksums (docs/benchmarks.md)."""
     n = len(data)
-    if n < 512:
+    if n < 16:
         return sum(data) & 0xFF
-    view, adler = memoryview(data), zlib.adler32
+    adler = zlib.adler32
+    step = 512 if data.isascii() else 256
+    if n <= step:
+        return ((adler(data) & 0xFFFF) - 1) & 0xFF
+    view = memoryview(data)
     total = 0
-    for i in range(0, n, 256):
-        total += adler(view[i:i + 256]) & 0xFFFF
-    return (total - (n + 255) // 256) & 0xFF
+    for i in range(0, n, step):
+        total += adler(view[i:i + step]) & 0xFFFF
+    return (total - (n + step - 1) // step) & 0xFF
 
 
 _SPECIAL = re.compile(rb"[$#}*]")
