@@ -16,7 +16,7 @@ from tests.support.deferred_logs import stack_log
 
 
 def _json(event: dict) -> bytes:
-    return json.dumps(event, separators=(",", ":")).encode()
+    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 
 INTS = st.integers(min_value=-(1 << 70), max_value=1 << 70)  # past 64 bits: orjson refuses them
@@ -77,7 +77,7 @@ def test_a_log_written_to_a_file_reads_back_sealed(tmp_path):
             log.emit(event["ev"], **{k: v for k, v in event.items() if k not in ("seq", "ev")})
         log.end(errors=["na\u00efve"])
     lines = path.read_text().splitlines()
-    assert [line.encode() for line in lines] == [_json(e) for e in log.events]
+    assert [line.encode() + b"\n" for line in lines] == [_json(e) for e in log.events]
     reader = LogReader()
     assert [e["ev"] for e in reader.events(lines)] == [e["ev"] for e in log.events]
     assert reader.sealed is True
