@@ -52,7 +52,7 @@ def checksum(data: bytes) -> int:
     stays below 65521), or 512 where every byte is ASCII (512 * 127 does), as the hex of every
     memory read and register answer is: half the calls, and one for an ASCII body of 16 to 512
     bytes (a 168-byte read's 336 hex digits: 3.5 -> 0.5 us).  The answers of a trace in bench
-    deferred (29 packets, 28 KB): 35-41 -> 27-28 us of checksums (docs/benchmarks.md)."""
+    deferred (29 packets, 28 KB): 33-41 -> 26-28 us of checksums (docs/benchmarks.md)."""
     n = len(data)
     if n < 16:
         return sum(data) & 0xFF
