@@ -604,6 +604,23 @@ class Engine(DeliveryWork):
             mt = self.model.spawn(task.pid, kthread=task.kthread)
         return mt
 
+    @property
+    def _returns_armed(self) -> bool:
+        """Whether the return points are in (set at every change, with the session's hint of the
+        next stop's registers: :attr:`Session.stop_regs`)."""
+        return self._armed
+
+    @_returns_armed.setter
+    def _returns_armed(self, on: bool) -> None:
+        self._armed = on
+        # While the return points are in, the next stop is at one of them or at a point of
+        # another kind that stays in (a syscall or timer request, a lifecycle point), not at
+        # the NMI: the engine sends one only with nothing pending.  (A stop elsewhere all the
+        # same reads what was not guessed in a batch of its own.)
+        self.s.stop_regs = frozenset(
+            p.regs for p in (*self.return_points.values(), *self.request_points.values(), *self.lifecycle.values())
+            if p.kind != "nmi") if on else None
+
     def _guest_running(self) -> bool:
         """Whether the guest left running has not stopped yet: from the debugger's socket where
         the transport can tell (no QMP round trip), else QMP's query-status."""

@@ -22,6 +22,7 @@ Protocol reference: GDB manual, appendix "GDB Remote Serial Protocol".
 
 from __future__ import annotations
 
+import binascii
 import collections
 import functools
 import re
@@ -45,17 +46,25 @@ PIPELINE_MAX = 256  # packets written at once before their answers are read
 
 def checksum(data: bytes) -> int:
     """The packet checksum: the sum of the bytes, mod 256.  Long bodies (a memory read's hex,
-    8 KiB for a page) by zlib's adler32 over 256-byte pieces: its low half is 1 + the piece's
-    byte sum exactly while that sum stays below its modulus 65521 (256 * 255 does), and C
-    does the adding, 4x faster than ``sum()`` on a page (27 -> 7 us; both ways twice a stop)."""
+    8 KiB for a page) by zlib's adler32 over pieces: its low half is 1 + the piece's byte sum
+    exactly while that sum stays below its modulus 65521, and C does the adding, 4x faster than
+    ``sum()`` on a page (27 -> 7 us; both ways twice a stop).  A piece is 256 bytes (256 * 255
+    stays below 65521), or 512 where every byte is ASCII (512 * 127 does), as the hex of every
+    memory read and register answer is: half the calls, and one for an ASCII body of 16 to 512
+    bytes (a 168-byte read's 336 hex digits: 3.5 -> 0.5 us).  The answers of a trace in bench
+    deferred (29 packets, 28 KB): 33-41 -> 26-28 us of checksums (docs/benchmarks.md)."""
     n = len(data)
-    if n < 512:
+    if n < 16:
         return sum(data) & 0xFF
-    view, adler = memoryview(data), zlib.adler32
+    adler = zlib.adler32
+    step = 512 if data.isascii() else 256
+    if n <= step:
+        return ((adler(data) & 0xFFFF) - 1) & 0xFF
+    view = memoryview(data)
     total = 0
-    for i in range(0, n, 256):
-        total += adler(view[i:i + 256]) & 0xFFFF
-    return (total - (n + 255) // 256) & 0xFF
+    for i in range(0, n, step):
+        total += adler(view[i:i + step]) & 0xFFFF
+    return (total - (n + step - 1) // step) & 0xFF
 
 
 _SPECIAL = re.compile(rb"[$#}*]")
@@ -80,6 +89,16 @@ def encode_packet(data: bytes) -> bytes:
     it (the same guessed reads, breakpoints and continue), 35 a trace."""
     body = escape(data)
     return b"$" + body + b"#" + b"%02x" % checksum(body)
+
+
+def unhex(reply: bytes, what: str) -> bytes:
+    """The bytes of a hex answer.  binascii's, not ``bytes.fromhex(reply.decode())``: no str made
+    first (a trace's 28 KB of answers, 18-19 -> 11 us), and nothing but hex digits taken (fromhex
+    passes over spaces between bytes).  An answer that is not hex is a TargetError naming it."""
+    try:
+        return binascii.unhexlify(reply)
+    except binascii.Error:
+        raise TargetError(f"{what} answered {reply[:40]!r}: not hex") from None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -505,10 +524,7 @@ class RspTarget(Target):
     def _parse_g(self, hexdata: bytes) -> dict[str, int]:
         if hexdata.startswith(b"E") and len(hexdata) == 3:
             raise TargetError(f"'g' failed: {hexdata!r}")
-        try:
-            raw = bytes.fromhex(hexdata.decode())
-        except ValueError:
-            raise TargetError(f"'g' answered {hexdata[:40]!r}: not hex") from None
+        raw = unhex(hexdata, "'g'")
         layout = self._g_layout.get(len(raw))
         if layout is None:
             # The registers of at most 64 bits that this answer's length holds, as one struct
@@ -559,7 +575,7 @@ class RspTarget(Target):
             reply = self.command(f"m{addr:x},{n:x}")
             if reply.startswith(b"E") and len(reply) == 3 or len(reply) != 2 * n:
                 return None
-            out += bytes.fromhex(reply.decode())
+            out += unhex(reply, f"m{addr:x},{n:x}")
             addr += n
             size -= n
         return bytes(out)
@@ -673,7 +689,7 @@ class RspTarget(Target):
                 fault[i] = max(start, a - a % PAGE_SIZE)
                 del out[i][fault[i] - start:]
                 continue
-            out[i] += bytes.fromhex(reply.decode())
+            out[i] += unhex(reply, f"m{a:x},{n:x}")
         return [ReadResult(bytes(o), f) for o, f in zip(out, fault, strict=True)]
 
     def _parse_stop(self, reply: bytes) -> Stop:

@@ -32,7 +32,7 @@ def _session():
     s = Session(GuestSpec())
     s.target = RecordingTarget()
     s.info = SimpleNamespace(current_task_sym=0x1000, top_of_stack_sym=0x2000,
-                             task_offsets={"pid": 0x10, "comm": 0x40}, comm_len=16)
+                             task_offsets={"pid": 0x10, "comm": 0x40}, comm_len=16, thread_size=0x4000)
     return s
 
 
@@ -64,6 +64,44 @@ def test_guesses_are_the_last_stop_of_the_vcpu_and_the_expected_reads_within_a_b
     assert (0x7ffc0000, 0x2000) in got and (0x7f0000001000, 0x90) in got
     assert all(a != 0x7ffd0000 for a, _ in got)
     assert s._stop_guesses(1) == [r for ranges in list(s.expected_reads.values())[:1] for r in ranges]
+
+
+def test_another_tasks_user_pt_regs_where_an_nmi_pointed_once_are_not_guessed():
+    """A register that pointed at the user pt_regs of another task's stack (the NMI caught that
+    task in user mode) is not guessed at the next stops: needed only where the stop catches
+    that task again, when the task_struct guess misses too (bench deferred: one packet a stop)."""
+    s = _session()
+    gs, task, top = 0xffff888000000000, 0xffff888001000000, 0xffffc90000664000
+    mine, nmi = top - PT_REGS_SIZE, 0xfffffe000000def8
+    other = 0xffffc90000638000 - PT_REGS_SIZE  # another 16 KiB stack, the same place in it
+    inside = top - 0x200  # the vCPU's task's own stack, elsewhere: kept
+    s._last_stop[0] = (gs, task, top, {"rdi": (nmi, mine, other), "rsp": (inside,)})
+    got = s._stop_guesses(0)
+    assert [r for r in got if r[1] == PT_REGS_SIZE] == [(mine, PT_REGS_SIZE), (nmi, PT_REGS_SIZE),
+                                                        (inside, PT_REGS_SIZE)]
+    s._last_stop[0] = (gs, task, None, {"rdi": (nmi, other)})  # no top known: every pointer
+    assert [r for r in s._stop_guesses(0) if r[1] == PT_REGS_SIZE] == [(nmi, PT_REGS_SIZE), (other, PT_REGS_SIZE)]
+
+
+def test_where_the_engine_names_the_next_stops_registers_only_their_pointers_are_guessed():
+    """With the return points in (the engine's Session.stop_regs: their "rsp", not the NMI's
+    "rdi"), a return stop does not read the NMI stack's pt_regs (bench deferred: one packet a
+    trace); the vCPU's task's own user pt_regs stay guessed whatever the registers."""
+    s = _session()
+    gs, task, top = 0xffff888000000000, 0xffff888001000000, 0xffffc90000664000
+    mine, nmi, ret = top - PT_REGS_SIZE, 0xfffffe000000def8, top - 0x300
+    s._last_stop[0] = (gs, task, top, {"rdi": (nmi, mine), "rsp": (ret,)})
+
+    def pt_regs():
+        return [a for a, n in s._stop_guesses(0) if n == PT_REGS_SIZE]
+
+    assert pt_regs() == [mine, nmi, ret]
+    s.stop_regs = frozenset({"rsp", "task"})
+    assert pt_regs() == [mine, ret]
+    s.stop_regs = frozenset({"rdi"})
+    assert pt_regs() == [mine, nmi]
+    s.stop_regs = None
+    assert pt_regs() == [mine, nmi, ret]
 
 
 def test_at_a_stop_the_guest_left_only_the_stops_reads_are_there():

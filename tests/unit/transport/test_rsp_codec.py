@@ -90,12 +90,16 @@ def test_target_memory_caches_pages_per_stop_and_reports_the_fault():
     assert t.reads == 4
 
 
-@given(st.binary(max_size=3000))
+@given(st.binary(max_size=3000) | st.binary(max_size=3000).map(bytes.hex).map(str.encode)
+       | st.text(st.characters(max_codepoint=127), max_size=3000).map(str.encode))
 def test_checksum_is_the_byte_sum_at_every_length(data):
-    # the long bodies' adler32 pieces against the definition (GDB manual: sum mod 256)
+    # the long bodies' adler32 pieces against the definition (GDB manual: sum mod 256): any
+    # bytes (256-byte pieces), hex and other ASCII (512-byte pieces), one byte past ASCII
     from harness.transport.rsp import checksum
     assert checksum(data) == sum(data) % 256
+    assert checksum(data + b"\x80") == (sum(data) + 0x80) % 256
     assert checksum(b"\xff" * 4099) == (255 * 4099) % 256
+    assert checksum(b"\x7f" * 4099) == (127 * 4099) % 256  # the most 512 ASCII bytes add up to
 
 
 def test_reader_takes_many_packets_fed_a_byte_at_a_time():

@@ -17,6 +17,7 @@ from harness.transport.rsp import RspTarget, encode_packet
 from tests.support.rsp_stub import RIP, FakeStub
 
 UNREADABLE = 0x9000  # the fake's page that answers E14
+GARBLED = 0xA000  # the fake's page whose answers have the right length but are not hex
 
 
 class PipelineStub(FakeStub):
@@ -52,6 +53,8 @@ class PipelineStub(FakeStub):
             addr, n = (int(x, 16) for x in pkt[1:].split(b","))
             if addr <= UNREADABLE < addr + n or UNREADABLE <= addr < UNREADABLE + 0x1000:
                 return b"E14"
+            if GARBLED <= addr < GARBLED + 0x1000:
+                return (b"0a 1b" * n)[:2 * n]  # bytes.fromhex took "0a 1b" as 2 bytes in 5 digits
         if pkt.startswith((b"Z0,", b"z0,")):
             addr = int(pkt[3:].split(b",")[0], 16)
             if pkt[:1] == b"Z" and addr in self.refuse:
@@ -304,3 +307,11 @@ def test_a_stub_that_reads_no_more_is_a_timeout_on_write_not_a_hang(tmp_path):
         stub.stall = False
         t.sock.close()
         stub.close()
+
+
+def test_an_answer_of_the_right_length_that_is_not_hex_is_a_typed_error_naming_the_read(target):
+    stub, t = target
+    with pytest.raises(TargetError) as e:
+        t.read_many([(0x1000, 16), (GARBLED + 8, 4)])
+    assert str(e.value) == f"m{GARBLED + 8:x},4 answered b'0a 1b0a ': not hex"
+    assert t.read_many([(0x1000, 4)])[0].data == _expected(0x1000, 4)  # the connection in step
