@@ -75,6 +75,8 @@ NEEDS: tuple[Need, ...] = (
     Need("DEBUG_INFO_BTF", "the harness reads task_struct and pt_regs layouts from the vmlinux's .BTF",
          "introspection"),
     Need("PERF_EVENTS", "harness perf records the kernel's callchains (perf_event_open)", "introspection"),
+    Need("PROC_CHILDREN", "kernel-diff ends its program through /proc/PID/task/TID/children (without it the "
+         "program runs to perfcc's window and fp-syscall ran past it on a pared-down build)", "introspection"),
     Need("UNWIND_USER", "the kernel's user-space unwinder under test (kernel/unwind/user.c)", "unwinding",
          selected="no prompt: the arch selects it (x86-64 through HAVE_UNWIND_USER_FP, from 6.17 on); "
                   "a tree without it has no unwind_user to test"),

@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -92,7 +93,10 @@ def test_kernel_diff_finds_no_difference_on_the_built_tree(tree, built, tmp_path
 
 def test_an_edit_to_deferred_c_rebuilds_and_boots(tree, built, tmp_path):
     work, original = tree
-    marker = f"harness-edit-{tmp_path.name}"
+    # a marker of this run's own: with tmp_path's name (the same every session) the second session
+    # found the edited tree's build in the cache and made nothing, and the test failed at "it built"
+    marker = f"harness-edit-{uuid.uuid4().hex[:12]}"
+    edited = None
     try:
         line = edit(work, original, marker)
         assert (original / EDITED).read_text().count(marker) == 0  # the cached tree is untouched
@@ -111,5 +115,7 @@ def test_an_edit_to_deferred_c_rebuilds_and_boots(tree, built, tmp_path):
               f"{json.loads((built.vmlinux.parent / 'build.json').read_text())['seconds']} s)")
     finally:
         restore(work, original)
+        if edited is not None and edited.vmlinux.parent != built.vmlinux.parent:
+            shutil.rmtree(edited.vmlinux.parent, ignore_errors=True)  # one edited kernel less in the cache
     again = build_tree(work)  # the pristine tree again: its build, at once
     assert again.reused and again.key == built.key

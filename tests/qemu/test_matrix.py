@@ -77,25 +77,33 @@ def _guests(pids: list[int]) -> list[int]:
     return found
 
 
+def _interrupt_with_two_guests(p: subprocess.Popen, roots: list[int], interrupt) -> tuple[list[int], str]:
+    """Once a guest runs under each worker (QEMUs among the descendants of ``roots``, within 300
+    s), ``interrupt()``; the guests seen and the client's stderr.  The client is killed with its
+    group if it is still there at the end."""
+    try:
+        deadline = time.monotonic() + 300
+        guests: list[int] = []
+        while len(guests) < 2 and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.5)
+            guests = _guests(roots)
+        assert len(guests) == 2, f"no guest on each worker within 300 s: {guests}"
+        interrupt()
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+    return guests, err
+
+
 def test_ctrl_c_on_the_client_leaves_no_guest_on_any_worker(tmp_path):
     with localhost_cluster(tmp_path / "cluster") as c:
         workers = [p.pid for p in c.workers.values()]
         p = subprocess.Popen([*HARNESS, "matrix", *CELLS, "--samples", "2000", "--out", str(tmp_path / "m"),
                               "--scheduler", c.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=ENV, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 300
-            guests: list[int] = []
-            while len(guests) < 2 and time.monotonic() < deadline and p.poll() is None:
-                time.sleep(0.5)
-                guests = _guests(workers)
-            assert len(guests) == 2, f"no guest on each worker within 300 s: {guests}"
-            os.kill(p.pid, signal.SIGINT)
-            _, err = p.communicate(timeout=120)
-        finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+        guests, err = _interrupt_with_two_guests(p, workers, lambda: os.kill(p.pid, signal.SIGINT))
         assert p.returncode == 3, err[-3000:]
         assert "interrupted" in err
         deadline = time.monotonic() + 30
@@ -113,19 +121,7 @@ def test_a_terminals_ctrl_c_ends_a_localcluster_matrix_in_order(tmp_path):
     p = subprocess.Popen([*HARNESS, "matrix", *CELLS, "--samples", "2000", "--out", str(tmp_path / "m"),
                           "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                          start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        guests: list[int] = []
-        while len(guests) < 2 and time.monotonic() < deadline and p.poll() is None:
-            time.sleep(0.5)
-            guests = _guests([p.pid])
-        assert len(guests) == 2, f"no guest on each worker within 300 s: {guests}"
-        os.killpg(p.pid, signal.SIGINT)
-        _, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=10)
+    guests, err = _interrupt_with_two_guests(p, [p.pid], lambda: os.killpg(p.pid, signal.SIGINT))
     assert p.returncode == 3 and "harness matrix: interrupted (SIGINT)" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     deadline = time.monotonic() + 30

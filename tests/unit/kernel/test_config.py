@@ -105,12 +105,13 @@ def test_host_pahole_too_old_is_named(kconfig):
 
 def test_engineer_config_names_bpf_syscall(engineer_config, tree, capsys):
     """The issue's case: BTF dropped by olddefconfig without a word; here it is named, with
-    BPF_SYSCALL first in the fragment, and PVH (the harness's boot path) with it."""
+    BPF_SYSCALL first in the fragment, and PVH (the harness's boot path) and PROC_CHILDREN
+    (kernel-diff's end of its program) with it."""
     values, found_tree = read_config(engineer_config)
     assert found_tree == tree.resolve()
     j = judge(values, Kconfig.read(found_tree), pahole=124)
     missing = {v.need.option: v for v in j.missing}
-    assert set(missing) == {"DEBUG_INFO_BTF", "PVH"}
+    assert set(missing) == {"DEBUG_INFO_BTF", "PVH", "PROC_CHILDREN"}
     assert missing["DEBUG_INFO_BTF"].because == ("depends on BPF_SYSCALL (BPF_SYSCALL=n)",)
     frag = j.fragment().splitlines()
     assert frag.index("CONFIG_BPF_SYSCALL=y") < frag.index("CONFIG_DEBUG_INFO_BTF=y")
@@ -127,7 +128,7 @@ def test_fragment_applied_makes_the_config_do(engineer_config, tree, tmp_path, c
     (out / ".config").write_text((engineer_config / ".config").read_text() + frag)
     _make(tree, out, "olddefconfig")
     values = parse_config((out / ".config").read_text())
-    assert values["DEBUG_INFO_BTF"] == values["BPF_SYSCALL"] == values["PVH"] == "y"
+    assert values["DEBUG_INFO_BTF"] == values["BPF_SYSCALL"] == values["PVH"] == values["PROC_CHILDREN"] == "y"
     assert main(["kernel", "config", str(out / ".config")]) == 0  # the file alone: no tree beside it
     assert "# the config will do" in capsys.readouterr().out
 
@@ -138,7 +139,7 @@ def test_no_pahole_is_named(engineer_config, tree, tmp_path):
     out = tmp_path / "o"
     out.mkdir()
     (out / ".config").write_text((engineer_config / ".config").read_text() + "CONFIG_BPF_SYSCALL=y\nCONFIG_PVH=y\n"
-                                 "CONFIG_DEBUG_INFO_BTF=y\n")
+                                 "CONFIG_DEBUG_INFO_BTF=y\nCONFIG_PROC_CHILDREN=y\n")
     _make(tree, out, "PAHOLE=false", "olddefconfig")
     values = parse_config((out / ".config").read_text())
     assert values["PAHOLE_VERSION"] == "0" and values.get("DEBUG_INFO_BTF", "n") == "n"
