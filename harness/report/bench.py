@@ -80,7 +80,15 @@ def deferred_lines(r, floor: float, kernel, kernel_why: str, perf_freq: int, cos
         lines.append(f"guest kernel's deferred rate:      n/a ({kernel_why})")
     lines.append(f"requests on the program:      {r.sampled:8d} of {r.scenario.samples} asked for")
     lines.append(f"deferred traces delivered:    {rate:8.1f} traces/s ({r.stacks} traces in {r.loop_seconds:.1f}s)")
-    if own is not None:
+    if own is not None and own <= 0:
+        # QEMU 7.2: its raw stop loop (a plain breakpoint stop after another) is slower than a
+        # trace's two stops (every stop flushes the translations; 229 stops/s against 326 in the
+        # traces, 2026-12-07), so 2/floor overstates them and the difference means nothing
+        lines.append(f"harness time a trace:         {own:8.3f} ms -> not measured here: the floor "
+                     f"({floor:.1f} stops/s) is below the traces' own stops ({rate * r.stops / n:.1f}/s), so "
+                     f"2/floor is no bound on a trace's stops")
+        own = None
+    elif own is not None:
         lines.append(f"harness time a trace:         {own:8.3f} ms (1/(traces/s) - 2/floor: a trace's time "
                      f"beyond its two stops)")
     else:
@@ -103,9 +111,8 @@ def deferred_lines(r, floor: float, kernel, kernel_why: str, perf_freq: int, cos
     if overlap["deliveries"]:
         lines.append(f"checks while the guest runs:  {1000 * overlap['seconds'] / overlap['deliveries']:8.2f} ms per "
                      f"delivery; the next stop was already waiting after {overlap['late']} of {overlap['deliveries']}")
-    if own is not None:
-        lines.append(f"goal harness time a trace:    {HARNESS_MS_GOAL:8.3f} ms -> "
-                     f"{'met' if own <= HARNESS_MS_GOAL else 'NOT met'}")
+    lines.append(f"goal harness time a trace:    {HARNESS_MS_GOAL:8.3f} ms -> "
+                 + ("not judged (no harness time)" if own is None else 'met' if own <= HARNESS_MS_GOAL else 'NOT met'))
     lines.append(f"goal 0.8 * floor / 2:         {goal:8.1f} traces/s -> {'met' if rate >= goal else 'NOT met'}"
                  f" ({rate / goal if goal else 0:.2f} of it; the former goal)")
     lines += [f"note: {note}" for note in r.notes]  # why a run fell short of its requests, among others

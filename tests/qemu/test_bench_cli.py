@@ -69,8 +69,10 @@ def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
     # The figures the harness holds itself to (issue 37), each from the same run's printed ones.
     # The harness's time a trace: 1/(traces/s) - 2/floor, in ms to three decimals; recomputed
     # from the printed rate and floor (one decimal each) it moves by their rounding.
-    own = float(re.match(r"(-?[\d.]+) ms \(1/\(traces/s\) - 2/floor", _figure(out, "harness time a trace").group(1))
-                .group(1))
+    own_line = _figure(out, "harness time a trace").group(1)
+    own = float(re.match(r"(-?[\d.]+) ms (\(1/\(traces/s\) - 2/floor|-> not measured here)", own_line).group(1))
+    # a floor below the traces' own stop rate (QEMU 7.2) leaves no figure, and no judgement
+    assert (own <= 0) == ("not measured here" in own_line), own_line
     want = 1000 * (1 / r_p - 2 / floor)
     slack = 1000 * (0.05 / (r_p - 0.05) ** 2 + 2 * 0.05 / (floor - 0.05) ** 2) + 0.0005
     assert own == pytest.approx(want, abs=slack)
@@ -95,7 +97,9 @@ def test_bench_deferred_prints_its_figures_and_anchors_with_rt():
     assert 1 <= trips <= float(packets.group(1))  # a round trip carries one packet or more
     # the model's events and the stack record: a few records a trace, at least the stack's
     assert float(_figure(out, "log records per trace").group(1)) >= 1
-    goal_own = re.match(r"([\d.]+) ms -> (met|NOT met)$", _figure(out, "goal harness time a trace").group(1))
+    goal_own = re.match(r"([\d.]+) ms -> (met|NOT met|not judged \(no harness time\))$",
+                        _figure(out, "goal harness time a trace").group(1))
     assert goal_own, out
-    if abs(own - float(goal_own.group(1))) > 0.001:  # decided on the unrounded figure
+    assert (own <= 0) == goal_own.group(2).startswith("not judged"), out
+    if own > 0 and abs(own - float(goal_own.group(1))) > 0.001:  # decided on the unrounded figure
         assert (goal_own.group(2) == "met") == (own <= float(goal_own.group(1))), out

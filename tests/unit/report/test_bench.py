@@ -66,3 +66,17 @@ def test_without_a_kernel_rate_the_ratio_says_so():
     lines = deferred_lines(_result(40, 40), 1000.0, None, "no perf", 1000, NO_COST, OVERLAP)
     assert "of the kernel's rate:              n/a (no kernel rate)" in lines
     assert not any(line.startswith("stub packets per trace") for line in lines)
+
+
+def test_a_floor_below_the_traces_own_stops_judges_no_harness_time():
+    """QEMU 7.2 (2026-12-07): floor 229 stops/s, 163 traces/s of two stops each (326 stops/s):
+    1/(traces/s) - 2/floor came out at -2.6 ms and the goal line said "met"; it says why it is no
+    figure instead, and judges nothing."""
+    r = _result(1000, 1000)
+    r.loop_seconds = 1000 / 163.2
+    lines = deferred_lines(r, 229.1, None, "no perf", 1000, NO_COST, OVERLAP)
+    own = next(line for line in lines if line.startswith("harness time a trace:"))
+    assert "-2.602 ms -> not measured here: the floor (229.1 stops/s) is below the traces' own stops (326.4/s)" \
+        in own, own
+    assert f"goal harness time a trace:       {HARNESS_MS_GOAL:.3f} ms -> not judged (no harness time)" in lines
+    assert not any(line.endswith("-> met") for line in lines if line.startswith("goal harness"))
