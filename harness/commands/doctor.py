@@ -55,16 +55,17 @@ def cmd_doctor(args) -> int:
         d = root / kind
         entries = sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.exists() else []
         print(f"  {kind:18} {len(entries)} cached")
-        if kind == "kernels":
+        if kind in _DESCRIBED:
+            name, line = _DESCRIBED[kind]
             for e in entries:
-                meta = d / e / "kernel.json"
+                meta = d / e / name
                 if meta.exists():
-                    k = json.loads(meta.read_text())
-                    print(f"    {k['package']}={k['version']} ({k.get('suite', '')})")
-        if kind == "kernels-built":
-            for e in entries:
-                meta = d / e / "build.json"
-                if meta.exists():
-                    b = json.loads(meta.read_text())
-                    print(f"    {b['release']} of {b['tree']} ({b['seconds']:.0f} s, {b['built']})")
+                    print(f"    {line(json.loads(meta.read_text()))}")
     return EXIT_OK if ok else EXIT_FAILURES
+
+
+#: the cache kinds whose entries doctor describes: the entry's JSON file and its line
+_DESCRIBED = {
+    "kernels": ("kernel.json", lambda k: f"{k['package']}={k['version']} ({k.get('suite', '')})"),
+    "kernels-built": ("build.json", lambda b: f"{b['release']} of {b['tree']} ({b['seconds']:.0f} s, {b['built']})"),
+}
