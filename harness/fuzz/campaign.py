@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from ..errors import EXIT_USAGE, HarnessError
 from ..images.errors import ImageError
 from ..progress import step
-from .build import DEFAULT_TOOLCHAINS, LINKERS, BuildConfig, Built, build, build_source, configs, toolchain
+from .build import DEFAULT_TOOLCHAINS, LINKERS, BuildConfig, Built, build, build_source, configs, fit_abi, toolchain
 from .finding import Finding, Signature
 from .shape import MAX_FUNCS, Shape, shapes
 
@@ -78,9 +78,12 @@ class Example:
 def examples(toolchains: Iterable[str] = DEFAULT_TOOLCHAINS, linkers: Iterable[str] = LINKERS,
              max_funcs: int = MAX_FUNCS, matrix: st.SearchStrategy[BuildConfig] | None = None,
              ) -> st.SearchStrategy[Example]:
-    """(shape, build) pairs; ``matrix`` replaces the build matrix's strategy (a test's one build)."""
+    """(shape, build) pairs; ``matrix`` replaces the build matrix's strategy (a test's one build).
+    A drawn i386 build of a toolchain without the i386 multilib for the shape's language is its
+    x86-64 build (:func:`~harness.fuzz.build.fit_abi`)."""
     return st.builds(Example, shapes(max_funcs), matrix if matrix is not None else configs(tuple(toolchains),
-                                                                                           tuple(linkers)))
+                                                                                           tuple(linkers))
+                     ).map(lambda ex: Example(ex.shape, fit_abi(ex.config, ex.shape.lang == "c++")))
 
 
 @dataclass
