@@ -133,6 +133,7 @@ class Campaign:
     per_toolchain: Counter = field(default_factory=Counter)  # programs checked while searching, by toolchain
     per_linker: Counter = field(default_factory=Counter)
     stacks: int = 0  # live: stacks checked in the guest
+    vdso_stacks: int = 0  # live: of which sampled in the vDSO
     reproducers: dict[Signature, Path] = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -142,7 +143,7 @@ class Campaign:
                 "instructions": self.instructions, "object_instructions": self.object_instructions,
                 "per_toolchain": dict(sorted(self.per_toolchain.items())),
                 "per_linker": dict(sorted(self.per_linker.items())),
-                "stacks": self.stacks, "expected": dict(self.expected),
+                "stacks": self.stacks, "vdso_stacks": self.vdso_stacks, "expected": dict(self.expected),
                 "signatures": [r.to_json() for r in sorted(self.records.values(), key=lambda r: r.signature)]}
 
 
@@ -310,6 +311,7 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
     camp.instructions = getattr(checker, "instructions", 0)
     camp.object_instructions = getattr(checker, "object_instructions", 0)
     camp.stacks = getattr(checker, "stacks", 0)
+    camp.vdso_stacks = getattr(checker, "vdso_stacks", 0)
     if out is not None:
         write_results(camp, checker, out)
     return camp
@@ -493,7 +495,8 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                     "elapsed": round(sum(r["elapsed"] for _, r in results), 1),
                     "instructions": sum(r.get("instructions", 0) for _, r in results),
                     "object_instructions": sum(r.get("object_instructions", 0) for _, r in results),
-                    "stacks": sum(r.get("stacks", 0) for _, r in results)}
+                    "stacks": sum(r.get("stacks", 0) for _, r in results),
+                    "vdso_stacks": sum(r.get("vdso_stacks", 0) for _, r in results)}
     expected: Counter = Counter()
     sigs: dict[str, tuple[dict, Path]] = {}
     for d, r in results:

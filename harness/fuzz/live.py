@@ -187,6 +187,8 @@ class LiveOutcome:
     own_frames_checked: int = 0
     causes: dict[str, int] = field(default_factory=dict)  # divergences each cause proved
     cross: dict[str, int] = field(default_factory=dict)  # cross-examined divergences by outcome
+    # the program's stacks whose topmost frame the CFI oracle found in the vDSO (Result.vdso_stacks)
+    vdso_stacks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -286,6 +288,13 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         found.append(LiveDisagreement("unchecked", unwinder, "cfi",
                                       f"{result.own_stacks} stack(s) judged, but the CFI oracle stepped through "
                                       f"none of the program's own frames"))
+    if result.vdso_lost:
+        # A stack sampled in the vDSO whose CFI walk (the vDSO's own .eh_frame, read from guest
+        # memory) never reached the program: the caller lost by the ground truth itself, which no
+        # cause can explain (a cause explains an unwinder's difference from the oracle).
+        found.append(LiveDisagreement("vdso-lost", unwinder, "cfi",
+                                      f"{result.vdso_lost} of {result.vdso_stacks} stack(s) sampled in the vDSO: "
+                                      f"the CFI oracle's walk from the vDSO never reached the program's own text"))
     found += [LiveDisagreement("delivery", unwinder, "delivery", p) for p in result.problems]
     found += [LiveDisagreement("invariant", unwinder, "model", m) for m in result.invariant_violations]
     notes = list(result.notes)
@@ -301,7 +310,7 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         notes.append(f"stacks logged in {result.log}")
     return LiveOutcome(program, result.own_stacks, list(dict.fromkeys(found)), crash, notes,
                        own_frames_checked=result.own_frames_checked, causes=dict(sorted(result.causes.items())),
-                       cross=result.cross_outcomes())
+                       cross=result.cross_outcomes(), vdso_stacks=result.vdso_stacks)
 
 
 # -- the batch in one guest ---------------------------------------------------------------------
@@ -458,6 +467,7 @@ class LiveChecker:
                  timeout: float = LIVE_TIMEOUT):
         self.samples, self.kernel, self.qemu, self.timeout = samples, kernel, qemu, timeout
         self.stacks = 0  # checked on every program so far (the campaign's figure)
+        self.vdso_stacks = 0  # of which sampled in the vDSO
 
     def __call__(self, built: Built) -> list[Finding]:
         if not built.ok:
@@ -468,4 +478,7 @@ class LiveChecker:
         [outcome] = check_live([prog], samples=self.samples, kernel=self.kernel, qemu=self.qemu,
                                timeout=self.timeout)
         self.stacks += outcome.stacks
+        self.vdso_stacks += outcome.vdso_stacks
+        if "vdso" in built.shape.features() and not outcome.vdso_stacks:
+            outcome.notes.append("a vDSO leaf, and no checked stack was sampled in the vDSO")
         return findings_of(built, outcome)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.deferred.check import check_events
+from harness.fuzz.finding import KINDS
 from harness.fuzz.live import (
     COMM_LEN,
     LIVE_LOOP_C,
@@ -284,3 +285,30 @@ def test_stacks_judged_with_none_of_the_programs_own_frames_checked_are_a_disagr
     assert not out.ok
     assert [(d.kind, d.oracle) for d in out.disagreements] == [("unchecked", "cfi")]
     assert "none of the program's own frames" in out.disagreements[0].detail
+
+
+def test_a_stack_in_the_vdso_whose_cfi_walk_never_reaches_the_program_is_a_disagreement(tmp_path):
+    """Counted as the delivery check counts each stack (in_vdso, reaches): a stack whose CFI
+    oracle's topmost frame is in the vDSO and goes on into the program is a vDSO stack; one whose
+    walk ends in the vDSO (or in libc) lost the caller by the ground truth itself: no cause
+    explains that, it is a disagreement of its own kind."""
+    from harness.fuzz.live import findings_of
+    from harness.scenarios.delivery import in_vdso, reaches
+
+    r = result_from(events("fp-syscall"), CATALOG["fp-syscall"])
+    module = f"{CATALOG['fp-syscall'].program}-{CATALOG['fp-syscall'].variant.tag}"
+    rec = next(s for s in events("fp-syscall") if s["ev"] == "stack" and s["own"])
+    cfi = rec["frames"]["cfi"]
+    assert not in_vdso(cfi) and reaches(cfi, module)
+    good = [[0x7FFF_F7FC_1000, "[vdso]", "__vdso_clock_gettime+0x40"], *cfi]
+    lost = [[0x7FFF_F7FC_1000, "[vdso]", "__vdso_clock_gettime+0x40"], [0x7FFF_F7F0_0000, "libc.so.6", ""]]
+    for frames in (good, lost, lost):
+        r.vdso_stacks += in_vdso(frames)
+        r.vdso_lost += in_vdso(frames) and not reaches(frames, module)
+    assert (r.vdso_stacks, r.vdso_lost) == (3, 2)
+    out = live_outcome(PROG, r)
+    assert out.vdso_stacks == 3 and not out.ok
+    (d,) = out.disagreements
+    assert (d.kind, d.oracle) == ("vdso-lost", "cfi") and d.detail.startswith("2 of 3 stack(s) sampled in the vDSO")
+    (f,) = findings_of(_built(tmp_path), out)
+    assert f.kind == "live-vdso-lost" and f.kind in KINDS
