@@ -7,8 +7,9 @@ assembler writing V2; a user's install registered with ``--toolchain NAME=PREFIX
 an optimisation level, frame pointers on/off, SFrame on/off, static/dynamic, a linker
 (ld.bfd, gold, mold, lld) and the ABI: x86-64, or i386 (``-m32``, where the toolchain's compiler
 finds an i386 multilib: :func:`i386_lacks`; no SFrame, which has no i386 ABI).  The compiler
-flags are :func:`harness.images.programs.cflags`' for the matching :class:`~harness.images.programs.Variant` (the guest programs' own), split into the
-compile step's and the link step's.
+flags are :func:`harness.images.programs.cflags`' for the matching
+:class:`~harness.images.programs.Variant` (the guest programs' own), split into the compile step's
+and the link step's.
 
 A program is compiled in its root (``gcc -c``) and linked there when the root has the linker.
 The debootstrap roots carry ld.bfd only: gold, mold and lld link a root's object with the host's
