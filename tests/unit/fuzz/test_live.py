@@ -312,3 +312,44 @@ def test_a_stack_in_the_vdso_whose_cfi_walk_never_reaches_the_program_is_a_disag
     assert (d.kind, d.oracle) == ("vdso-lost", "cfi") and d.detail.startswith("2 of 3 stack(s) sampled in the vDSO")
     (f,) = findings_of(_built(tmp_path), out)
     assert f.kind == "live-vdso-lost" and f.kind in KINDS
+
+
+def test_debian_perfs_report_becomes_counts_disagreements_and_notes():
+    """perf_outcome: a difference without a name is a disagreement with the oracle perf; a named
+    one outside the declaration too; the counts say how much was compared."""
+    from collections import Counter
+
+    from harness.fuzz.live import perf_outcome
+    from harness.perf.debian import DebianReport
+
+    clean = DebianReport(perf_version="7.3.4", samples=10, ours_compared=8, ours_equal=8, merged_compared=10,
+                         merged_equal=10, named=Counter({"perf-script-sample-after-record": 1}))
+    counts, found, notes = perf_outcome(clean, "fp")
+    assert found == [] and counts["ours_compared"] == 8 and counts["named"] == {"perf-script-sample-after-record": 1}
+    assert notes[0].startswith("Debian perf 7.3.4: 8 deferred record(s) against our unwinder (8 equal)")
+    bad = DebianReport(ours_compared=0, unexplained=["pid 7 cookie 0x3: perf's record has 4 ips, ours 2"],
+                       named=Counter({"fp-frameless-function": 2}), declared=frozenset())
+    counts, found, notes = perf_outcome(bad, "sframe")
+    assert [(d.kind, d.unwinder, d.oracle) for d in found] == [("perf", "sframe", "perf"),
+                                                               ("perf-undeclared", "sframe", "perf")]
+    assert "fp-frameless-function" in found[1].detail
+    assert any("compared none" in n for n in notes)
+
+
+def test_the_perf_oracle_is_skipped_with_its_reason_where_the_kernel_cannot_give_it(tmp_path):
+    from harness.fuzz.live import perf_unavailable
+    from harness.images.errors import ImageError
+    from harness.images.kernel import get_kernel
+    from tests.support.gating import require
+
+    assert "not a kernel tree or file" in perf_unavailable(f"tree:{tmp_path}")
+    bz = tmp_path / "bzImage"
+    bz.write_bytes(b"\0")
+    assert "not a kernel tree or file" in perf_unavailable(str(bz))
+    try:
+        old, new = get_kernel("bookworm"), get_kernel("default")
+    except ImageError as exc:
+        require(False, f"kernels unavailable: {exc}")
+    why = perf_unavailable("bookworm")
+    assert why.startswith(f"{old.package}={old.version}: ") and "no deferred unwinding" in why
+    assert perf_unavailable(None) is None and new.version  # 7.x: perf's deferred callchains
