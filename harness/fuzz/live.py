@@ -5,11 +5,14 @@ checked by every oracle, each program's result turned into a :class:`LiveOutcome
 every program copied in as a user's binary (``/user/NAME``, with its interpreter and libraries),
 and runs each in turn as ``harness run --program`` does (:func:`harness.scenarios.catalog.user_scenario`,
 the engine's :class:`~harness.scenarios.engine.Engine`): the deferred walk is SFrame where the
-binary has SFrame, else frame pointers; the oracles are the CFI unwinder, the request's
-registers, and the shadow stack for a ``-finstrument-functions`` build.  What comes back per
-program (:func:`live_outcome`):
+binary has SFrame, else frame pointers (an i386 program's: the kernel's compat frame-pointer
+walk, 4-byte words); the oracles are the CFI unwinder (through the vDSO by the vDSO's own
+``.eh_frame``, read from guest memory), the request's registers, and the shadow stack for a
+``-finstrument-functions`` build; with ``perf``, Debian's perf after the sampling, in the same
+guest (:func:`perf_outcome`).  What comes back per program (:func:`live_outcome`):
 
-- ``stacks``: the program's own stacks that were checked;
+- ``stacks``: the program's own stacks that were checked (``vdso_stacks``: of which sampled in
+  the vDSO);
 - ``disagreements``: every divergence no cause proves (kind ``unexplained``, the oracle named),
   every failing pair without one (``failure``: the oracle's reason), every delivery problem
   (``delivery``), every violated invariant of the deferred-unwinding model (``invariant``) and
