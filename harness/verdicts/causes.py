@@ -855,7 +855,23 @@ _BP_STOPS = (StopReason.FP_BELOW_SP, StopReason.NON_MONOTONIC, StopReason.MISALI
 
 def _perf_signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
-    if ps is None or not ps.deferred or not ps.chain or not len(stack.trace):
+    if ps is None or not ps.deferred:
+        return None
+    r = stack.regs
+    if (len(d.got) == 3 and d.got == (r.ip, r.sp, r.bp) and len(d.want) == 3 and ps.entry_first is not None
+            and r.bp == d.want[2] and r.sp < d.want[1]):
+        # Two samples of one entry: this later one on a handler's registers (its first byte, a
+        # frame pushed below the earlier sample's sp, bp untouched), the entry's first on the
+        # interrupted ones: the signal frame was set up between them, within the entry.
+        handler = at_function_start(ps, r.ip)
+        if handler is None:
+            return None
+        first = ps.entry_first.offset
+        return evidence(f"this sample's registers are a signal handler's ({handler}, its first byte; sp "
+                        f"{d.want[1] - r.sp:#x} bytes below the entry's first sample's (byte {first:#x}), bp the "
+                        f"same): the signal frame was set up within the entry, after the first sample",
+                        handler=handler, how="same entry", first_sample=first)
+    if not ps.chain or not len(stack.trace):
         return None
     handler = at_function_start(ps, d.got[0])
     if handler is None:
