@@ -93,7 +93,8 @@ def _toolchains(args) -> tuple[str, ...] | None:
 def live_checker(args) -> Checker:
     """The live mode's checker: each program sampled in a guest (harness.fuzz.live)."""
     from ..fuzz.live import LiveChecker
-    return LiveChecker(samples=args.samples, kernel=args.kernel, qemu=args.qemu)
+    return LiveChecker(samples=args.samples, kernel=args.kernel, qemu=args.qemu,
+                       perf=not getattr(args, "no_perf", False))
 
 
 @command("fuzz", help="generated stack shapes across toolchains and linkers, shrunk to minimal reproducers",
@@ -122,6 +123,9 @@ def live_checker(args) -> Checker:
                  help=f"live: requests on each program (default {LIVE_SAMPLES})"),
              arg("--kernel", help="live: the guest kernel, as harness run --kernel takes it, or a bzImage's path"),
              arg("--qemu", choices=("auto", "host", "backports"), help="live: the QEMU, as harness run --qemu"),
+             arg("--no-perf", action="store_true",
+                 help="live: without Debian's perf oracle (perf record --call-graph fp,defer of each program, its "
+                      "deferred callchains against our unwinder; skipped anyway where the kernel has none)"),
              *cluster_args(),
              arg("--chunk", type=positive_int, metavar="N",
                  help="seeds per task (default 2 static, 1 live; more on a big cluster: docs/scale.md)"),

@@ -4,10 +4,12 @@ A :class:`BuildConfig` is one point of the matrix: a toolchain (``host``: gcc 12
 2.40, SFrame V1; ``trixie``: 2.44, V2; ``sid``: 2.46+, V3 -- the SFrame version follows the root;
 ``sid-gcc11`` .. ``sid-gcc15`` and ``sid-clang22``/``sid-clang23`` by name, clang's integrated
 assembler writing V2; a user's install registered with ``--toolchain NAME=PREFIX``),
-an optimisation level, frame pointers on/off, SFrame on/off, static/dynamic, and a linker
-(ld.bfd, gold, mold, lld).  The compiler flags are :func:`harness.images.programs.cflags`' for
-the matching :class:`~harness.images.programs.Variant` (the guest programs' own), split into the
-compile step's and the link step's.
+an optimisation level, frame pointers on/off, SFrame on/off, static/dynamic, a linker
+(ld.bfd, gold, mold, lld) and the ABI: x86-64, or i386 (``-m32``, where the toolchain's compiler
+finds an i386 multilib: :func:`i386_lacks`; no SFrame, which has no i386 ABI).  The compiler
+flags are :func:`harness.images.programs.cflags`' for the matching
+:class:`~harness.images.programs.Variant` (the guest programs' own), split into the compile step's
+and the link step's.
 
 A program is compiled in its root (``gcc -c``) and linked there when the root has the linker.
 The debootstrap roots carry ld.bfd only: gold, mold and lld link a root's object with the host's
@@ -18,12 +20,15 @@ than glibc 2.34), through :mod:`harness.images.link` as the guest programs are -
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
 from hypothesis import strategies as st
 
 from ..errors import EXIT_USAGE, HarnessError
@@ -36,8 +41,10 @@ from .render import render, source_name
 from .shape import Shape
 
 OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
-__all__ = ["DEFAULT_TOOLCHAINS", "LINKERS", "OPTS", "TOOLCHAINS", "BuildConfig", "Built", "MatrixError", "build",
-           "build_source", "configs", "linkable", "linker_available", "root_has_linker", "toolchain"]
+ABIS = (64, 32)  # x86-64, i386 (-m32)
+__all__ = ["ABIS", "DEFAULT_TOOLCHAINS", "LINKERS", "OPTS", "TOOLCHAINS", "BuildConfig", "Built", "MatrixError",
+           "build", "build_source", "configs", "fit_abi", "i386_lacks", "linkable", "linker_available",
+           "root_has_linker", "toolchain"]
 BUILD_TIMEOUT = 120.0
 
 
@@ -59,10 +66,18 @@ class BuildConfig:
     # and a value equal to it is kept as None, so that dataclasses.replace(config, static=...) keeps
     # the default; True of a static build is -static-pie, False of a dynamic one -no-pie
     pie: bool | None = None
+    # the ABI: 64 (x86-64) or 32 (i386, ``-m32``: the kernel's compat frame-pointer walk).  SFrame
+    # defines no i386 ABI (gas --gsframe refuses -m32), so an i386 build has none: sframe is kept
+    # False, as Variant keeps it
+    bits: int = 64
 
     def __post_init__(self) -> None:
         if self.pie == (not self.static):
             object.__setattr__(self, "pie", None)
+        if self.bits not in ABIS:
+            raise MatrixError(f"unknown ABI bits={self.bits!r}; known: {', '.join(map(str, ABIS))} (x86-64, i386)")
+        if self.bits == 32 and self.sframe:
+            object.__setattr__(self, "sframe", False)
         if self.toolchain not in known_toolchains():
             raise MatrixError(f"unknown toolchain {self.toolchain!r}; known: {', '.join(known_toolchains())}")
         if self.opt not in OPTS:
@@ -72,7 +87,7 @@ class BuildConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(bits=64, frame_pointers=self.fp, sframe=self.sframe, static=self.static, opt=self.opt,
+        return Variant(bits=self.bits, frame_pointers=self.fp, sframe=self.sframe, static=self.static, opt=self.opt,
                        linker=self.linker, pie=self.pie)
 
     @property
@@ -81,21 +96,28 @@ class BuildConfig:
         return [] if self.pie is None else ["pie" if self.pie else "nopie"]
 
     @property
+    def _abi_word(self) -> list[str]:
+        """"m32" for an i386 build (x86-64, the default, keeps today's signatures' words)."""
+        return ["m32"] if self.bits == 32 else []
+
+    @property
     def flags(self) -> str:
         """The flags part of a signature: ``-O2 fp sframe dyn``."""
         return " ".join([self.opt, "fp" if self.fp else "nofp", "sframe" if self.sframe else "nosframe",
-                         "static" if self.static else "dyn", *self._pie_word])
+                         "static" if self.static else "dyn", *self._pie_word, *self._abi_word])
 
     @property
     def compile_flags(self) -> str:
         """The flags of a signature that only the compiler and assembler decide (a finding in the
         object, before any linker): ``-O2 fp sframe``."""
-        return " ".join([self.opt, "fp" if self.fp else "nofp", "sframe" if self.sframe else "nosframe"])
+        return " ".join([self.opt, "fp" if self.fp else "nofp", "sframe" if self.sframe else "nosframe",
+                         *self._abi_word])
 
     @property
     def link_flags(self) -> str:
         """The flags of a signature that only the link decides: ``sframe dyn``."""
-        return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn", *self._pie_word])
+        return " ".join(["sframe" if self.sframe else "nosframe", "static" if self.static else "dyn", *self._pie_word,
+                         *self._abi_word])
 
     @property
     def tag(self) -> str:
@@ -112,11 +134,14 @@ class BuildConfig:
 def configs(toolchains=DEFAULT_TOOLCHAINS, linkers=LINKERS) -> st.SearchStrategy[BuildConfig]:
     """Points of the matrix; shrinks towards the first toolchain and linker, -O0, frame
     pointers and SFrame on, dynamic, the toolchain's default PIE-ness (then PIE, static-pie or
-    -no-pie: the four linkers' layouts, as tests/qemu/test_linker_matrix.py runs them live)."""
+    -no-pie: the four linkers' layouts, as tests/qemu/test_linker_matrix.py runs them live), x86-64
+    (then i386: ``-m32``, drawn like the other flags; :func:`fit_abi` keeps it where the toolchain
+    has the i386 multilib)."""
     return st.builds(BuildConfig, toolchain=st.sampled_from(tuple(toolchains)), opt=st.sampled_from(OPTS),
                      fp=st.booleans().map(lambda b: not b), sframe=st.booleans().map(lambda b: not b),
                      static=st.booleans(), linker=st.sampled_from(tuple(linkers)),
-                     pie=st.one_of(st.none(), st.booleans())).filter(linkable)
+                     pie=st.one_of(st.none(), st.booleans()), bits=st.sampled_from(ABIS)).filter(linkable)
+
 
 
 def linkable(config: BuildConfig) -> bool:
@@ -129,6 +154,48 @@ def linkable(config: BuildConfig) -> bool:
 @functools.cache
 def toolchain(name: str) -> Toolchain:
     return get_toolchain(name)
+
+
+@functools.cache
+def i386_lacks(tc_name: str, cxx: bool = False) -> str | None:
+    """Why toolchain ``tc_name`` cannot build an i386 (``-m32``) program, or None: its compiler
+    must find an i386 ``crtbegin.o`` (its gcc's 32-bit multilib: sid's gcc-11 to -15 have none,
+    only gcc-16's; clang uses the newest gcc's), glibc's i386 ``crt1.o`` (libc6-dev-i386) and, for
+    C++, an i386 libstdc++ (g++-multilib: no root has it).  Asked of the compiler itself
+    (``-m32 -print-file-name=``), each answer's ELF class checked: gcc-11 answers its 64-bit
+    crtbegin.o for -m32."""
+    tc = toolchain(tc_name)
+    wanted = ["crtbegin.o", "crt1.o"] + (["libstdc++.so"] if cxx else [])
+    for name in wanted:
+        try:
+            said = tc.run([tc.driver(cxx), *tc.extra_flags, "-m32", f"-print-file-name={name}"], timeout=60)
+        except ImageError as exc:
+            return f"{tc.driver(cxx)} -m32 -print-file-name={name} failed: {str(exc).splitlines()[0]}"
+        where = said.stdout.strip()
+        path = tc.host_path(where) if where.startswith("/") else None
+        if path is None or not path.exists():
+            return f"{tc.driver(cxx)} -m32 finds no i386 {name} (no i386 multilib)"
+        try:
+            with path.open("rb") as fh:  # a symlink followed (gcc's libstdc++.so: a relative one)
+                bits = ELFFile(fh).elfclass
+        except ELFError:
+            if name.endswith(".so"):
+                continue  # a linker script (libc.so is one): found is enough
+            return f"{tc.driver(cxx)} -m32 -print-file-name={name}: {where} is no ELF file"
+        except OSError as exc:
+            return f"{tc.driver(cxx)} -m32 -print-file-name={name}: {where} unreadable ({exc})"
+        if bits != 32:
+            return f"{tc.driver(cxx)} -m32 finds only a {bits}-bit {name} ({where}): no i386 multilib"
+    return None
+
+
+def fit_abi(config: BuildConfig, cxx: bool = False) -> BuildConfig:
+    """``config`` as its toolchain can build it: an i386 config of a toolchain without the i386
+    multilib (:func:`i386_lacks`; for C++ too) becomes the x86-64 one.  A drawn ABI the toolchain
+    cannot build would be a build failure that says nothing of the generated program."""
+    if config.bits == 32 and i386_lacks(config.toolchain, cxx):
+        return dataclasses.replace(config, bits=64)
+    return config
 
 
 def linker_available(tc_name: str, linker: str) -> bool:

@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from ..errors import EXIT_USAGE, HarnessError
 from ..images.errors import ImageError
 from ..progress import step
-from .build import DEFAULT_TOOLCHAINS, LINKERS, BuildConfig, Built, build, build_source, configs, toolchain
+from .build import DEFAULT_TOOLCHAINS, LINKERS, BuildConfig, Built, build, build_source, configs, fit_abi, toolchain
 from .finding import Finding, Signature
 from .shape import MAX_FUNCS, Shape, shapes
 
@@ -78,9 +78,12 @@ class Example:
 def examples(toolchains: Iterable[str] = DEFAULT_TOOLCHAINS, linkers: Iterable[str] = LINKERS,
              max_funcs: int = MAX_FUNCS, matrix: st.SearchStrategy[BuildConfig] | None = None,
              ) -> st.SearchStrategy[Example]:
-    """(shape, build) pairs; ``matrix`` replaces the build matrix's strategy (a test's one build)."""
+    """(shape, build) pairs; ``matrix`` replaces the build matrix's strategy (a test's one build).
+    A drawn i386 build of a toolchain without the i386 multilib for the shape's language is its
+    x86-64 build (:func:`~harness.fuzz.build.fit_abi`)."""
     return st.builds(Example, shapes(max_funcs), matrix if matrix is not None else configs(tuple(toolchains),
-                                                                                           tuple(linkers)))
+                                                                                           tuple(linkers))
+                     ).map(lambda ex: Example(ex.shape, fit_abi(ex.config, ex.shape.lang == "c++")))
 
 
 @dataclass
@@ -130,6 +133,9 @@ class Campaign:
     per_toolchain: Counter = field(default_factory=Counter)  # programs checked while searching, by toolchain
     per_linker: Counter = field(default_factory=Counter)
     stacks: int = 0  # live: stacks checked in the guest
+    vdso_stacks: int = 0  # live: of which sampled in the vDSO
+    perf_compared: int = 0  # live: Debian perf's deferred records compared with our unwinder
+    perf_skipped: Counter = field(default_factory=Counter)  # live: programs without the perf oracle, by why
     reproducers: dict[Signature, Path] = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -139,7 +145,8 @@ class Campaign:
                 "instructions": self.instructions, "object_instructions": self.object_instructions,
                 "per_toolchain": dict(sorted(self.per_toolchain.items())),
                 "per_linker": dict(sorted(self.per_linker.items())),
-                "stacks": self.stacks, "expected": dict(self.expected),
+                "stacks": self.stacks, "vdso_stacks": self.vdso_stacks, "perf_compared": self.perf_compared,
+                "perf_skipped": dict(sorted(self.perf_skipped.items())), "expected": dict(self.expected),
                 "signatures": [r.to_json() for r in sorted(self.records.values(), key=lambda r: r.signature)]}
 
 
@@ -307,6 +314,9 @@ def run(checker: Checker, work: Path, *, seeds: tuple[int, int] = (0, 1000), bud
     camp.instructions = getattr(checker, "instructions", 0)
     camp.object_instructions = getattr(checker, "object_instructions", 0)
     camp.stacks = getattr(checker, "stacks", 0)
+    camp.vdso_stacks = getattr(checker, "vdso_stacks", 0)
+    camp.perf_compared = getattr(checker, "perf_compared", 0)
+    camp.perf_skipped = Counter(getattr(checker, "perf_skipped", {}))
     if out is not None:
         write_results(camp, checker, out)
     return camp
@@ -490,7 +500,9 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                     "elapsed": round(sum(r["elapsed"] for _, r in results), 1),
                     "instructions": sum(r.get("instructions", 0) for _, r in results),
                     "object_instructions": sum(r.get("object_instructions", 0) for _, r in results),
-                    "stacks": sum(r.get("stacks", 0) for _, r in results)}
+                    "stacks": sum(r.get("stacks", 0) for _, r in results),
+                    "vdso_stacks": sum(r.get("vdso_stacks", 0) for _, r in results),
+                    "perf_compared": sum(r.get("perf_compared", 0) for _, r in results)}
     expected: Counter = Counter()
     sigs: dict[str, tuple[dict, Path]] = {}
     for d, r in results:
@@ -510,7 +522,7 @@ def merge(dirs: list[Path], out: Path | None = None) -> dict:
                 where = d
             sigs[key] = (have, where)
     merged["expected"] = dict(expected)
-    for name in ("per_toolchain", "per_linker"):
+    for name in ("per_toolchain", "per_linker", "perf_skipped"):
         total: Counter = Counter()
         for _, r in results:
             total.update(r.get(name, {}))

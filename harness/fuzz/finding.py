@@ -33,8 +33,9 @@ Kinds (:data:`KINDS`):
 * ``live-crash`` -- live: the program died in the guest (its signal or status is the detail);
 * ``live-no-stacks`` -- live: the program ran and no stack on it was checked;
 * ``live-unexplained``, ``live-failure``, ``live-delivery``, ``live-invariant``,
-  ``live-undeclared``, ``live-contradicted``, ``live-unchecked`` -- live: a stack sampled in the
-  guest that an oracle, the deferred model or the toolchain's own tools do not accept
+  ``live-undeclared``, ``live-contradicted``, ``live-unchecked``, ``live-vdso-lost``, ``live-perf``,
+  ``live-perf-undeclared`` -- live: a stack sampled in the guest that an oracle (Debian's perf
+  among them), the deferred model or the toolchain's own tools do not accept
   (:class:`harness.fuzz.live.LiveDisagreement`'s kinds; the detail names the unwinder and the
   oracle).
 """
@@ -65,6 +66,9 @@ KINDS = {
     "live-undeclared": "a sampled stack shows a cause the program's facts do not allow",
     "live-contradicted": "a cause proven at a sampled stack is contradicted by the toolchain's own tools",
     "live-unchecked": "stacks were judged, but the CFI oracle checked none of the program's own frames",
+    "live-vdso-lost": "a stack sampled in the vDSO whose CFI walk never reached the program's own text",
+    "live-perf": "a deferred callchain Debian's perf got from the kernel differs from our unwinder, without a name",
+    "live-perf-undeclared": "Debian's perf shows a named difference outside the program's declaration",
 }
 
 

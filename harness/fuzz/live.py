@@ -5,11 +5,14 @@ checked by every oracle, each program's result turned into a :class:`LiveOutcome
 every program copied in as a user's binary (``/user/NAME``, with its interpreter and libraries),
 and runs each in turn as ``harness run --program`` does (:func:`harness.scenarios.catalog.user_scenario`,
 the engine's :class:`~harness.scenarios.engine.Engine`): the deferred walk is SFrame where the
-binary has SFrame, else frame pointers; the oracles are the CFI unwinder, the request's
-registers, and the shadow stack for a ``-finstrument-functions`` build.  What comes back per
-program (:func:`live_outcome`):
+binary has SFrame, else frame pointers (an i386 program's: the kernel's compat frame-pointer
+walk, 4-byte words); the oracles are the CFI unwinder (through the vDSO by the vDSO's own
+``.eh_frame``, read from guest memory), the request's registers, and the shadow stack for a
+``-finstrument-functions`` build; with ``perf``, Debian's perf after the sampling, in the same
+guest (:func:`perf_outcome`).  What comes back per program (:func:`live_outcome`):
 
-- ``stacks``: the program's own stacks that were checked;
+- ``stacks``: the program's own stacks that were checked (``vdso_stacks``: of which sampled in
+  the vDSO);
 - ``disagreements``: every divergence no cause proves (kind ``unexplained``, the oracle named),
   every failing pair without one (``failure``: the oracle's reason), every delivery problem
   (``delivery``), every violated invariant of the deferred-unwinding model (``invariant``) and
@@ -78,7 +81,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..deferred.log import JsonlFile
-from ..images.programs import ProgramError
+from ..errors import HarnessError
+from ..images.programs import Program, ProgramError
+from ..perf.capture import PERFCC
+from ..perf.debian import DebianReport
+from ..perf.debian_run import DeferIgnored, check_run, deferred_unsupported, run_debian_perf
 from ..scenarios.catalog import user_scenario
 from ..scenarios.engine import Engine, Sampling
 from ..scenarios.result import Result
@@ -91,13 +98,17 @@ from .build import Built
 from .defaults import LIVE_SAMPLES
 from .finding import Finding, build_failed, dedupe
 
-__all__ = ["COMM_LEN", "LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "LiveChecker", "LiveDisagreement",
-           "LiveOutcome", "LiveProgram", "check_live", "findings_of", "guest_names", "live_outcome"]
+__all__ = ["COMM_LEN", "LIVE_LOOP_C", "LIVE_SAMPLES", "LIVE_SECONDS", "LIVE_TIMEOUT", "PERF_FREQ", "PERF_SECONDS",
+           "LiveChecker", "LiveDisagreement", "LiveOutcome", "LiveProgram", "check_live", "findings_of", "guest_names",
+           "live_outcome", "perf_outcome", "perf_unavailable"]
 
 #: seconds of wall time one program's sampling may take at most
 LIVE_TIMEOUT = 120.0
 #: seconds of guest time :data:`LIVE_LOOP_C`'s loop runs before the program ends on its own
 LIVE_SECONDS = 30
+#: Debian's perf oracle on each program: seconds of perf record (perfcc's run of it) and its rate
+PERF_SECONDS = 2.0
+PERF_FREQ = 200
 
 #: C for a generated program (before its functions): ``HARNESS_LIVE_LOOP();`` at the deepest
 #: point of a chain loops in ``getppid`` for :data:`LIVE_SECONDS` seconds of guest time
@@ -187,6 +198,11 @@ class LiveOutcome:
     own_frames_checked: int = 0
     causes: dict[str, int] = field(default_factory=dict)  # divergences each cause proved
     cross: dict[str, int] = field(default_factory=dict)  # cross-examined divergences by outcome
+    # the program's stacks whose topmost frame the CFI oracle found in the vDSO (Result.vdso_stacks)
+    vdso_stacks: int = 0
+    # Debian's perf oracle on the program (perf_outcome): its counts, or why it did not run
+    perf: dict = field(default_factory=dict)
+    perf_skipped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -286,6 +302,13 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         found.append(LiveDisagreement("unchecked", unwinder, "cfi",
                                       f"{result.own_stacks} stack(s) judged, but the CFI oracle stepped through "
                                       f"none of the program's own frames"))
+    if result.vdso_lost:
+        # A stack sampled in the vDSO whose CFI walk (the vDSO's own .eh_frame, read from guest
+        # memory) never reached the program: the caller lost by the ground truth itself, which no
+        # cause can explain (a cause explains an unwinder's difference from the oracle).
+        found.append(LiveDisagreement("vdso-lost", unwinder, "cfi",
+                                      f"{result.vdso_lost} of {result.vdso_stacks} stack(s) sampled in the vDSO: "
+                                      f"the CFI oracle's walk from the vDSO never reached the program's own text"))
     found += [LiveDisagreement("delivery", unwinder, "delivery", p) for p in result.problems]
     found += [LiveDisagreement("invariant", unwinder, "model", m) for m in result.invariant_violations]
     notes = list(result.notes)
@@ -301,7 +324,69 @@ def live_outcome(program: LiveProgram, result: Result) -> LiveOutcome:
         notes.append(f"stacks logged in {result.log}")
     return LiveOutcome(program, result.own_stacks, list(dict.fromkeys(found)), crash, notes,
                        own_frames_checked=result.own_frames_checked, causes=dict(sorted(result.causes.items())),
-                       cross=result.cross_outcomes())
+                       cross=result.cross_outcomes(), vdso_stacks=result.vdso_stacks)
+
+
+# -- Debian's perf oracle -----------------------------------------------------------------------
+
+def perf_unavailable(kernel: str | None) -> str | None:
+    """Why Debian's perf oracle cannot run on a guest of ``kernel`` (``--kernel`` as given: None
+    is the default kernel), or None.  It needs ``linux-perf`` of a named kernel's suite (not a
+    bzImage's path or a tree: no suite to take it from) and a kernel with perf's deferred
+    callchains (``defer_callchain``, 6.19: :func:`harness.perf.debian_run.deferred_unsupported`)."""
+    from ..images.kernel import TREE_PREFIX, get_kernel
+    name = kernel or "default"
+    if name.startswith(TREE_PREFIX) or "/" in name or Path(name).is_file():
+        return f"--kernel {name}: Debian's perf comes with a named kernel's suite, not a kernel tree or file"
+    k = get_kernel(name)
+    why = deferred_unsupported(k.version)
+    return f"{k.package}={k.version}: {why}" if why else None
+
+
+def perf_outcome(report: DebianReport, unwinder: str) -> tuple[dict, list[LiveDisagreement], list[str]]:
+    """Debian's perf report on one program (:func:`harness.perf.debian_run.check_run`: perf's own
+    deferred callchains, stitched, printed by perf script, and against our unwinder on perfcc's
+    sample of the same entry) as the outcome's counts, disagreements (kind ``perf``: a difference
+    without a name, the oracle ``perf``; ``perf-undeclared``: a named one outside the program's
+    declaration) and notes."""
+    counts = {"samples": report.samples, "deferred_records": report.deferred_records,
+              "merged_compared": report.merged_compared, "merged_equal": report.merged_equal,
+              "ours_compared": report.ours_compared, "ours_equal": report.ours_equal,
+              "named": dict(sorted(report.named.items()))}
+    found = [LiveDisagreement("perf", unwinder, "perf", text) for text in report.unexplained]
+    found += [LiveDisagreement("perf-undeclared", unwinder, "perf",
+                               f"named difference {name} ({n} time(s)) outside the program's declaration")
+              for name, n in sorted(report.undeclared.items())]
+    notes = [f"Debian perf {report.perf_version}: {report.ours_compared} deferred record(s) against our unwinder "
+             f"({report.ours_equal} equal), {report.merged_compared} merged callchain(s) against our stitcher"]
+    if not report.ours_compared:
+        notes.append("Debian's perf compared none of its deferred records with our unwinder (no entry perfcc "
+                     "sampled too)")
+    return counts, found, notes + list(report.notes)
+
+
+def _perf_run(sess: Session, prog: LiveProgram, path: Path, outcome: LiveOutcome, unwinder: str,
+              seconds: float, freq: int) -> None:
+    """Debian's perf oracle on one program, in the guest that sampled it: its counts, findings and
+    notes added to ``outcome``.  A program that crashed under the engine is not run again (the
+    crash is its finding); a perf that records without deferred callchains is a skip, with why."""
+    if outcome.crash is not None:
+        outcome.perf_skipped = "the program crashed under the engine's sampling"
+        return
+    program = next((p for p in sess.programs.values() if Path(p.path).resolve() == path.resolve()), None)
+    if not isinstance(program, Program):
+        outcome.perf_skipped = f"{path.name} is no program of the guest"
+        return
+    try:
+        files = run_debian_perf(sess, program, list(prog.args), seconds, freq)
+        report = check_run(files, program)
+    except DeferIgnored as exc:
+        outcome.perf_skipped = str(exc).splitlines()[0]
+        return
+    counts, found, notes = perf_outcome(report, unwinder)
+    outcome.perf = counts
+    outcome.disagreements += [d for d in found if d not in outcome.disagreements]
+    outcome.notes += notes
 
 
 # -- the batch in one guest ---------------------------------------------------------------------
@@ -353,7 +438,8 @@ def _stage(programs: list[LiveProgram], tmp: Path) -> list[Path]:
 def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kernel: str | None = None,
                qemu: str | None = None, timeout: float = LIVE_TIMEOUT, log_dir: Path | None = None,
                progress: Callable[[Sampling], None] | None = None,
-               outcomes: list[LiveOutcome] | None = None) -> list[LiveOutcome]:
+               outcomes: list[LiveOutcome] | None = None, perf: bool = False,
+               perf_seconds: float = PERF_SECONDS, perf_freq: int = PERF_FREQ) -> list[LiveOutcome]:
     """Sample every program of the batch in one guest and return one :class:`LiveOutcome` each, in
     their order (see the module's doc).
 
@@ -362,7 +448,11 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
     ``timeout``: seconds of sampling per program at most; ``log_dir``: an existing directory for
     each program's JSONL log and output (``NAME.jsonl``, ``NAME.out``); ``progress``: the
     engine's sampling states; ``outcomes``: the list to append to, which keeps the programs done
-    when an infrastructure error is raised.
+    when an infrastructure error is raised; ``perf``: Debian's perf oracle on each program after
+    its sampling, in the same guest (``perf record --call-graph fp,defer`` of it under perfcc for
+    ``perf_seconds`` at ``perf_freq``: :func:`harness.perf.debian_run.run_debian_perf`), where
+    the kernel has perf's deferred callchains; where not (:func:`perf_unavailable`) each
+    outcome's ``perf_skipped`` says why.
 
     Raises :class:`~harness.images.programs.ProgramError` for a program that cannot go into the
     guest (before the boot), and the guest's or the debugger's
@@ -382,11 +472,25 @@ def check_live(programs: list[LiveProgram], *, samples: int = LIVE_SAMPLES, kern
         spec = GuestSpec(kernel="default" if kernel is None or kernel_path else kernel, kernel_path=kernel_path,
                          qemu=qemu, user_programs=list(dict.fromkeys(str(path) for path in staged)), libs=libs)
         spec.check()
+        skipped = perf_unavailable(kernel) if perf else "not asked for"
+        if skipped is None:
+            from ..images.debperf import get_debian_perf
+            spec.programs = [PERFCC]
+            spec.extra_files = dict(get_debian_perf(kernel or "default").files)
         # Every proven cause's claims about the programs' binaries are asked again of the
         # toolchain's own tools: a contradicted one is a finding (kind "contradicted").
         with Session(spec) as sess, CrossExaminer() as examiner:
             for i, (prog, sc) in enumerate(zip(programs, scenarios, strict=True)):
-                outcomes.append(_run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}", examiner))
+                out = _run_one(sess, prog, sc, log_dir, progress, f"{i + 1} of {len(programs)}", examiner)
+                if skipped is None:
+                    try:
+                        _perf_run(sess, prog, Path(sc.user_path), out, str(sc.unwinder), perf_seconds, perf_freq)
+                    except HarnessError as exc:
+                        exc.add_note(f"Debian's perf oracle on {prog.name} ({i + 1} of {len(programs)})")
+                        raise
+                else:
+                    out.perf_skipped = skipped
+                outcomes.append(out)
     return outcomes
 
 
@@ -455,9 +559,13 @@ class LiveChecker:
     (``FZ_SPIN``): the harness's kill is its end (rule 2 of the module's doc)."""
 
     def __init__(self, *, samples: int = LIVE_SAMPLES, kernel: str | None = None, qemu: str | None = None,
-                 timeout: float = LIVE_TIMEOUT):
-        self.samples, self.kernel, self.qemu, self.timeout = samples, kernel, qemu, timeout
+                 timeout: float = LIVE_TIMEOUT, perf: bool = True):
+        self.samples, self.kernel, self.qemu, self.timeout, self.perf = samples, kernel, qemu, timeout, perf
+        # Debian's perf oracle: records compared with our unwinder, and why it did not run (by reason)
+        self.perf_compared = 0
+        self.perf_skipped: dict[str, int] = {}
         self.stacks = 0  # checked on every program so far (the campaign's figure)
+        self.vdso_stacks = 0  # of which sampled in the vDSO
 
     def __call__(self, built: Built) -> list[Finding]:
         if not built.ok:
@@ -466,6 +574,12 @@ class LiveChecker:
         prog = LiveProgram(f"fz-{cfg.toolchain}-{cfg.linker}", Path(built.binary), ("0",),
                            description=f"{cfg.toolchain} {cfg.linker} {cfg.flags}")
         [outcome] = check_live([prog], samples=self.samples, kernel=self.kernel, qemu=self.qemu,
-                               timeout=self.timeout)
+                               timeout=self.timeout, perf=self.perf)
+        self.perf_compared += outcome.perf.get("ours_compared", 0)
+        if outcome.perf_skipped:
+            self.perf_skipped[outcome.perf_skipped] = self.perf_skipped.get(outcome.perf_skipped, 0) + 1
         self.stacks += outcome.stacks
+        self.vdso_stacks += outcome.vdso_stacks
+        if "vdso" in built.shape.features() and not outcome.vdso_stacks:
+            outcome.notes.append("a vDSO leaf, and no checked stack was sampled in the vDSO")
         return findings_of(built, outcome)

@@ -59,10 +59,11 @@ def render(shape: Shape) -> str:
         if "tailcall" in f.features:
             calls[-1:] = ["fz_sink = r;", "return " + calls[-1][len("r += "):]]
         if not calls:
-            calls = ["FZ_SPIN();"]
+            calls = ["FZ_SPIN_VDSO();" if "vdso" in f.features else "FZ_SPIN();"]
         fns.append(_Fn(i, f.features, "variadic" in f.features, f.locals, context, " ".join(attrs) + " ",
                        tuple(calls)))
     feats = shape.features()
-    uses = {"noreturn": "noreturn" in feats, "setjmp": "setjmp" in feats, "exception": "exception" in feats}
+    uses = {"noreturn": "noreturn" in feats, "setjmp": "setjmp" in feats, "exception": "exception" in feats,
+            "vdso": "vdso" in feats}
     return _env().get_template("program.c.j2").render(
         funcs=fns, uses=uses, lang=shape.lang, describe=shape.describe(), depth=RECURSION, vargs=VARGS)

@@ -22,7 +22,10 @@ The features (:data:`FEATURES`) are the shapes the unwinders get wrong in practi
 * ``signal``/``sigaltstack`` -- the callees run in a signal handler (raised by the function),
   on an alternate signal stack for the second;
 * ``exception`` -- the callees run in a ``try`` block ended by a ``throw`` (C++);
-* ``thread`` -- the callees run in a thread the function starts and joins.
+* ``thread`` -- the callees run in a thread the function starts and joins;
+* ``vdso`` -- a leaf that loops in ``clock_gettime`` and ``gettimeofday`` instead of ``getppid``
+  (leaves only): the vDSO's code, so that a live sampler's stops land inside the vDSO and every
+  walk must step out of it (judged against the vDSO's own ``.eh_frame``).
 
 ``frame`` chooses per function whether it keeps a frame pointer whatever the build says
 (``optimize("no-omit-frame-pointer")`` / ``optimize("omit-frame-pointer")``) or follows the
@@ -38,7 +41,7 @@ from hypothesis import strategies as st
 from ..errors import EXIT_USAGE, HarnessError
 
 FEATURES = ("alloca", "vla", "realign", "redzone", "tailcall", "noreturn", "recursion", "variadic",
-            "setjmp", "signal", "sigaltstack", "exception", "thread")
+            "setjmp", "signal", "sigaltstack", "exception", "thread", "vdso")
 #: features that run the function's callees somewhere else (a handler, a try block, a thread): at
 #: most one per function
 CALLEE_CONTEXTS = ("signal", "sigaltstack", "exception", "thread")
@@ -135,6 +138,9 @@ def validate(shape: Shape) -> None:
             raise ShapeError(f"f{i}: callees {f.callees} must be distinct later functions, in order")
         if "redzone" in f.features and (f.callees or f.features & set(CALLING)):
             raise ShapeError(f"f{i}: a red-zone function is a leaf: no callees, none of {', '.join(CALLING)}")
+        if "vdso" in f.features and (f.callees or f.features & set(CALLING) or "redzone" in f.features):
+            raise ShapeError(f"f{i}: a vDSO function is a leaf that calls the vDSO: no callees, no red zone, "
+                             f"none of {', '.join(CALLING)}")
         if {"tailcall", "noreturn"} <= f.features or len(f.features & set(CALLEE_CONTEXTS)) > 1:
             raise ShapeError(f"f{i}: at most one of tailcall/noreturn and one of {', '.join(CALLEE_CONTEXTS)}")
         if "tailcall" in f.features and (not f.callees or f.features & set(CALLEE_CONTEXTS)):
@@ -175,6 +181,9 @@ def funcs(draw, max_funcs: int = MAX_FUNCS) -> Shape:
         feats = set(feats)
         if callees[i] or feats & set(CALLING):
             feats.discard("redzone")
+            feats.discard("vdso")
+        if "vdso" in feats:
+            feats.discard("redzone")  # a red-zone leaf calls nothing; the vDSO's is a call
         contexts = sorted(feats & set(CALLEE_CONTEXTS))
         feats -= set(contexts[1:])
         if "tailcall" in feats and ("noreturn" in feats or not callees[i] or feats & set(CALLEE_CONTEXTS)):

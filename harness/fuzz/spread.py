@@ -153,7 +153,13 @@ def _merge_chunk(camp: Campaign, chunk: Campaign) -> None:
     camp.seeds_done += chunk.seeds_done
     camp.expected.update(chunk.expected)
     camp.instructions += chunk.instructions
+    camp.object_instructions += chunk.object_instructions
+    camp.per_toolchain.update(chunk.per_toolchain)
+    camp.per_linker.update(chunk.per_linker)
     camp.stacks += chunk.stacks
+    camp.vdso_stacks += chunk.vdso_stacks
+    camp.perf_compared += chunk.perf_compared
+    camp.perf_skipped.update(chunk.perf_skipped)
     for sig, r in chunk.records.items():
         have = camp.records.get(sig)
         if have is None:

@@ -18,7 +18,12 @@ def _checked(c: dict) -> str:
         parts.append(f"{c.get('instructions', 0)} instructions compared"
                      + (f" (and {objects} in the compilers' objects)" if objects else ""))
     if "live" in c["mode"]:
-        parts.append(f"{c.get('stacks', 0)} stacks checked in a guest")
+        vdso = c.get("vdso_stacks", 0)
+        parts.append(f"{c.get('stacks', 0)} stacks checked in a guest" + (f" ({vdso} in the vDSO)" if vdso else ""))
+        if c.get("perf_compared"):
+            parts.append(f"{c['perf_compared']} of Debian perf's deferred callchains against our unwinder")
+        for why, n in sorted((c.get("perf_skipped") or {}).items()):
+            parts.append(f"Debian's perf oracle skipped on {n} program(s): {why}")
     return ", ".join(parts)
 
 

@@ -22,6 +22,7 @@ from ..regs import UserRegs
 from ..transport.errors import TargetError, TargetTimeout
 from ..transport.target import PAGE
 from ..unwind.code import CodeFacts
+from ..unwind.maps import VDSO
 from ..unwind.user import StopReason, Trace
 from ..verdicts.types import NOT_CHECKED
 from .snapshot import StopSnapshot, loaded_digest, save
@@ -312,6 +313,10 @@ class DeliveryWork:
             if trace.stop.reason is StopReason.LIMIT:
                 r.truncated += 1
             r.own_frames_checked += own_text_steps(frames.get("cfi", []), self._own_module)
+            if in_vdso(frames.get("cfi", [])):
+                r.vdso_stacks += 1
+                if not reaches(frames.get("cfi", []), self._own_module):
+                    r.vdso_lost += 1
         undeclared = False
         for v in verdicts:
             r.pairs[(v.oracle, v.verdict)] += 1
@@ -382,6 +387,16 @@ def _comparable(trace: Trace, ev, unwinder: str) -> dict:
     """A check's outcome as plain data (as the log would hold it), for verify mode."""
     return json.loads(json.dumps({"trace": trace.ips, "stop": str(trace.stop), "frames": ev.frames,
                                   "stops": ev.stops, "verdicts": ev.records(unwinder)}))
+
+
+def in_vdso(records: list) -> bool:
+    """The oracle's topmost frame (``[address, module, symbol]``) is in the vDSO."""
+    return bool(records) and records[0][1] == VDSO
+
+
+def reaches(records: list, module: str) -> bool:
+    """Some frame of the oracle's list is in the program's own ``module``."""
+    return any(rec[1] == module for rec in records)
 
 
 def own_text_steps(records: list, module: str) -> int:

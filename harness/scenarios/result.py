@@ -61,6 +61,11 @@ class Result:
     # frames in the program's own text the CFI oracle stepped from (with an FDE of the program's):
     # 0 means none of the program's own frames was checked, whatever the verdicts say
     own_frames_checked: int = 0
+    # the program's stacks the CFI oracle found in the vDSO (its topmost frame there, judged by the
+    # vDSO's own .eh_frame, read from guest memory), and of those the ones whose CFI walk never
+    # reached the program's own text: the caller lost by the ground truth itself
+    vdso_stacks: int = 0
+    vdso_lost: int = 0
     pending_at_end: int = 0  # work still pending when the run ended (the task never returned)
     seconds: float = 0.0
     loop_seconds: float = 0.0  # the sampling loop alone (no program start, no log check)

@@ -848,13 +848,47 @@ cause("sigreturn-restored", (REGS,), "the request came during rt_sigreturn: the 
 
 # The same facts proven from a perf sample: the kernel's deferred record starts elsewhere than
 # the sample's registers (``got[0]``), or a later sample of the entry has other registers.
+#: our walk's stops at its first step that the sampled bp alone decides (no read of the dump): the
+#: kernel's walk from a handler's first byte, with the same bp, stops there too
+_BP_STOPS = (StopReason.FP_BELOW_SP, StopReason.NON_MONOTONIC, StopReason.MISALIGNED_CFA)
+
+
 def _perf_signal_delivery(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
-    if ps is None or not ps.deferred or not ps.chain or len(stack.trace) < 2:
+    if ps is None or not ps.deferred:
+        return None
+    r = stack.regs
+    if (len(d.got) == 3 and d.got == (r.ip, r.sp, r.bp) and len(d.want) == 3 and ps.entry_first is not None
+            and r.bp == d.want[2] and r.sp < d.want[1]):
+        # Two samples of one entry: this later one on a handler's registers (its first byte, a
+        # frame pushed below the earlier sample's sp, bp untouched), the entry's first on the
+        # interrupted ones: the signal frame was set up between them, within the entry.
+        handler = at_function_start(ps, r.ip)
+        if handler is None:
+            return None
+        first = ps.entry_first.offset
+        return evidence(f"this sample's registers are a signal handler's ({handler}, its first byte; sp "
+                        f"{d.want[1] - r.sp:#x} bytes below the entry's first sample's (byte {first:#x}), bp the "
+                        f"same): the signal frame was set up within the entry, after the first sample",
+                        handler=handler, how="same entry", first_sample=first)
+    if not ps.chain or not len(stack.trace):
         return None
     handler = at_function_start(ps, d.got[0])
     if handler is None:
         return None
+    if len(stack.trace) == 1:
+        # No caller to compare: the sampled bp is no frame pointer (glibc's pthread_kill keeps the
+        # signal number in rbp, bp=0xa for SIGUSR1: raise() sampled in its tgkill), so our walk
+        # stopped at its first step; the kernel's, from the handler with the same bp, must have
+        # stopped at once too (a record of the handler alone).  A stop by a read of the dump, or a
+        # record with callers, proves nothing.
+        if stack.trace.stop.reason not in _BP_STOPS or len(ps.chain) != 1:
+            return None
+        return evidence(f"the kernel's deferred walk is {handler} alone ({d.got[0]:#x}, a function's first byte) "
+                        f"and ours stopped at once too ({stack.trace.stop.reason.value}: the sampled bp "
+                        f"{stack.regs.bp:#x} is no frame pointer): the signal was delivered after get_signal() had "
+                        f"run the task work, and the walk ran on the handler's registers with the same bp",
+                        handler=handler, walked_ip=d.got[0])
     # The handler's walk starts with the sampled bp, as ours does: the same callers.
     tail = Trace(stack.trace.frames[1:], stack.trace.stop)
     if chain_agrees(ps.sample, tail, ps.chain[1:]) is None:

@@ -72,6 +72,10 @@ def test_the_localcluster_finds_what_one_process_finds(in_process):
         camp, summary = _spread(ex, None)
     assert spread.counts(camp) == in_process
     assert summary.where == "LocalCluster" and summary.workers == 2 and not summary.failed
+    # the chunks' matrix and checker counts are summed too (they were lost: campaign.json of a
+    # spread campaign said no program per toolchain and no instruction in the objects)
+    assert camp.per_toolchain == {"host": 12} and camp.per_linker == {"lld": 12}
+    assert camp.object_instructions > 0 and camp.instructions > 0
     assert summary.dashboard and summary.dashboard.startswith("http://127.0.0.1:")
 
 

@@ -21,9 +21,10 @@ F = frozenset
 C_SHAPE = Shape((
     Func("fp", F({"alloca", "signal"}), (1, 2), 2),
     Func("nofp", F({"variadic", "recursion", "tailcall"}), (2, 3), 0),
-    Func("build", F({"vla", "setjmp"}), (4,), 0),
+    Func("build", F({"vla", "setjmp"}), (4, 5), 0),
     Func("build", F({"realign", "thread"}), (4,), 3),
     Func("nofp", F({"redzone"}), (), 0),
+    Func("build", F({"vdso"}), (), 1),
 ))
 CXX_SHAPE = Shape((
     Func("fp", F({"exception", "realign"}), (1,), 2),
@@ -48,10 +49,12 @@ def test_the_template_renders_each_feature():
     c, cxx = render(C_SHAPE), render(CXX_SHAPE)
     for needle in ("alloca(", "char v[", "aligned(32)", "force_align_arg_pointer", "va_arg", "setjmp(jb)",
                    "pthread_create", "SA_ONSTACK" not in c, "return fz_f3(", 'optimize("omit-frame-pointer")',
-                   'optimize("no-omit-frame-pointer")', "return fz_f1(d - 1, 1L, 2L, 3L) + 1"):
+                   'optimize("no-omit-frame-pointer")', "return fz_f1(d - 1, 1L, 2L, 3L) + 1",
+                   "FZ_SPIN_VDSO();", "clock_gettime(CLOCK_MONOTONIC, &fz_ts)", "gettimeofday(&fz_tv, 0)"):
         assert needle is True or needle in c, needle
     for needle in ("try {", "fz_throw(r);", "SA_ONSTACK", "sigaltstack(&ss, 0)", "fz_exit();", "noreturn"):
         assert needle in cxx, needle
+    assert "FZ_SPIN_VDSO" not in cxx  # defined where a leaf uses it only
 
 
 @pytest.mark.parametrize("tc", ["host", "trixie", "sid"])

@@ -58,7 +58,8 @@ def three(tmp_path):
                per_toolchain=Counter({"sid": 4, "host": 3}), per_linker=Counter({"lld": 7}),
                expected=Counter({"fp-prologue-ip": 2, "fp-drap-cfa": 4}))
     c = _write(tmp_path / "c", "live", (0, 10), [], budget=100.0, toolchains=("trixie",), linkers=("mold",),
-               programs=4, builds=4, seeds_done=1, elapsed=100.0, stacks=80)
+               programs=4, builds=4, seeds_done=1, elapsed=100.0, stacks=80, vdso_stacks=6, perf_compared=900,
+               perf_skipped=Counter({"no deferred callchains": 1}))
     return a, b, c, (step_big, step_small, fp_only_a, fp_b, other)
 
 
@@ -69,6 +70,7 @@ def test_merge_sums_the_counts_and_joins_the_matrix(three):
         "mode": "live+static", "merged": [str(a), str(b), str(c)], "seeds": [(0, 10), (10, 20)], "budget": 190.0,
         "toolchains": ["host", "sid", "trixie"], "linkers": ["bfd", "lld", "mold"], "programs": 31, "builds": 38,
         "seeds_done": 14, "elapsed": 189.9, "instructions": 1500, "object_instructions": 900, "stacks": 80,
+        "vdso_stacks": 6, "perf_compared": 900, "perf_skipped": {"no deferred callchains": 1},
         "per_toolchain": {"host": 23, "sid": 4}, "per_linker": {"bfd": 20, "lld": 7},
         "expected": {"fp-prologue-ip": 7, "unsynthesizable": 1, "fp-drap-cfa": 4}}
 
@@ -167,3 +169,14 @@ def test_a_campaign_json_without_the_later_counts_merges_as_0(three):
     (a / CAMPAIGN_JSON).write_text(json.dumps(old))
     m = merge([a, b])
     assert (m["instructions"], m["stacks"], m["expected"]) == (500, 0, {"fp-prologue-ip": 2, "fp-drap-cfa": 4})
+
+
+def test_the_summary_line_says_what_live_checked(three):
+    """The vDSO's stacks, Debian perf's comparisons and why perf did not run are in the line."""
+    from harness.report.fuzz import format_campaign
+
+    _, _, c, _ = three
+    first = format_campaign(load_campaign(c)).splitlines()[0]
+    assert "80 stacks checked in a guest (6 in the vDSO)" in first
+    assert "900 of Debian perf's deferred callchains against our unwinder" in first
+    assert "Debian's perf oracle skipped on 1 program(s): no deferred callchains" in first

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.deferred.check import check_events
+from harness.fuzz.finding import KINDS
 from harness.fuzz.live import (
     COMM_LEN,
     LIVE_LOOP_C,
@@ -284,3 +285,71 @@ def test_stacks_judged_with_none_of_the_programs_own_frames_checked_are_a_disagr
     assert not out.ok
     assert [(d.kind, d.oracle) for d in out.disagreements] == [("unchecked", "cfi")]
     assert "none of the program's own frames" in out.disagreements[0].detail
+
+
+def test_a_stack_in_the_vdso_whose_cfi_walk_never_reaches_the_program_is_a_disagreement(tmp_path):
+    """Counted as the delivery check counts each stack (in_vdso, reaches): a stack whose CFI
+    oracle's topmost frame is in the vDSO and goes on into the program is a vDSO stack; one whose
+    walk ends in the vDSO (or in libc) lost the caller by the ground truth itself: no cause
+    explains that, it is a disagreement of its own kind."""
+    from harness.fuzz.live import findings_of
+    from harness.scenarios.delivery import in_vdso, reaches
+
+    r = result_from(events("fp-syscall"), CATALOG["fp-syscall"])
+    module = f"{CATALOG['fp-syscall'].program}-{CATALOG['fp-syscall'].variant.tag}"
+    rec = next(s for s in events("fp-syscall") if s["ev"] == "stack" and s["own"])
+    cfi = rec["frames"]["cfi"]
+    assert not in_vdso(cfi) and reaches(cfi, module)
+    good = [[0x7FFF_F7FC_1000, "[vdso]", "__vdso_clock_gettime+0x40"], *cfi]
+    lost = [[0x7FFF_F7FC_1000, "[vdso]", "__vdso_clock_gettime+0x40"], [0x7FFF_F7F0_0000, "libc.so.6", ""]]
+    for frames in (good, lost, lost):
+        r.vdso_stacks += in_vdso(frames)
+        r.vdso_lost += in_vdso(frames) and not reaches(frames, module)
+    assert (r.vdso_stacks, r.vdso_lost) == (3, 2)
+    out = live_outcome(PROG, r)
+    assert out.vdso_stacks == 3 and not out.ok
+    (d,) = out.disagreements
+    assert (d.kind, d.oracle) == ("vdso-lost", "cfi") and d.detail.startswith("2 of 3 stack(s) sampled in the vDSO")
+    (f,) = findings_of(_built(tmp_path), out)
+    assert f.kind == "live-vdso-lost" and f.kind in KINDS
+
+
+def test_debian_perfs_report_becomes_counts_disagreements_and_notes():
+    """perf_outcome: a difference without a name is a disagreement with the oracle perf; a named
+    one outside the declaration too; the counts say how much was compared."""
+    from collections import Counter
+
+    from harness.fuzz.live import perf_outcome
+    from harness.perf.debian import DebianReport
+
+    clean = DebianReport(perf_version="7.3.4", samples=10, ours_compared=8, ours_equal=8, merged_compared=10,
+                         merged_equal=10, named=Counter({"perf-script-sample-after-record": 1}))
+    counts, found, notes = perf_outcome(clean, "fp")
+    assert found == [] and counts["ours_compared"] == 8 and counts["named"] == {"perf-script-sample-after-record": 1}
+    assert notes[0].startswith("Debian perf 7.3.4: 8 deferred record(s) against our unwinder (8 equal)")
+    bad = DebianReport(ours_compared=0, unexplained=["pid 7 cookie 0x3: perf's record has 4 ips, ours 2"],
+                       named=Counter({"fp-frameless-function": 2}), declared=frozenset())
+    counts, found, notes = perf_outcome(bad, "sframe")
+    assert [(d.kind, d.unwinder, d.oracle) for d in found] == [("perf", "sframe", "perf"),
+                                                               ("perf-undeclared", "sframe", "perf")]
+    assert "fp-frameless-function" in found[1].detail
+    assert any("compared none" in n for n in notes)
+
+
+def test_the_perf_oracle_is_skipped_with_its_reason_where_the_kernel_cannot_give_it(tmp_path):
+    from harness.fuzz.live import perf_unavailable
+    from harness.images.errors import ImageError
+    from harness.images.kernel import get_kernel
+    from tests.support.gating import require
+
+    assert "not a kernel tree or file" in perf_unavailable(f"tree:{tmp_path}")
+    bz = tmp_path / "bzImage"
+    bz.write_bytes(b"\0")
+    assert "not a kernel tree or file" in perf_unavailable(str(bz))
+    try:
+        old, new = get_kernel("bookworm"), get_kernel("default")
+    except ImageError as exc:
+        require(False, f"kernels unavailable: {exc}")
+    why = perf_unavailable("bookworm")
+    assert why.startswith(f"{old.package}={old.version}: ") and "no deferred unwinding" in why
+    assert perf_unavailable(None) is None and new.version  # 7.x: perf's deferred callchains

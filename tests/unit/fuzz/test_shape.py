@@ -45,6 +45,8 @@ def test_calls_fan_out_and_chain():
     ((Func(), Func()), "called by none"),
     ((Func(callees=(1,), features=frozenset({"redzone"})), Func()), "red-zone"),
     ((Func(features=frozenset({"tailcall"})),), "tail call"),
+    ((Func(callees=(1,), features=frozenset({"vdso"})), Func()), "vDSO function is a leaf"),
+    ((Func(features=frozenset({"vdso", "redzone"})),), "no red zone"),
     ((Func(features=frozenset({"signal", "thread"}), callees=(1,)), Func()), "at most one"),
     ((Func(frame="odd"),), "frame"),
     ((Func(features=frozenset({"bogus"})),), "unknown features"),
