@@ -44,6 +44,8 @@ def in_process():
     need("host")
     counts = _in_process()
     assert counts["programs"] == 12 and counts["signatures"], counts  # something to compare
+    # by toolchain and by linker too (a chunk's were once dropped: a Dask campaign said 0 of each)
+    assert counts["per_toolchain"] == {"host": 12} and counts["per_linker"] == {"lld": 12}, counts
     return counts
 
 
@@ -71,6 +73,7 @@ def test_the_localcluster_finds_what_one_process_finds(in_process):
     with Executor(workers=2) as ex:
         camp, summary = _spread(ex, None)
     assert spread.counts(camp) == in_process
+    assert camp.object_instructions > 0  # the compilers' objects were compared on the workers too
     assert summary.where == "LocalCluster" and summary.workers == 2 and not summary.failed
     assert summary.dashboard and summary.dashboard.startswith("http://127.0.0.1:")
 
