@@ -37,7 +37,7 @@ from ..images.link import plan_build, root_has_linker
 from ..images.programs import Variant, cflags
 from ..images.toolchain import DEFAULT_TOOLCHAINS, TOOLCHAINS, Toolchain, get_toolchain, known_toolchains
 from .defaults import LINKERS
-from .render import render, source_name
+from .render import extra_cflags, render, source_name
 from .shape import Shape
 
 OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
@@ -243,8 +243,8 @@ def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest
                 versions=tc.versions())
     dest.mkdir(parents=True, exist_ok=True)
     (dest / name).write_text(source)
-    plan = plan_build(tc, "g++" if cxx else "gcc", name, "prog", cflags(tc, config.variant), config.linker,
-                      ("-pthread",))
+    plan = plan_build(tc, "g++" if cxx else "gcc", name, "prog", [*cflags(tc, config.variant), *extra_cflags(shape)],
+                      config.linker, ("-pthread",))
     out.link_toolchain = plan.link_tc.name
     out.commands = plan.commands
     outer, inner = tc.workdir("fuzz")

@@ -38,6 +38,12 @@ class _Fn:
     calls: tuple[str, ...]
 
 
+def extra_cflags(shape: Shape) -> tuple[str, ...]:
+    """The compiler flags a shape's features need beyond the build's: ``bigframe``'s
+    ``-fstack-clash-protection`` (for the whole unit: clang has no per-function switch)."""
+    return ("-fstack-clash-protection",) if "bigframe" in shape.features() else ()
+
+
 def source_name(shape: Shape) -> str:
     return "prog.cc" if shape.lang == "c++" else "prog.c"
 
@@ -63,7 +69,6 @@ def render(shape: Shape) -> str:
         fns.append(_Fn(i, f.features, "variadic" in f.features, f.locals, context, " ".join(attrs) + " ",
                        tuple(calls)))
     feats = shape.features()
-    uses = {"noreturn": "noreturn" in feats, "setjmp": "setjmp" in feats, "exception": "exception" in feats,
-            "vdso": "vdso" in feats}
+    uses = {k: k in feats for k in ("noreturn", "setjmp", "exception", "vdso", "cold", "bigframe")}
     return _env().get_template("program.c.j2").render(
         funcs=fns, uses=uses, lang=shape.lang, describe=shape.describe(), depth=RECURSION, vargs=VARGS)

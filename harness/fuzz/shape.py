@@ -25,7 +25,19 @@ The features (:data:`FEATURES`) are the shapes the unwinders get wrong in practi
 * ``thread`` -- the callees run in a thread the function starts and joins;
 * ``vdso`` -- a leaf that loops in ``clock_gettime`` and ``gettimeofday`` instead of ``getppid``
   (leaves only): the vDSO's code, so that a live sampler's stops land inside the vDSO and every
-  walk must step out of it (judged against the vDSO's own ``.eh_frame``).
+  walk must step out of it (judged against the vDSO's own ``.eh_frame``);
+* ``cold`` -- the callees run in a branch the compiler is told is cold (``__builtin_expect`` and
+  a call of a ``cold`` function), which gcc at -O2 moves out of the function into a
+  ``fz_f<i>.cold`` fragment in ``.text.unlikely``, a piece with an FDE of its own that runs in the
+  function's frame (the branch is always taken, so live samples see return addresses there);
+* ``bigframe`` -- a 32 KiB local array, and the build gets ``-fstack-clash-protection`` (as
+  Ubuntu's and Fedora's compilers have it by default): gcc at -O1 and up then probes the frame
+  page by page in a loop with the CFA defined on r11 (``.cfi_def_cfa 11``), which SFrame V1/V2
+  cannot express (gas 2.40 wrote it as sp-based: docs/findings.md), clang likewise with
+  ``.cfi_def_cfa_register %r11``;
+* ``shrinkwrap`` -- an early ``return`` before anything else, on a value never passed: gcc
+  shrink-wraps the prologue past it, so the function has two exits and its CFI a
+  ``.cfi_remember_state``/``.cfi_restore_state`` pair.
 
 ``frame`` chooses per function whether it keeps a frame pointer whatever the build says
 (``optimize("no-omit-frame-pointer")`` / ``optimize("omit-frame-pointer")``) or follows the
@@ -41,12 +53,13 @@ from hypothesis import strategies as st
 from ..errors import EXIT_USAGE, HarnessError
 
 FEATURES = ("alloca", "vla", "realign", "redzone", "tailcall", "noreturn", "recursion", "variadic",
-            "setjmp", "signal", "sigaltstack", "exception", "thread", "vdso")
-#: features that run the function's callees somewhere else (a handler, a try block, a thread): at
-#: most one per function
-CALLEE_CONTEXTS = ("signal", "sigaltstack", "exception", "thread")
+            "setjmp", "signal", "sigaltstack", "exception", "thread", "vdso", "cold", "bigframe",
+            "shrinkwrap")
+#: features that run the function's callees somewhere else (a handler, a try block, a thread, a
+#: cold fragment): at most one per function
+CALLEE_CONTEXTS = ("signal", "sigaltstack", "exception", "thread", "cold")
 #: features whose code makes calls (a red-zone function makes none)
-CALLING = ("noreturn", "recursion", "setjmp", "signal", "sigaltstack", "exception", "thread")
+CALLING = ("noreturn", "recursion", "setjmp", "signal", "sigaltstack", "exception", "thread", "cold", "bigframe")
 FRAMES = ("build", "fp", "nofp")
 MAX_FUNCS = 7
 RECURSION = 3  # levels of a recursive function's self-calls

@@ -288,9 +288,11 @@ def write_campaign(camp: Campaign, summary: Summary, out: Path) -> None:
 
 
 def counts(camp: Campaign) -> dict:
-    """What must not depend on the scale a campaign ran at: programs, and per signature its
-    programs, occurrences and first seed.  (Not ``expected`` nor ``instructions``: those count
-    the builds checked, and a process checks a program drawn twice once.)"""
+    """What must not depend on the scale a campaign ran at: programs (in all, by toolchain and by
+    linker), and per signature its programs, occurrences and first seed.  (Not ``expected`` nor
+    ``instructions``: those count the builds checked, and a process checks a program drawn twice
+    once.)"""
     return {"programs": camp.programs, "seeds_done": camp.seeds_done,
+            "per_toolchain": dict(camp.per_toolchain), "per_linker": dict(camp.per_linker),
             "signatures": {r.signature.key: (r.programs, r.occurrences, r.first_seed)
                            for r in camp.records.values()}}

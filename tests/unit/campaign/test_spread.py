@@ -44,6 +44,8 @@ def in_process():
     need("host")
     counts = _in_process()
     assert counts["programs"] == 12 and counts["signatures"], counts  # something to compare
+    # by toolchain and by linker too (a chunk's were once dropped: a Dask campaign said 0 of each)
+    assert counts["per_toolchain"] == {"host": 12} and counts["per_linker"] == {"lld": 12}, counts
     return counts
 
 

@@ -23,15 +23,18 @@ C_SHAPE = Shape((
     Func("nofp", F({"variadic", "recursion", "tailcall"}), (2, 3), 0),
     Func("build", F({"vla", "setjmp"}), (4, 5), 0),
     Func("build", F({"realign", "thread"}), (4,), 3),
-    Func("nofp", F({"redzone"}), (), 0),
+    Func("nofp", F({"redzone", "shrinkwrap"}), (), 0),
     Func("build", F({"vdso"}), (), 1),
 ))
 CXX_SHAPE = Shape((
     Func("fp", F({"exception", "realign"}), (1,), 2),
     Func("nofp", F({"sigaltstack", "alloca"}), (2,), 0),
-    Func("build", F({"vla", "noreturn"}), (), 0),
+    Func("build", F({"vla", "noreturn", "cold"}), (), 0),
 ))
-assert C_SHAPE.features() | CXX_SHAPE.features() == set(FEATURES)
+# bigframe apart: its build takes -fstack-clash-protection for the whole unit, which clang with
+# gas cannot assemble (test_sid_compilers: clang's .loc of an undeclared file in the probe loop)
+BIG_SHAPE = Shape((Func("nofp", F({"bigframe", "recursion"}), (1,), 0), Func("fp", F({"bigframe"}), (), 1)))
+assert C_SHAPE.features() | CXX_SHAPE.features() | BIG_SHAPE.features() == set(FEATURES)
 
 
 @functools.cache
@@ -46,13 +49,15 @@ def tmp(tmp_path_factory):
 
 
 def test_the_template_renders_each_feature():
-    c, cxx = render(C_SHAPE), render(CXX_SHAPE)
+    c, cxx = render(C_SHAPE) + render(BIG_SHAPE), render(CXX_SHAPE)
     for needle in ("alloca(", "char v[", "aligned(32)", "force_align_arg_pointer", "va_arg", "setjmp(jb)",
                    "pthread_create", "SA_ONSTACK" not in c, "return fz_f3(", 'optimize("omit-frame-pointer")',
                    'optimize("no-omit-frame-pointer")', "return fz_f1(d - 1, 1L, 2L, 3L) + 1",
-                   "FZ_SPIN_VDSO();", "clock_gettime(CLOCK_MONOTONIC, &fz_ts)", "gettimeofday(&fz_tv, 0)"):
+                   "FZ_SPIN_VDSO();", "clock_gettime(CLOCK_MONOTONIC, &fz_ts)", "gettimeofday(&fz_tv, 0)",
+                   "fz_touch(big, sizeof big)", "if (d == fz_never)"):
         assert needle is True or needle in c, needle
-    for needle in ("try {", "fz_throw(r);", "SA_ONSTACK", "sigaltstack(&ss, 0)", "fz_exit();", "noreturn"):
+    for needle in ("try {", "fz_throw(r);", "SA_ONSTACK", "sigaltstack(&ss, 0)", "fz_exit();", "noreturn",
+                   "if (__builtin_expect(d >= 0, 0))", "fz_cold_mark(r);"):
         assert needle in cxx, needle
     assert "FZ_SPIN_VDSO" not in cxx  # defined where a leaf uses it only
 
@@ -69,6 +74,23 @@ def test_each_root_compiles_links_and_runs_the_generated_program(tc, lang, tmp):
         assert elf.get_section_by_name(".sframe") is not None
     shape = C_SHAPE if lang == "c" else CXX_SHAPE
     assert {f"fz_f{i}" for i in range(len(shape.funcs))} <= names
+    if lang == "c++":
+        assert "fz_f2.cold" in names  # cold: gcc -O2 moved the branch into a fragment of its own
+
+
+@pytest.mark.parametrize("tc", ["host", "trixie", "sid"])
+def test_a_big_frame_is_probed_in_a_loop_with_the_cfa_on_r11(tc, tmp):
+    """bigframe: the unit is built with stack-clash protection, and gcc's probe loop in the
+    frameless function keeps the CFA on r11, in readelf's words; the program runs."""
+    need(tc)
+    b = build(BIG_SHAPE, BuildConfig(tc, "-O2", False, True, True, "bfd"), tmp / f"{tc}-big")
+    assert b.ok, b.error
+    assert "-fstack-clash-protection" in b.commands[0]
+    frames = subprocess.run(["readelf", "--debug-dump=frames", str(b.binary)], capture_output=True,
+                            text=True, timeout=60).stdout
+    assert "DW_CFA_def_cfa: r11" in frames
+    r = subprocess.run([str(b.binary), "3"], capture_output=True, timeout=60)
+    assert r.returncode == 0, r
     # static: runs on this machine whatever glibc the root has; 3 syscalls per leaf, then exits 0
     r = subprocess.run([str(b.binary), "3"], capture_output=True, timeout=60)
     assert r.returncode == 0, r

@@ -116,3 +116,20 @@ def test_clang_with_gas_writes_v3_that_ld_bfd_keeps(tmp_path):
     assert "SFrame" not in b.stderr[1]
     keys = {f.signature.key for f in StaticChecker()(b)}
     assert not any(k.startswith(("sframe-dropped", "sframe-object", "sframe-step", "sframe-no-fre")) for k in keys), keys
+
+
+@pytest.mark.parametrize("v", SID_CLANGS)
+def test_clang_with_gas_cannot_assemble_a_probed_block_scope_frame(v, tmp_path):
+    """A defect the bigframe shape found (docs/findings.md): with -g and -fstack-clash-protection,
+    clang 22.1.8 and 23.1.4 mark the probe loop of a big array declared in a nested block with
+    ``.loc 1 0 0``, a file number no ``.file`` declared (DWARF 5: only ``.file 0``).  Their
+    integrated assembler takes it; GNU as refuses it ("unassigned file number 1"), so
+    ``-fno-integrated-as`` builds fail.  The fuzzer's build of such a shape is a finding of its own
+    (its first error line); the same shape assembles with clang's own assembler."""
+    from tests.unit.fuzz.test_build import BIG_SHAPE
+    need(f"sid-clang{v}-gas")
+    b = build(BIG_SHAPE, BuildConfig(f"sid-clang{v}-gas", "-O0", True, True, False, "bfd"), tmp_path / "gas")
+    assert not b.ok and "-fstack-clash-protection" in b.commands[0]
+    assert "unassigned file number 1" in (tmp_path / "gas" / "build-error.txt").read_text()
+    own = _built(f"sid-clang{v}", "bfd", tmp_path, shape=BIG_SHAPE, opt="-O0")
+    assert own.ok

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from harness.fuzz.build import BuildConfig, build, build_source
+from harness.fuzz.build import BuildConfig, build, build_source, toolchain
 from harness.fuzz.campaign import _blocks_at
 from harness.fuzz.finding import build_failed
 from harness.fuzz.render import render
@@ -661,3 +661,48 @@ def test_a_section_read_strictly_would_refuse_is_checked_not_refused(built, tmp_
            if f.kind == "sframe-check"]
     assert ("sframe-check", "fre-start in generated code", "fz_slot") in got  # (and what FRE 1's rule now covers)
     assert "unreadable" not in {d for _, d, _ in got}
+
+
+BIGFRAME = Shape((Func("build", frozenset({"bigframe"}), (1,), 0), Func()))
+
+
+def _objdump_fres(tc_name: str, path: Path, function: str) -> list[str]:
+    """The FRE rows objdump --sframe of the toolchain's own binutils prints for ``function``'s FDE
+    in a linked program (an object's FDEs all say pc = 0x0 before relocation)."""
+    tc = toolchain(tc_name)
+    out = subprocess.run(["objdump", "-t", str(path)], capture_output=True, text=True, timeout=60).stdout
+    start = next(int(line.split()[0], 16) for line in out.splitlines() if line.endswith(" " + function))
+    d, inner = tc.workdir("fres")
+    try:
+        shutil.copy(path, d / "x.o")
+        text = tc.run(["objdump", "--sframe=.sframe", "x.o"], cwd=inner).stdout
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    for block in text.split("func idx")[1:]:
+        if re.search(rf"pc = 0x{start:x},", block):
+            return [line.split() for line in block.splitlines()[2:] if line.strip()]
+    return []
+
+
+@pytest.mark.parametrize("tc", ["host", "trixie", "sid"])
+def test_a_stack_clash_probe_loop_is_judged_against_the_cfi(tc, tmp_path):
+    """bigframe: gcc -O2 -fstack-clash-protection probes a 32 KiB frame in a loop with the CFA on
+    r11 (.cfi_def_cfa 11, 32776).  gas 2.40 (Debian 12's) writes that row as sp+32776, a CFA 32 KiB
+    above the real one, so an SFrame unwinder in the loop reads its return address from the
+    caller's locals: a finding in the object and in the program, in objdump's own words.  gas 2.44
+    leaves the function without an FDE (it warns), 2.47.50 writes a V3 flexible row on r11: no
+    finding there."""
+    need(tc)
+    b = build(BIGFRAME, BuildConfig(tc, "-O2", False, True, False, "bfd"), tmp_path)
+    assert b.ok, b.error
+    found = {(f.kind, f.function) for f in StaticChecker()(b) if f.kind.startswith("sframe")}
+    fres = _objdump_fres(tc, b.binary, "fz_f0")
+    if tc == "host":
+        assert {("sframe-object", "fz_f0"), ("sframe-step", "fz_f0")} <= found, found
+        assert ["sp+32776", "u", "u"] in [row[1:] for row in fres], fres  # objdump: the CFA on sp
+    else:
+        assert not {k for k, fn in found if fn == "fz_f0"}, found
+        if tc == "trixie":
+            assert fres == []  # gas 2.44: "skipping SFrame FDE; non-SP/FP register 11 in .cfi_def_cfa"
+        else:
+            assert ["r11+32776", "u", "f"] in [row[1:] for row in fres], fres
