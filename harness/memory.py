@@ -164,6 +164,12 @@ class CapturedMemory:
     def read(self, addr: int, size: int) -> bytes:
         if addr < 0 or size < 0:
             raise MemoryFault(addr)
+        # Most reads (a frame's words, an instruction's bytes) lie in one captured region: its
+        # slice, without _piecewise's assembly (a copy into a bytearray and out again).
+        found = self._region(addr)
+        if found is not None and addr + size <= found[0] + len(found[1]):
+            base, data = found
+            return data[addr - base:addr - base + size]
         got = self._piecewise(addr, size)
         if isinstance(got, bytes):
             return got

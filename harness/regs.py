@@ -6,7 +6,10 @@ The layout is fixed by the entry code (168 bytes, 21 longs); BTF confirms it per
 
 from __future__ import annotations
 
+import functools
+import operator
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 PT_REGS_FIELDS = (
@@ -14,6 +17,19 @@ PT_REGS_FIELDS = (
     "ax", "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss",
 )
 PT_REGS_SIZE = 8 * len(PT_REGS_FIELDS)
+_PT_REGS = struct.Struct(f"<{len(PT_REGS_FIELDS)}Q")
+
+
+@functools.lru_cache(maxsize=16)
+def _pick(offsets: tuple[int, ...]) -> Callable[[bytes], tuple[int, ...]]:
+    """The fields at ``offsets`` (a kernel's BTF layout of pt_regs) in PT_REGS_FIELDS' order, read
+    by one unpack of the struct's qwords where every offset is qword-aligned (every x86-64
+    kernel's), else one unpack each; made once per layout (two reads of pt_regs a trace)."""
+    if all(o % 8 == 0 for o in offsets):
+        words = struct.Struct(f"<{max(offsets) // 8 + 1}Q")
+        pick = operator.itemgetter(*(o // 8 for o in offsets))
+        return lambda raw: pick(words.unpack_from(raw))
+    return lambda raw: tuple(struct.unpack_from("<Q", raw, o)[0] for o in offsets)
 
 # The registers rt_sigreturn restores, as the kernel's rt_sigframe holds them (a fixed user ABI:
 # arch/x86/include/uapi/asm/ucontext.h, sigcontext.h): after pretcode, struct ucontext
@@ -57,8 +73,8 @@ class UserRegs:
         if len(raw) < PT_REGS_SIZE:
             raise ValueError(f"pt_regs needs {PT_REGS_SIZE} bytes, got {len(raw)}")
         if offsets is None:
-            return cls(*struct.unpack_from(f"<{len(PT_REGS_FIELDS)}Q", raw))
-        return cls(**{n: struct.unpack_from("<Q", raw, offsets[n])[0] for n in PT_REGS_FIELDS})
+            return cls(*_PT_REGS.unpack_from(raw))
+        return cls(*_pick(tuple(offsets[n] for n in PT_REGS_FIELDS))(raw))
 
     def to_pt_regs(self) -> bytes:
         return struct.pack(f"<{len(PT_REGS_FIELDS)}Q", *(getattr(self, n) for n in PT_REGS_FIELDS))

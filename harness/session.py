@@ -8,6 +8,7 @@ and hands the domain code (kernel introspection, unwinder, deferred model) plain
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -30,12 +31,13 @@ from .memory import MemoryFault
 from .progress import note, step
 from .regs import PT_REGS_SIZE, UserRegs
 from .transport import make_target
-from .transport.affinity import pin_apart, stub_first
+from .transport.affinity import claim_cpus, pin_apart, stub_first
 from .transport.errors import (
     GuestDied,
     GuestError,
     GuestPanic,
     GuestTimeout,
+    PinError,
     QemuStartError,
     StopLeft,
     TargetDied,
@@ -58,6 +60,8 @@ DIRECT_MAP = 0xFFFF_8880_0000_0000
 #: the most vCPUs a guest gets: TCG runs them all on this machine's cores, and a request point
 #: (an NMI, a timer interrupt, a syscall) only helps on a vCPU the program runs on
 MAX_SMP = 16
+#: the machine's pin lock under the cache (transport/affinity.py: claim_cpus)
+PIN_LOCK = "pin.lock"
 #: the least guest RAM that boots the kernels the harness uses with its initramfs
 MEMORY_FLOOR_MB = 128
 
@@ -89,8 +93,9 @@ class GuestSpec:
     #: more files for the initramfs, guest path -> host path (Debian's perf: harness/images/debperf.py)
     extra_files: dict[str, Path] = field(default_factory=dict)
     #: QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last
-    #: one (harness/transport/affinity.py)
-    pin: bool = False
+    #: one (harness/transport/affinity.py); None: only if no other harness on this machine is
+    #: (the commands' default, Session._pin)
+    pin: bool | None = False
     #: QEMU's main loop at SCHED_FIFO (harness/transport/affinity.py: stub_first)
     rt: bool = False
 
@@ -226,6 +231,7 @@ class Session:
         #: what --rt did, in words ("" without it)
         self.realtime = ""
         self._unpin = None
+        self._pin_lock: int | None = None  # the machine's pin lock, held while pinned (claim_cpus)
 
     def start(self) -> Session:
         spec = self.spec
@@ -257,9 +263,8 @@ class Session:
             stage = "while the harness read the guest kernel's symbols"
             self.symbols = kernel_symbols(self.machine, self.kernel)
             self.info = KernelInfo.build(self.machine.release, self.symbols.unique(), btf)
-            if spec.pin:
-                self.pinned, self._unpin = pin_apart(self.machine.pid)
-                note("guest", self.pinned)
+            if spec.pin is not False:
+                self._pin(spec.pin is None)
             if spec.rt:
                 self.realtime = stub_first(self.machine.pid)
                 note("guest", self.realtime)
@@ -286,6 +291,28 @@ class Session:
             raise
         return self
 
+    def _pin(self, auto: bool) -> None:
+        """``--pin`` (``auto``: the default of the commands): QEMU's vCPU threads apart from the
+        harness (transport/affinity.py).  The machine's pin lock says whether another harness is
+        pinned already: then auto leaves this one where the scheduler puts it, and ``--pin`` pins
+        anyway, saying so; auto that cannot pin (a QEMU that does not name its vCPU threads)
+        runs unpinned with the reason, where ``--pin`` raises the PinError."""
+        self._pin_lock = claim_cpus(cache_root() / PIN_LOCK)
+        if self._pin_lock is None and auto:
+            self.pinned = ""
+            note("guest", "not pinned: another harness on this machine is (--pin pins this one too)")
+            return
+        try:
+            self.pinned, self._unpin = pin_apart(self.machine.pid)
+        except PinError as exc:
+            if not auto:
+                raise
+            note("guest", f"not pinned: {exc}")
+            return
+        if self._pin_lock is None:
+            self.pinned += " (another harness on this machine is pinned as well: they share its CPU)"
+        note("guest", self.pinned)
+
     def __enter__(self) -> Session:
         return self.start()
 
@@ -296,6 +323,9 @@ class Session:
         if self._unpin is not None:
             self._unpin()
             self._unpin = None
+        if self._pin_lock is not None:
+            os.close(self._pin_lock)
+            self._pin_lock = None
         if self.target is not None:
             try:
                 self.target.close()

@@ -36,9 +36,12 @@ GUEST_ARGS = (
     arg("--accel", default="auto", choices=("auto", "tcg", "kvm")),
     arg("--pti", action="store_true", help="boot with pti=on"),
     arg("--transport", default="rsp", choices=("rsp", "mi")),
-    arg("--pin", action="store_true",
+    arg("--pin", action="store_const", const=True, default=None,
         help="QEMU's vCPU threads on CPUs of their own, the harness and QEMU's main loop on the last "
-             "(faster stops; one harness at a time)"),
+             "(faster stops), even where another harness on this machine is pinned (default: pinned "
+             "unless another harness is)"),
+    arg("--no-pin", dest="pin", action="store_const", const=False,
+        help="leave the harness and QEMU where the scheduler puts them"),
     arg("--rt", action="store_true",
         help="QEMU's main loop (gdb stub, NMI monitor) at SCHED_FIFO: it answers at once, not after "
              "the harness's own work (needs CAP_SYS_NICE)"),
@@ -61,7 +64,7 @@ def guest_spec(args: argparse.Namespace, programs=None) -> GuestSpec:
     return GuestSpec(kernel=args.kernel, kernel_path=args.kernel_path, smp=args.smp, accel=args.accel,
                      pti=args.pti, transport=getattr(args, "transport", "rsp"),
                      programs=list(programs if programs is not None else DEFAULT_PROGRAMS),
-                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", False), rt=getattr(args, "rt", False),
+                     qemu=getattr(args, "qemu", None), pin=getattr(args, "pin", None), rt=getattr(args, "rt", False),
                      memory_mb=getattr(args, "mem", None), libs=list(getattr(args, "lib", None) or []))
 
 

@@ -363,6 +363,7 @@ class Engine(DeliveryWork):
         self._plan_ok = True  # whether the next NMI stop may be left at once (_plan_request_stop)
         self._plan_off = False  # none is, for the rest of the run (_on_continued_request)
         self._seen: collections.Counter = collections.Counter()
+        self._ksyms: dict[int, str] = {}  # _kernel_symbol's answers
         for a in self.request_points:
             s.target.set_breakpoint(a)
 
@@ -735,8 +736,15 @@ class Engine(DeliveryWork):
         return start is not None and end is not None and start <= addr < end
 
     def _kernel_symbol(self, addr: int) -> str:
-        found = self.s.symbols.nearest(addr, text=True)
-        return found[0].name if found else ""
+        """The kernel text symbol at ``addr``; remembered for the run (a request's kernel IP is
+        one of a few: the syscall's path, the idle loop), where a look-up cost 8 us a request."""
+        name = self._ksyms.get(addr)
+        if name is None:
+            if len(self._ksyms) >= 1 << 16:
+                self._ksyms.clear()  # a long run over many kernel paths: bounded
+            found = self.s.symbols.nearest(addr, text=True)
+            name = self._ksyms[addr] = found[0].name if found else ""
+        return name
 
     def _arm_returns(self, on: bool) -> None:
         """Return-to-user breakpoints sit in the kernel only while some task has pending work,

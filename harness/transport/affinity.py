@@ -41,9 +41,11 @@ first --pin layout (all of QEMU on one CPU).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from .errors import PinError
 
@@ -86,6 +88,24 @@ def _comm(pid: int, tid: int) -> str:
             return f.read().strip()
     except OSError:
         return ""  # a thread that just ended
+
+
+def claim_cpus(lock: Path) -> int | None:
+    """Take the machine's pin lock (``flock``, without waiting): the file descriptor that holds it
+    until it is closed (or the process ends), or None when another harness on this machine holds
+    it.  What lets ``--pin`` be the default: one harness at a time pins (two pinned alike would
+    share one CPU), the others run where the scheduler puts them."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def pin_apart(qemu_pid: int) -> tuple[str, Callable[[], None]]:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.transport.affinity import STUB_PRIORITY, pin_apart, stub_first
+from harness.transport.affinity import STUB_PRIORITY, claim_cpus, pin_apart, stub_first
 from harness.transport.errors import PinError
 from tests.support.gating import require
 from tests.support.paths import REPO
@@ -123,3 +123,33 @@ def test_rt_without_the_capability_says_what_it_needs():
     out = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "SCHED_FIFO needs CAP_SYS_NICE" in out.stdout, out.stdout + out.stderr
+
+
+CLAIM = """import sys
+from pathlib import Path
+from harness.transport.affinity import claim_cpus
+print('up', flush=True)
+print('held' if claim_cpus(Path(sys.argv[1])) is None else 'taken', flush=True)
+"""
+
+
+def _claim_elsewhere(lock) -> str:
+    """What another process (another harness) gets from claim_cpus on ``lock``."""
+    r = subprocess.run([sys.executable, "-c", CLAIM, str(lock)], capture_output=True, text=True, timeout=60,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()[-1]
+
+
+def test_one_harness_at_a_time_holds_the_pin_lock(tmp_path):
+    """The default --pin: the first harness takes the machine's lock and pins; another finds it
+    held and stays unpinned; once the first closes it (or ends), the next one takes it."""
+    lock = tmp_path / "cache" / "pin.lock"
+    fd = claim_cpus(lock)
+    assert fd is not None and lock.exists()
+    try:
+        assert _claim_elsewhere(lock) == "held"
+        assert claim_cpus(lock) is None  # flock: another open file of this process is turned away too
+    finally:
+        os.close(fd)
+    assert _claim_elsewhere(lock) == "taken"
