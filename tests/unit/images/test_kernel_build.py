@@ -64,13 +64,15 @@ def test_fragment_names_every_need(tree):
 
 def test_dropped_option_fails_before_make(tree, tmp_path, monkeypatch):
     """A base config that asks for reduced debug info: olddefconfig (the tree's kconfig) then
-    drops DEBUG_INFO_BTF, and the build stops at once naming the dependency, nothing compiled."""
+    drops DEBUG_INFO_BTF, and the build stops at once naming the dependency, nothing compiled.
+    The base is the tree's own x86_64_defconfig file with the two options appended: olddefconfig
+    gives every option it leaves out its default, as ``make x86_64_defconfig`` does (one kconfig
+    run of about 4 s fewer than writing the base with make first)."""
     for tool in ("make", "gcc", "flex", "bison"):
         require(shutil.which(tool) is not None, f"{tool} is needed to run the tree's kconfig")
     base = tmp_path / "base.config"
-    subprocess.run(["make", "-s", "-C", str(tree), f"O={tmp_path / 'o'}", "x86_64_defconfig"], check=True,
-                   capture_output=True, timeout=300)
-    base.write_text((tmp_path / "o/.config").read_text() + "CONFIG_DEBUG_INFO=y\nCONFIG_DEBUG_INFO_REDUCED=y\n")
+    base.write_text((tree / "arch/x86/configs/x86_64_defconfig").read_text()
+                    + "CONFIG_DEBUG_INFO=y\nCONFIG_DEBUG_INFO_REDUCED=y\n")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))  # the O= directory lands here
     with pytest.raises(KernelConfigDropped) as exc:
         build_tree(tree, base_config=base)
