@@ -102,46 +102,55 @@ def pytest_collection_modifyitems(config, items):
 # ran alone to the end (8 s of the suite's end on one worker, measured).  The longest modules go
 # first instead, longest first, each worker taking the next as it frees: the last units are short
 # ones, and the two workers end together.  The list is each module's CPU in the unit tier, largest
-# first (without its deep-marked tests, 2026-12-07, benchmarks/SUITE_TIME.md, measured by
-# benchmarks/suite_cpu.py: test_load_bias, 11.8 s and missing from the list, ran last and alone
-# for 25 s), with the two that mostly wait placed by their wall time; the modules below 1.1 s
-# follow in their collection order.  A module missing from the list only runs later than it could.
+# first (without its deep-marked tests; 2026-12-07 evening, measured by benchmarks/suite_cpu.py on
+# the loaded machine, benchmarks/SUITE_TIME.md: test_kernel_build, 62 s then and missing from the
+# list, ran last and alone for 27 s), with those that mostly wait placed by their wall time; the
+# modules below 1.1 s follow in their collection order.  A module missing from the list only runs
+# later than it could.
 LONGEST_FIRST = (
-    "tests/unit/campaign/test_spread.py",  # 30 s of wall, mostly waits: Dask clusters' starts, a killed worker
+    "tests/unit/images/test_kernel_build.py",  # the tree's kconfig and a make that fails (nice 19: waits under load)
+    "tests/unit/kernel/test_config.py",  # the tree's kconfig, five passes
+    "tests/unit/campaign/test_spread.py",  # Dask clusters' starts, a killed worker: waits as much as CPU
     "tests/unit/sframe/test_check.py",
-    "tests/unit/unwind/test_load_bias.py",
+    "tests/unit/fuzz/test_user_toolchain.py",
+    "tests/unit/sframe/test_tree.py",
     "tests/unit/verdicts/test_causes.py",
     "tests/unit/kernel/test_btf.py",
     "tests/unit/test_docs.py",
+    "tests/unit/fuzz/test_bugreport.py",
+    "tests/unit/report/test_ktap.py",
     "tests/unit/unwind/test_ehframe.py",
-    "tests/unit/sframe/test_tree.py",
-    "tests/unit/unwind/test_user_real.py",
     "tests/unit/transport/test_rsp_pipeline.py",  # 5 s of wall, its timeouts; no CPU
+    "tests/unit/unwind/test_user_real.py",
+    "tests/unit/sframe/test_tree_faults.py",
+    "tests/unit/fuzz/test_sid_compilers.py",
     "tests/unit/kernel/test_kallsyms.py",
     "tests/unit/deferred/test_model_stateful.py",
-    "tests/unit/deferred/test_check_mutations.py",
     "tests/unit/sframe/test_elf_toolchains.py",
-    "tests/unit/unwind/test_places.py",
+    "tests/unit/unwind/test_load_bias.py",
     "tests/unit/lockstep/test_compare.py",
-    "tests/unit/verdicts/test_cfi_libcrypto.py",
-    "tests/unit/images/test_cache_lock.py",  # 1 s of CPU, several of wall: its lock waits
-    "tests/unit/sframe/test_parse_hypothesis.py",
-    "tests/unit/sframe/test_tree_faults.py",
-    "tests/unit/unwind/test_cfi_compat.py",
-    "tests/unit/report/test_sframe_dump.py",
-    "tests/unit/test_fuzz_corpus.py",
-    "tests/unit/perf/test_debian_parsers.py",
-    "tests/unit/fuzz/test_build.py",
-    "tests/unit/images/test_programs_user.py",
-    "tests/unit/test_progress_terminal.py",
-    "tests/unit/unwind/test_cfi_eh_return.py",
-    "tests/unit/fuzz/test_static.py",
-    "tests/unit/report/test_html_browser.py",
-    "tests/unit/verdicts/test_align_recursion.py",
+    "tests/unit/unwind/test_places.py",
+    "tests/unit/deferred/test_check_mutations.py",
     "tests/unit/perf/test_records.py",
+    "tests/unit/verdicts/test_cfi_libcrypto.py",
+    "tests/unit/deferred/test_log_encode.py",
+    "tests/unit/unwind/test_cfi_compat.py",
+    "tests/unit/fuzz/test_static.py",
+    "tests/unit/test_fuzz_corpus.py",
+    "tests/unit/fuzz/test_build.py",
+    "tests/unit/report/test_html_browser.py",
+    "tests/unit/test_progress_terminal.py",
+    "tests/unit/images/test_programs_user.py",
     "tests/unit/fuzz/test_campaign.py",
+    "tests/unit/images/test_cache_lock.py",  # 1 s of CPU, several of wall: its lock waits
+    "tests/unit/unwind/test_cfi_eh_return.py",
+    "tests/unit/verdicts/test_align_recursion.py",
+    "tests/unit/verdicts/test_causes_go.py",
+    "tests/unit/sframe/test_parse_hypothesis.py",
     "tests/unit/sframe/test_objects.py",
     "tests/unit/fuzz/test_shape.py",
+    "tests/unit/report/test_sframe_dump.py",
+    "tests/unit/test_pytest_plugin.py",
     "tests/unit/commands/test_contract_inputs.py",
 )
 

@@ -120,10 +120,18 @@ def test_engineer_config_names_bpf_syscall(engineer_config, tree, capsys):
     assert "depends on BPF_SYSCALL (BPF_SYSCALL=n)" in out and out.endswith(j.fragment())
 
 
+def _kconfig_dir(engineer_config: Path, tmp_path: Path) -> Path:
+    """A copy of the engineer's O= directory, modification times kept: make finds its kconfig
+    tools (scripts/basic, scripts/kconfig/conf) built and runs only the config step (a fresh
+    directory compiles them again first, about 2 s a test)."""
+    out = tmp_path / "o"
+    shutil.copytree(engineer_config, out, symlinks=True)
+    return out
+
+
 def test_fragment_applied_makes_the_config_do(engineer_config, tree, tmp_path, capsys):
     """The printed fragment, appended and olddefconfig'd by the tree's kconfig, is enough."""
-    out = tmp_path / "o"
-    out.mkdir()
+    out = _kconfig_dir(engineer_config, tmp_path)
     frag = judge(read_config(engineer_config)[0], Kconfig.read(tree), pahole=124).fragment()
     (out / ".config").write_text((engineer_config / ".config").read_text() + frag)
     _make(tree, out, "olddefconfig")
@@ -136,8 +144,7 @@ def test_fragment_applied_makes_the_config_do(engineer_config, tree, tmp_path, c
 def test_no_pahole_is_named(engineer_config, tree, tmp_path):
     """olddefconfig where pahole is missing (PAHOLE=false: version 0) drops BTF even with
     BPF_SYSCALL; the judgement says the config was made without pahole."""
-    out = tmp_path / "o"
-    out.mkdir()
+    out = _kconfig_dir(engineer_config, tmp_path)
     (out / ".config").write_text((engineer_config / ".config").read_text() + "CONFIG_BPF_SYSCALL=y\nCONFIG_PVH=y\n"
                                  "CONFIG_DEBUG_INFO_BTF=y\nCONFIG_PROC_CHILDREN=y\n")
     _make(tree, out, "PAHOLE=false", "olddefconfig")
