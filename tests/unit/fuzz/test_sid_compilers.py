@@ -10,6 +10,7 @@ readelf's program headers of lld's output.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -123,13 +124,22 @@ def test_clang_with_gas_cannot_assemble_a_probed_block_scope_frame(v, tmp_path):
     """A defect the bigframe shape found (docs/findings.md): with -g and -fstack-clash-protection,
     clang 22.1.8 and 23.1.4 mark the probe loop of a big array declared in a nested block with
     ``.loc 1 0 0``, a file number no ``.file`` declared (DWARF 5: only ``.file 0``).  Their
-    integrated assembler takes it; GNU as refuses it ("unassigned file number 1"), so
+    integrated assembler takes it and writes a line-table row with file index 1 in a table of one
+    file, which LLVM's own verifier rejects; GNU as refuses it ("unassigned file number 1"), so
     ``-fno-integrated-as`` builds fail.  The fuzzer's build of such a shape is a finding of its own
-    (its first error line); the same shape assembles with clang's own assembler."""
+    (its first error line)."""
     from tests.unit.fuzz.test_build import BIG_SHAPE
     need(f"sid-clang{v}-gas")
     b = build(BIG_SHAPE, BuildConfig(f"sid-clang{v}-gas", "-O0", True, True, False, "bfd"), tmp_path / "gas")
     assert not b.ok and "-fstack-clash-protection" in b.commands[0]
     assert "unassigned file number 1" in (tmp_path / "gas" / "build-error.txt").read_text()
     own = _built(f"sid-clang{v}", "bfd", tmp_path, shape=BIG_SHAPE, opt="-O0")
-    assert own.ok
+    tc = need(f"sid-clang{v}")
+    d, inner = tc.workdir("verify")
+    try:
+        shutil.copy(own.object, d / "prog.o")
+        r = subprocess.run(["chroot", str(tc.root), f"llvm-dwarfdump-{v}", "--verify", f"{inner}/prog.o"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    assert r.returncode != 0 and "has invalid file index 1" in r.stdout, r.stdout[-2000:]
