@@ -50,15 +50,21 @@ def _names(frames: list) -> list[str]:
     return [f[2].split("+")[0] for f in frames]
 
 
-def test_i386_and_vdso_programs_in_one_guest(tmp_path):
-    need("host")
-    need("sid")
+def _build_all(wanted: dict, tmp_path) -> tuple[dict, list[LiveProgram]]:
+    """Each (shape, config) of ``wanted`` built under its name, and the live programs of them."""
     built, programs = {}, []
-    for name, (shape, config) in PROGRAMS.items():
+    for name, (shape, config) in wanted.items():
         b = build(shape, config, tmp_path / name)
         assert b.ok, b.error
         built[name] = b
         programs.append(LiveProgram(name, b.binary, ("0",), description=config.flags))
+    return built, programs
+
+
+def test_i386_and_vdso_programs_in_one_guest(tmp_path):
+    need("host")
+    need("sid")
+    built, programs = _build_all(PROGRAMS, tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
     outcomes = dict(zip(PROGRAMS, check_live(programs, samples=12, timeout=240, log_dir=logs), strict=True))
@@ -117,12 +123,7 @@ def test_the_kernel_flavours_live_with_debian_perf(kernel, tmp_path):
     name = _tree_kernel() if kernel == "tree" else kernel
     pair = {"nofp-64": (CHAIN, BuildConfig("sid", "-O2", False, True, False, "bfd")),
             "vdso-m32": (VDSO_CHAIN, BuildConfig("host", "-O1", True, True, False, "bfd", bits=32))}
-    built, programs = {}, []
-    for pname, (shape, config) in pair.items():
-        b = build(shape, config, tmp_path / pname)
-        assert b.ok, b.error
-        built[pname] = b
-        programs.append(LiveProgram(pname, b.binary, ("0",), description=config.flags))
+    built, programs = _build_all(pair, tmp_path)
     outcomes = dict(zip(pair, check_live(programs, samples=10, timeout=180, kernel=name, perf=True), strict=True))
     report = "\n".join(f"{n}: {o.stacks} stacks ({o.vdso_stacks} in the vDSO), crash {o.crash}, perf {o.perf} "
                        f"skipped {o.perf_skipped}, {o.disagreements[:3]}, {o.notes}" for n, o in outcomes.items())
