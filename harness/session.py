@@ -21,7 +21,7 @@ from .images.initramfs import build_initramfs
 from .images.kernel import Kernel, KernelInputError, check_kernel_choice, get_kernel
 from .images.lock import cache_lock, write_atomic
 from .images.programs import Program, Variant, build_program, user_program
-from .images.qemu import Qemu, resolve_qemu
+from .images.qemu import NO_FLUSH_VERSION, Qemu, resolve_qemu
 from .images.toolchain import get_toolchain
 from .kernel import MASK64, KernelInfo, TaskInfo, current_task, user_regs
 from .kernel.btf import Btf
@@ -232,6 +232,8 @@ class Session:
         self.realtime = ""
         self._unpin = None
         self._pin_lock: int | None = None  # the machine's pin lock, held while pinned (claim_cpus)
+        #: why the session is not pinned, in words ("" when it is, or when --no-pin said so)
+        self.unpinned = ""
 
     def start(self) -> Session:
         spec = self.spec
@@ -296,22 +298,34 @@ class Session:
         harness (transport/affinity.py).  The machine's pin lock says whether another harness is
         pinned already: then auto leaves this one where the scheduler puts it, and ``--pin`` pins
         anyway, saying so; auto that cannot pin (a QEMU that does not name its vCPU threads)
-        runs unpinned with the reason, where ``--pin`` raises the PinError."""
+        runs unpinned with the reason, where ``--pin`` raises the PinError.  Auto pins on a QEMU
+        that keeps its translated code over a stop (NO_FLUSH_VERSION) only: on 7.2, which
+        retranslates after every stop, bench deferred (quiet, 2026-12-07) gave 100-128 traces/s
+        pinned against 128-209 unpinned; on 11.1, 524-583 pinned against 368-541.  Why it is not
+        pinned goes into :attr:`unpinned`."""
+        version = self.qemu.version if self.qemu is not None else None
+        if auto and (version is None or version < NO_FLUSH_VERSION):
+            self._not_pinned(f"QEMU {'.'.join(map(str, version or ())) or '(version unknown)'} flushes its "
+                             "translated code at every stop, where pinning is slower (--pin pins)")
+            return
         self._pin_lock = claim_cpus(cache_root() / PIN_LOCK)
         if self._pin_lock is None and auto:
-            self.pinned = ""
-            note("guest", "not pinned: another harness on this machine is (--pin pins this one too)")
+            self._not_pinned("another harness on this machine is (--pin pins this one too)")
             return
         try:
             self.pinned, self._unpin = pin_apart(self.machine.pid)
         except PinError as exc:
             if not auto:
                 raise
-            note("guest", f"not pinned: {exc}")
+            self._not_pinned(str(exc))
             return
         if self._pin_lock is None:
             self.pinned += " (another harness on this machine is pinned as well: they share its CPU)"
         note("guest", self.pinned)
+
+    def _not_pinned(self, why: str) -> None:
+        self.unpinned = f"not pinned: {why}"
+        note("guest", self.unpinned)
 
     def __enter__(self) -> Session:
         return self.start()

@@ -84,7 +84,7 @@ def _bench_deferred(args) -> int:
     sc = dataclasses.replace(CATALOG["fp-syscall"], samples=args.samples or BENCH_SAMPLES, jitter=0.0)
     with Session(guest_spec(args, [*programs_for([sc]), PERFCC])) as sess:
         print(qemu_line(sess.qemu))
-        print(f"cpus: {sess.pinned or 'not pinned (--no-pin, or another harness on this machine is pinned)'}")
+        print(f"cpus: {sess.pinned or sess.unpinned or 'not pinned (--no-pin)'}")
         normal = "normal priority (--rt: QEMU main loop at SCHED_FIFO, answers before the harness work)"
         print(f"stub: {sess.realtime or normal}")
         prog = sess.program(sc.program, sc.toolchain, sc.variant)

@@ -153,3 +153,45 @@ def test_one_harness_at_a_time_holds_the_pin_lock(tmp_path):
     finally:
         os.close(fd)
     assert _claim_elsewhere(lock) == "taken"
+
+
+class _Machine:
+    """The QEMU process as Session._pin and Session.close see it: a pid (a real child's), and a
+    close that the child's own context manager does instead."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("banner, pinned", [("QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)", False),
+                                            ("QEMU emulator version 11.1.3 (Debian 1:11.1.3+ds-2~bpo13+1)", True)])
+def test_the_default_pins_a_qemu_that_keeps_its_code_and_one_harness_only(banner, pinned, tmp_path, monkeypatch):
+    """Session._pin(auto) on a real child whose thread is named as a TCG vCPU: 7.2 (which
+    retranslates after every stop, where pinning measured slower) is left unpinned with the
+    reason; 11.1 is pinned, and with the machine's lock held by another harness it is not."""
+    from harness.images.qemu import Qemu
+    from harness.session import PIN_LOCK, GuestSpec, Session
+    require(len(os.sched_getaffinity(0)) >= 2, "one CPU: nothing to split")
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    before = os.sched_getaffinity(0)
+    with _child(CHILD) as child:
+        s = Session(GuestSpec(pin=None))
+        s.qemu, s.machine = Qemu("x", ("qemu-system-x86_64",), banner), _Machine(child.pid)
+        try:
+            s._pin(auto=True)
+            assert bool(s.pinned) == pinned and bool(s.unpinned) != pinned, (s.pinned, s.unpinned)
+            if not pinned:
+                assert "flushes its translated code" in s.unpinned
+                return
+            assert _claim_elsewhere(tmp_path / PIN_LOCK) == "held"
+            other = Session(GuestSpec(pin=None))
+            other.qemu, other.machine = s.qemu, s.machine
+            other._pin(auto=True)
+            assert other.pinned == "" and "another harness" in other.unpinned
+        finally:
+            s.close()
+            os.sched_setaffinity(0, before)
+    assert _claim_elsewhere(tmp_path / PIN_LOCK) == "taken"  # closed: the lock is free again
