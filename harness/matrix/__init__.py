@@ -67,8 +67,10 @@ class Cell:
 
     def argv(self, scenarios: tuple[str, ...], samples: int | None, out: str, extra: tuple[str, ...] = ()) -> list[str]:
         kernel = ["--kernel-path", self.kernel.path] if self.kernel.path else ["--kernel", self.kernel.name]
+        # --no-pin: the cells run side by side, one a worker; pinning whichever came first to one
+        # CPU (the commands' default, one harness at a time) would fix it beside the others'.
         return ["run", *scenarios, *kernel, "--qemu", self.qemu, "--smp", str(self.smp), "--out", out, "--report",
-                *(["--samples", str(samples)] if samples else []), *extra]
+                "--no-pin", *(["--samples", str(samples)] if samples else []), *extra]
 
 
 def parse_kernels(text: str) -> list[Kernel]:

@@ -64,7 +64,7 @@ def test_cells_are_every_kernel_by_qemu_by_smp_and_run_as_harness_run():
                                       for n in (1, 2)]
     assert grid[0].argv(("fp-spin",), 5, "/w/run") == [
         "run", "fp-spin", "--kernel", "default", "--qemu", "host", "--smp", "1", "--out", "/w/run", "--report",
-        "--samples", "5"]
+        "--no-pin", "--samples", "5"]
     assert Cell(Kernel("k", None, "/k/bzImage"), "host", 2).argv((), None, "o")[1:3] == ["--kernel-path", "/k/bzImage"]
     for bad in (lambda: parse_qemus("host,kvm"), lambda: parse_smp("1,x"), lambda: parse_smp("0"),
                 lambda: parse_smp("17")):
