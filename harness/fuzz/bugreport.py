@@ -133,6 +133,25 @@ def reproducer_dirs(d: Path) -> list[Path]:
     return subs
 
 
+_OBJECT_WHERE = re.compile(r"the object: (fz_\w+)\+(0x[0-9a-f]+)")
+
+
+def _in_program(binary: Path, message: str) -> int | None:
+    """The program's address of an object finding's ``fz_fN+0xOFF`` (its function's symbol in the
+    linked program plus the offset), or None where the message names none or the program lacks it."""
+    m = _OBJECT_WHERE.search(message)
+    if m is None or not binary.is_file():
+        return None
+    with open(binary, "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        if not isinstance(symtab, SymbolTableSection):
+            return None
+        for sym in symtab.iter_symbols():
+            if sym.name == m.group(1) and sym["st_info"]["type"] == "STT_FUNC":
+                return sym["st_value"] + int(m.group(2), 16)
+    return None
+
+
 def _section_and_symbol(binary: Path, addr: int) -> tuple[str | None, str | None]:
     with open(binary, "rb") as f:
         elf = ELFFile(f)
@@ -279,6 +298,10 @@ def gather(d: Path, work: Path) -> BugReport:
     source = (d / meta["source"]).read_text()
     binary, obj = d / "prog", d / "prog.o"
     addr = finding.get("addr")
+    if sig.kind == "sframe-object":
+        # the object was checked placed where nothing else is: its address is not the program's;
+        # the same instruction in the program is the function's symbol there plus the offset
+        addr = _in_program(binary, finding.get("message", ""))
     ev = finding.get("evidence") or {}
     # the rebuild: the link's own words, and the checker's view of the object
     rebuilt = build_source(Shape.from_json(meta["shape"]), source, meta["source"], config, work / "rebuild")
@@ -308,6 +331,8 @@ def gather(d: Path, work: Path) -> BugReport:
         summary = (f"In the object the compiler wrote (before any linker), {finding.get('message', '')}. "
                    "The CFI (.eh_frame) of the same object is taken as the truth.")
         evidence += [e for e in (_sframe_dump(obj, None, "actual (the object's SFrame)"), _llvm_readobj(tc, obj)) if e]
+        if frames is not None:  # the same function's FDE, in the program the object was linked into
+            evidence.append(frames)
         unwinder = _unwinder_text(ev.get("sframe_rule") or ev.get("sframe"), ev.get("cfi_rule") or ev.get("cfi"),
                                   f"{fn}")
     elif sig.kind == "sframe-dropped" or detail_kind == "empty-section":

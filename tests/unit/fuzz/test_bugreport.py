@@ -111,3 +111,20 @@ def test_the_empty_section_report_quotes_binutils_own_objdump_rejecting_it(tmp_p
     actual = next(e for e in r.evidence if e.label == "actual (the program's SFrame)")
     assert actual.tool == "objdump 2.47.50 (sid root)" and "SFrame decode failure: Corrupt SFrame." in actual.text
     assert "0 bytes" in r.summary and "0-byte `SHT_GNU_SFRAME`" in r.producer_source
+
+
+def test_an_object_finding_is_placed_at_its_function_in_the_program(tmp_path):
+    """An sframe-object finding's address is the placed object's, not the program's: the report
+    takes the function and offset from its message and finds them in the linked program (nm's
+    value plus the offset), or says no address."""
+    from harness.fuzz.bugreport import _in_program
+    from harness.fuzz.build import build
+    from tests.unit.fuzz.test_static import BIGFRAME
+    need("host")
+    b = build(BIGFRAME, BuildConfig("host", "-O2", False, True, False, "bfd"), tmp_path / "b")
+    assert b.ok, b.error
+    nm = subprocess.run(["nm", str(b.binary)], capture_output=True, text=True, timeout=60).stdout
+    start = next(int(line.split()[0], 16) for line in nm.splitlines() if line.endswith(" T fz_f0"))
+    assert _in_program(b.binary, "the object: fz_f0+0x8: the SFrame step (FRE ...)") == start + 8
+    assert _in_program(b.binary, "the object: fz_nothere+0x8: ...") is None
+    assert _in_program(b.binary, "no place named") is None
