@@ -387,6 +387,21 @@ def gather(d: Path, work: Path) -> BugReport:
         evidence += [e for e in (_sframe_dump(binary, addr, "actual (SFrame)"),) if e]
         if frames and addr is not None:
             evidence.append(frames)
+    elif sig.kind == "build-failed":
+        failed = (d / "build-error.txt").read_text() if (d / "build-error.txt").is_file() else ""
+        head = failed.splitlines()[0] if failed else ""
+        compiling = " -c " in head
+        component = compiler if compiling else linker
+        title = f"{component}: the build fails: {sig.detail}"
+        lines = [line for line in failed.splitlines()[1:] if "rror" in line][:6]
+        summary = (f"Expected: the {'compile' if compiling else 'link'} step succeeds (the campaign builds the "
+                   f"same shapes with the other toolchains).  Actual: it fails, saying: "
+                   + ("; ".join(f"`{line.strip()}`" for line in lines) or f"`{sig.detail}`") + ".")
+        if failed:
+            evidence.append(Evidence("actual (the build's own words)", f"{tc.name}'s toolchain",
+                                     head.split(": ", 1)[-1].rsplit(" failed", 1)[0], _cut(failed, None, 60)))
+        unwinder = ""  # no program: nothing to unwind
+        addr = None
     else:
         in_object = any(f.function == finding.get("function") for f in obj_findings)
         component = (compiler if sig.kind == "fp-step" else tc.assembler if in_object else linker)

@@ -269,10 +269,15 @@ def build_source(shape: Shape, source: str, name: str, config: BuildConfig, dest
 _NOISE = re.compile(r"(/[\w./+-]+|0x[0-9a-f]+|\b\d+\b)")
 
 
+_ERROR = re.compile("error", re.IGNORECASE)
+
+
 def _first_error(text: str) -> str:
-    """The first ``error``/``internal compiler error`` line of a failed build, paths and numbers
-    taken out (what a signature keeps of it)."""
+    """The first ``error``/``internal compiler error`` line of a failed build (gas says
+    ``Error:``, before the driver's "assembler command failed"), paths and numbers taken out
+    (what a signature keeps of it)."""
     for line in text.splitlines():
-        if "error" in line:
-            return _NOISE.sub("#", line.split("error", 1)[1]).strip(" :")[:160] or "error"
+        parts = _ERROR.split(line, maxsplit=1)
+        if len(parts) == 2:
+            return _NOISE.sub("#", parts[1]).strip(" :")[:160] or "error"
     return "failed"

@@ -107,3 +107,13 @@ def test_a_build_records_what_it_ran_and_links_as_its_flags_say(tc, static, tmp_
             assert interp == []
         else:
             assert interp[0].get_interp_name() == next(f for f in link if "--dynamic-linker=" in f).split("=", 1)[1]
+
+
+def test_gas_s_own_error_line_is_the_signature_not_the_drivers(tmp_path):
+    """clang with gas (``-fno-integrated-as``): gas's "Error: unassigned file number 1" comes
+    before the driver's "assembler command failed"; the signature keeps gas's (the bigframe
+    shape's clang defect, docs/findings.md row 9)."""
+    from tests.unit.fuzz.test_build import BIG_SHAPE
+    need("sid-clang22-gas")
+    built = build(BIG_SHAPE, BuildConfig("sid-clang22-gas", "-O0", True, True, False, "bfd"), tmp_path)
+    assert not built.ok and built.error == "unassigned file number #", built.error
