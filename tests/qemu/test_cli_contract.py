@@ -17,6 +17,8 @@ from pathlib import Path
 import junitparser
 import pytest
 
+from tests.support.foreground import foreground_signals
+
 pytestmark = pytest.mark.qemu
 
 HARNESS = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())"]
@@ -49,21 +51,11 @@ def test_a_clean_run_exits_0_with_junit_and_summary(tmp_path):
     assert sc["own_frames_checked"] > 0
 
 
-def _foreground_signals():
-    """The run's SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's foreground job,
-    whatever launched the tests.  The harness keeps a signal it was started with ignored (nohup's
-    SIGHUP, SIGINT in a non-interactive shell's background job: harness/signals.py), and the
-    tests inherit such dispositions: the clean-clone CI started with `cmd &` ran on for 60 s after
-    SIGINT, and the flake campaign of 2026-12-05 under nohup for 120 s after SIGHUP."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def test_sigint_ends_the_run_with_its_partial_table_and_exit_3(tmp_path):
     out = tmp_path / "run"
     log = out / "fp-spin.jsonl"
     p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_foreground_signals)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=foreground_signals)
     try:
         started = time.monotonic()
         deadline = started + 300
@@ -109,7 +101,7 @@ def _start_run(out):
 
     log = out / "fp-spin.jsonl"
     p = subprocess.Popen([*HARNESS, "run", "fp-spin", "fp-syscall", "--samples", "100000", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_foreground_signals)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=foreground_signals)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and p.poll() is None:
         if log.exists() and '"ev":"stack"' in log.read_text():
@@ -250,7 +242,7 @@ def test_qemu_killed_during_boot_names_its_signal_and_keeps_the_run_directory(tm
 
     out = tmp_path / "run"
     p = subprocess.Popen([*HARNESS, "run", "fp-syscall", "--samples", "5", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_foreground_signals)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=foreground_signals)
     try:
         qemu = None
         deadline = time.monotonic() + 300  # a first run may build the images

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.dask_cluster import localhost_cluster
+from tests.support.foreground import foreground_signals
 from tests.support.kunit import parse_ktap
 from tests.support.paths import REPO
 from tests.support.procs import children, cmdline, gone
@@ -102,7 +103,7 @@ def test_ctrl_c_on_the_client_leaves_no_guest_on_any_worker(tmp_path):
         workers = [p.pid for p in c.workers.values()]
         p = subprocess.Popen([*HARNESS, "matrix", *CELLS, "--samples", "2000", "--out", str(tmp_path / "m"),
                               "--scheduler", c.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=ENV, start_new_session=True)
+                             env=ENV, start_new_session=True, preexec_fn=foreground_signals)
         guests, err = _interrupt_with_two_guests(p, workers, lambda: os.kill(p.pid, signal.SIGINT))
         assert p.returncode == 3, err[-3000:]
         assert "interrupted" in err
@@ -120,7 +121,7 @@ def test_a_terminals_ctrl_c_ends_a_localcluster_matrix_in_order(tmp_path):
     worker's traceback, no guest left."""
     p = subprocess.Popen([*HARNESS, "matrix", *CELLS, "--samples", "2000", "--out", str(tmp_path / "m"),
                           "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=foreground_signals)
     guests, err = _interrupt_with_two_guests(p, [p.pid], lambda: os.killpg(p.pid, signal.SIGINT))
     assert p.returncode == 3 and "harness matrix: interrupted (SIGINT)" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
