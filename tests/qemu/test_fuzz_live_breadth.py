@@ -74,8 +74,6 @@ def test_i386_and_vdso_programs_in_one_guest(tmp_path):
     for name, o in outcomes.items():
         assert o.crash is None and o.stacks >= 5, report
         assert findings_of(built[name], o) == [], report
-        for f in findings_of(built[name], o):
-            assert "m32" in f.signature.flags or built[name].config.bits == 64
 
     for name in ("m32-fp", "m32-nofp-dyn", "vdso-m32"):
         stacks = _own_stacks(logs / f"{name}.jsonl")
