@@ -315,6 +315,9 @@ class Session:
         try:
             self.pinned, self._unpin = pin_apart(self.machine.pid)
         except PinError as exc:
+            if self._pin_lock is not None:  # not pinned after all: the next harness may pin
+                os.close(self._pin_lock)
+                self._pin_lock = None
             if not auto:
                 raise
             self._not_pinned(str(exc))
