@@ -23,6 +23,7 @@ from harness.fuzz import spread
 from harness.fuzz.campaign import run
 from harness.fuzz.static import StaticChecker
 from tests.support.dask_cluster import localhost_cluster
+from tests.support.tiers import DEEP
 from tests.support.toolchains import need
 
 pytestmark = pytest.mark.xdist_group("dask-campaign")
@@ -69,6 +70,7 @@ def _check_out(camp, out: Path) -> None:
         assert meta["signature"]["key"] == s["signature"]["key"] and (d / "prog").is_file()
 
 
+@DEEP  # a Dask LocalCluster's start and a campaign on it (10-23 s): the deep tier (tests/support/tiers.py)
 def test_the_localcluster_finds_what_one_process_finds(in_process):
     with Executor(workers=2) as ex:
         camp, summary = _spread(ex, None)
@@ -81,6 +83,7 @@ def test_the_localcluster_finds_what_one_process_finds(in_process):
     assert summary.dashboard and summary.dashboard.startswith("http://127.0.0.1:")
 
 
+@DEEP  # a campaign over two Dask workers (5-13 s): the deep tier (tests/support/tiers.py)
 def test_a_two_worker_cluster_finds_what_one_process_finds(in_process, cluster, tmp_path):
     with Executor(cluster.address) as ex:
         camp, summary = _spread(ex, tmp_path, chunk=1)
@@ -119,6 +122,7 @@ def test_a_task_failing_every_try_is_reported_and_the_rest_goes_on(cluster):
 # The last two tests end the module's cluster's processes: a worker, then the scheduler.
 
 
+@DEEP  # a campaign with a worker killed under it: the deep tier (tests/support/tiers.py)
 def test_a_worker_killed_mid_campaign_its_task_runs_elsewhere_counted_once(in_process, cluster):
     killed: dict = {}
 

@@ -18,6 +18,7 @@ from harness.fuzz.build import BuildConfig
 from harness.fuzz.campaign import CampaignError, run
 from harness.fuzz.static import StaticChecker
 from harness.report.finding import render_report
+from tests.support.tiers import DEEP
 from tests.support.toolchains import need
 
 HARNESS = [sys.executable, "-m", "harness.cli"]
@@ -89,6 +90,7 @@ def test_lld_reports_show_the_program_headers_without_pt_gnu_sframe(tmp_path):
     assert "llvm/llvm-project#156667" in r.upstream and r.address is None
 
 
+@DEEP  # a campaign's reproducers built and reported (5-11 s): the deep tier (tests/support/tiers.py)
 def test_the_command_writes_report_md_and_refuses_a_directory_without_reproducers(tmp_path):
     need("sid")
     d = _reproducer(BuildConfig("sid", "-O0", True, True, False, "bfd"), tmp_path,
@@ -103,6 +105,7 @@ def test_the_command_writes_report_md_and_refuses_a_directory_without_reproducer
         reproducer_dirs(tmp_path / "nothing")
 
 
+@DEEP  # sid's ld.bfd and objdump on a built program (6-14 s): the deep tier (tests/support/tiers.py)
 def test_the_empty_section_report_quotes_binutils_own_objdump_rejecting_it(tmp_path):
     need("sid-clang23")
     d = _reproducer(BuildConfig("sid-clang23", "-O0", True, True, True, "bfd"), tmp_path,

@@ -23,6 +23,7 @@ from elftools.elf.elffile import ELFFile
 from harness.fuzz.build import BuildConfig, MatrixError, build
 from harness.images.errors import ImageError
 from harness.images.toolchain import USER_TOOLCHAINS, known_toolchains, user_toolchain
+from tests.support.tiers import DEEP
 from tests.support.toolchains import need
 from tests.unit.fuzz.test_build import C_SHAPE
 
@@ -133,6 +134,7 @@ def test_a_prefix_of_sids_binutils_assembles_and_links_with_them(tmp_path, regis
         assert "PT_GNU_SFRAME" in phdrs or 0x6474E554 in phdrs
 
 
+@DEEP  # a whole campaign and its replay (12-30 s): the deep tier (tests/support/tiers.py)
 def test_a_campaign_with_a_users_install_writes_its_versions_and_replays_it(tmp_path):
     prefix = sid_binutils_prefix(tmp_path / "pfx")
     out = tmp_path / "out"

@@ -137,11 +137,12 @@ def test_git_identity_follows_commit_diff_and_untracked(tmp_path):
 # make stops within seconds, the other job's lines after the compiler's error.
 # tools/objtool/special.c comes later, when resolve_btfids' make builds the whole of libbpf beside
 # objtool: make waits for that job to finish, so the compiler's error is about 50 lines above
-# the log's end, which the error lines must still find; about 20 s of CPU more (libbpf), so the
-# deep tier's (tests/support/tiers.py).  (Breaking tools/lib/subcmd, objtool's first object,
-# saves nothing: resolve_btfids' libbpf is built beside it all the same.)
+# the log's end, which the error lines must still find; about 20 s of CPU more (libbpf).  Both are
+# the deep tier's: a kernel make is a whole heavy run, 15-60 s with the tree's kconfig before it
+# (tests/support/tiers.py).  (Breaking tools/lib/subcmd, objtool's first object, saves nothing:
+# resolve_btfids' libbpf is built beside it all the same.)
 BROKEN_FILES = [
-    pytest.param("arch/x86/tools/relocs_common.c", id="relocs-first"),
+    pytest.param("arch/x86/tools/relocs_common.c", id="relocs-first", marks=DEEP),
     pytest.param("tools/objtool/special.c", id="objtool-behind-libbpf", marks=DEEP),
 ]
 

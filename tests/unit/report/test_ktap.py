@@ -18,6 +18,7 @@ from harness.report.ktap import kernel_diff_doc, kernel_diff_ktap, run_doc, run_
 from harness.report.run import read_run
 from tests.support.kunit import leaves, parse_ktap
 from tests.support.paths import TEST_DATA
+from tests.support.tiers import DEEP
 
 RUN = TEST_DATA / "run-small"
 
@@ -122,6 +123,7 @@ def test_kernel_diff_skip_is_a_skip():
     assert test.status.name == "SKIPPED" and test.subtests[0].skip_reason == "no unwind_deferred (6.17+)"
 
 
+@DEEP  # a whole static campaign (10-25 s): the deep tier (tests/support/tiers.py)
 def test_fuzz_ktap_of_a_real_static_campaign(tmp_path, capsys):
     """A short static campaign on the host toolchain (real builds, every instruction checked),
     its KTAP on stdout: one ok test for the campaign, one not-ok test per signature."""
