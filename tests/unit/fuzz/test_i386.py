@@ -154,3 +154,25 @@ def test_the_static_checker_steps_an_i386_program_with_the_compat_walk(tmp_path)
 def test_a_synthesized_i386_stack_fits_in_32_bits():
     assert I386_SYNTH.cfa < 1 << 32 and I386_SYNTH.ra < 1 << 32 and I386_SYNTH.stack[1] < 1 << 32
     assert isinstance(UserRegs(cs=I386_SYNTH.cs).compat, bool) and UserRegs(cs=I386_SYNTH.cs).compat
+
+
+@pytest.mark.parametrize("tc", ["host", "trixie", "sid"])
+def test_an_i386_static_pie_linked_by_lld_dies_at_start_where_ld_bfds_runs(tc, tmp_path):
+    """docs/findings.md row 10, the live campaign's three ``live-crash [SIGSEGV]`` signatures: an
+    i386 static-pie program linked by lld (Debian 12's LLD 14.0.6, the one the matrix links
+    with) dies with SIGSEGV before main, over each suite's i386 glibc (2.36, 2.41, 2.42); the
+    same objects linked by ld.bfd run.  Checked by hand beside it: sid's LLD 22.1.8 and 23.1.4
+    linking Debian 12's objects die the same way (a call to an unrelocated link-time address
+    from __libc_start_call_main).  This test fails the day that changes: then the finding's row
+    is to be updated."""
+    need(tc)
+    ran = {}
+    for linker in ("bfd", "lld"):
+        b = build(SHAPE, BuildConfig(tc, "-O2", False, True, True, linker, pie=True, bits=32), tmp_path / linker)
+        assert b.ok, b.error
+        assert any("-static-pie" in c and "-m32" in c for c in b.commands)
+        ran[linker] = subprocess.run([str(b.binary), "50"], capture_output=True, timeout=60).returncode
+    comment = subprocess.run(["readelf", "-p", ".comment", str(tmp_path / "lld" / "prog")], capture_output=True,
+                             text=True, check=True).stdout
+    assert "LLD 14.0.6" in comment, comment
+    assert ran == {"bfd": 0, "lld": -11}, ran
