@@ -42,6 +42,53 @@ SIGCONTEXT_64 = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "di", "si
 
 USER_CS_64 = 0x33  # __USER_CS
 USER_CS_32 = 0x23  # __USER32_CS
+USER_DS = 0x2B  # __USER_DS, and __USER32_DS: the same selector
+
+# A 32-bit task has two frames (arch/x86/include/asm/sigframe.h), and a struct sigcontext_32 {gs,
+# fs, es, ds (a 16-bit selector and its padding each), di, si, bp, sp, bx, dx, cx, ax, trapno,
+# err, ip, cs, flags, sp_at_signal, ss, ...} in each:
+# * struct sigframe_ia32 {pretcode, sig, sc} for a handler without SA_SIGINFO, whose restorer
+#   (the vDSO's __kernel_sigreturn) pops sig before its ``int $0x80``: at sigreturn's entry sp is
+#   at the sigcontext;
+# * struct rt_sigframe_ia32 {pretcode, sig, pinfo, puc (4 bytes each), compat_siginfo_t info (128
+#   bytes), struct ucontext_ia32 uc {uc_flags, uc_link, compat_stack_t uc_stack (12 bytes),
+#   uc_mcontext}}, whose restorer pops nothing: at rt_sigreturn's entry sp is the frame + 4
+#   (``ret`` took pretcode), so the sigcontext is at sp + 160, and pinfo and puc, which the kernel
+#   writes as &frame->info and &frame->uc, are sp + 12 and sp + 140.
+# None: a word restored otherwise, or not at all.
+SIGCONTEXT_32 = (None, None, None, None, "di", "si", "bp", "sp", "bx", "dx", "cx", "ax", None, None, "ip",
+                 None, "flags")
+SIGCONTEXT_32_CS = 15  # the index of the cs word: the kernel saves the task's __USER32_CS there
+UC_MCONTEXT_32 = 144 + 4 + 4 + 12 - 4  # 160: uc's uc_mcontext, from sp
+RT_PINFO_32, RT_PUC_32 = 16 - 4, 144 - 4  # &frame->info, &frame->uc, from sp (the frame + 4)
+
+
+def compat_sigcontext_at(stack: bytes, sp: int) -> int | None:
+    """Where, from ``sp``, the sigcontext_32 of the frame a 32-bit task's sigreturn or
+    rt_sigreturn restores from lies in ``stack`` (the bytes at ``sp``): 160 where the words at sp
+    + 4 and sp + 8 are the rt frame's pinfo and puc (sp + 12 and sp + 140), else 0 where the word
+    that would be the sigcontext's cs is the 32-bit user code segment; None otherwise."""
+    if len(stack) >= 12:
+        pinfo, puc = struct.unpack_from("<II", stack, 4)
+        if (pinfo, puc) == ((sp + RT_PINFO_32) & 0xFFFFFFFF, (sp + RT_PUC_32) & 0xFFFFFFFF):
+            return UC_MCONTEXT_32
+    if len(stack) >= 4 * (SIGCONTEXT_32_CS + 1):
+        if struct.unpack_from("<I", stack, 4 * SIGCONTEXT_32_CS)[0] & 0xFFFF == USER_CS_32:
+            return 0
+    return None
+
+
+def compat_sigcontext_regs(raw: bytes) -> UserRegs | None:
+    """The registers a 32-bit task's sigreturn or rt_sigreturn restores from the sigcontext_32 at
+    the start of ``raw`` (None where ``raw`` is too short to hold it).  The frame's own segment
+    words, which restore_sigcontext() takes, are not read: the registers are the compat user
+    code and data segments' (what makes the unwinder walk them as a 32-bit task's)."""
+    layout = f"<{len(SIGCONTEXT_32)}I"
+    if len(raw) < struct.calcsize(layout):
+        return None
+    values = struct.unpack_from(layout, raw)  # one word per name
+    return UserRegs(**{name: values[i] for i, name in enumerate(SIGCONTEXT_32) if name is not None},
+                    cs=USER_CS_32, ss=USER_DS)
 
 
 @dataclass(frozen=True)
@@ -66,7 +113,7 @@ class UserRegs:
     cs: int = USER_CS_64
     flags: int = 0
     sp: int = 0
-    ss: int = 0x2B
+    ss: int = USER_DS
 
     @classmethod
     def from_pt_regs(cls, raw: bytes, offsets: dict[str, int] | None = None) -> UserRegs:

@@ -28,7 +28,7 @@ from typing import ClassVar
 
 from ..memory import BufferMemory, Memory
 from ..perfparse.records import Sample
-from ..regs import SIGCONTEXT_64, UC_MCONTEXT, UserRegs
+from ..regs import SIGCONTEXT_64, UC_MCONTEXT, UserRegs, compat_sigcontext_at, compat_sigcontext_regs
 from ..unwind.maps import AddressSpace
 from ..unwind.user import StopReason, Trace
 from .base import NotChecked, Oracle, OracleFrames, Setup, Stack, register
@@ -104,19 +104,27 @@ def word(sample: Sample, addr: int) -> int | None:
 
 
 
-def sigreturn_regs(sample: Sample) -> UserRegs | None:
-    """The registers rt_sigreturn would restore if the sampled task is in it: the signal frame's
-    sigcontext at the sampled sp, read from the dump (None where the dump does not hold it, or for
-    a 32-bit task, whose frame is no sigcontext_64).  The segments are a 64-bit task's (UserRegs'
-    defaults), as :func:`harness.oracles.cfi.kernel_sigframe_regs` has them; the frame's own cs and
-    ss words, which restore_sigcontext() takes, are not read."""
-    if sample.regs is None or sample.regs.compat:
+def sigreturn_regs(sample: Sample) -> tuple[UserRegs, int] | None:
+    """The registers rt_sigreturn (or a 32-bit task's sigreturn) would restore if the sampled task
+    is in it, and where, from the sampled sp, the frame's sigcontext holds them: sp + 40 for a
+    64-bit task's sigcontext_64; for a 32-bit task's sigcontext_32 where
+    :func:`harness.regs.compat_sigcontext_at` finds it (sp + 160 in an rt frame, sp + 0 in the
+    other; a sample carries no syscall number to tell them apart).  Read from the dump; None where
+    the dump does not hold them.  The frame's own cs and ss words, which restore_sigcontext()
+    takes, are not read: a 64-bit task's segments are UserRegs' defaults, as
+    :func:`harness.oracles.cfi.kernel_sigframe_regs` has them, a 32-bit task's
+    :func:`harness.regs.compat_sigcontext_regs`'."""
+    if sample.regs is None:
         return None
+    if sample.regs.compat:
+        at = compat_sigcontext_at(sample.stack, sample.regs.sp & 0xFFFFFFFF)
+        restored = None if at is None else compat_sigcontext_regs(sample.stack[at:])
+        return None if restored is None else (restored, at)
     need = UC_MCONTEXT + 8 * len(SIGCONTEXT_64)
     if len(sample.stack) < need:
         return None
     values = struct.unpack_from(f"<{len(SIGCONTEXT_64)}Q", sample.stack, UC_MCONTEXT)  # one word per name
-    return UserRegs(**{name: values[i] for i, name in enumerate(SIGCONTEXT_64)})
+    return UserRegs(**{name: values[i] for i, name in enumerate(SIGCONTEXT_64)}), UC_MCONTEXT
 
 
 def chain_agrees(sample: Sample, trace: Trace, chain) -> str | None:

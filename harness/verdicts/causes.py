@@ -50,6 +50,7 @@ from ..oracles.perf import (
     word,
 )
 from ..oracles.shadow import HOOK_ENTER, HOOK_EXIT, instrumented, shadow_pushed
+from ..regs import SIGCONTEXT_32, UC_MCONTEXT_32, compat_sigcontext_regs
 from ..unwind.cfi import RSP, X86_64, CorruptCFI, cfi_table, cfi_tables_for, unwind_cfi
 from ..unwind.code import Function
 from ..unwind.user import StopReason, Trace, UnwindConfig, UnwinderType, unwind_user
@@ -65,6 +66,9 @@ PT_GNU_SFRAME = 0x6474E554
 SFRAME_P_TYPES = ("PT_GNU_SFRAME", PT_GNU_SFRAME)  # pragma: no mutate
 FP_STEPS = (UnwinderType.FP, UnwinderType.COMPAT_FP, UnwinderType.FP_ENTRY)
 EXECVE, EXECVEAT, RT_SIGRETURN = 59, 322, 15  # x86-64 syscall numbers
+#: a 32-bit task's sigreturn and rt_sigreturn (arch/x86/entry/syscalls/syscall_32.tbl): the call,
+#: and where from the task's sp at its entry the frame's sigcontext lies (harness/regs.py)
+IA32_SIGRETURNS = {119: ("sigreturn", 0), 173: ("rt_sigreturn", UC_MCONTEXT_32)}
 # An instruction's text (Capstone's, Intel syntax) that is a call: "call ...", or after one prefix
 # ("addr32 call ...", "notrack call ...").
 _A_CALL = re.compile(r"(?:\S+ )?call\b")
@@ -828,11 +832,31 @@ cause("execve-replaced", (REGS,), "the request came during execve: the new image
       oracles={"regs", "perf"}, needs=("execs",))(_execve)
 
 
+def _compat_sigreturn(stack: Stack) -> dict | None:
+    """A 32-bit task in sigreturn or rt_sigreturn (its syscall number says which frame: the
+    sigcontext at sp or at sp + 160, harness/regs.py) and walked on the registers it restored."""
+    req, regs = stack.request, stack.regs
+    call, at = IA32_SIGRETURNS.get(req.syscall, (None, None))
+    if call is None:
+        return None
+    sp = req.want.sp & 0xFFFFFFFF
+    try:
+        restored = compat_sigcontext_regs(stack.memory.read(sp + at, 4 * len(SIGCONTEXT_32)))
+    except MemoryFault:
+        return None
+    if restored is None or (restored.ip, restored.sp, restored.bp) != (regs.ip, regs.sp, regs.bp):
+        return None
+    return evidence(f"the task was in {call} (compat syscall {req.syscall}) and the walked registers are those it "
+                    f"restored from the signal frame's sigcontext at sp {sp:#x} + {at}", frame_sp=sp)
+
+
 def _sigreturn(stack: Stack, d: Divergence) -> dict | None:
     if d.oracle == "perf":
         return _perf_sigreturn(stack, d)
     req, regs = stack.request, stack.regs
-    if req is None or req.syscall != RT_SIGRETURN or req.want is None or req.want.compat:
+    if req is not None and req.want is not None and req.want.compat:
+        return _compat_sigreturn(stack)
+    if req is None or req.syscall != RT_SIGRETURN or req.want is None:
         return None
     restored = signal_frame_regs(stack.space, stack.memory, req.want.ip, req.want.sp)
     restorer = req.want.ip - len(RT_SIGRETURN_CODE)
@@ -903,15 +927,19 @@ def _perf_sigreturn(stack: Stack, d: Divergence) -> dict | None:
     ps = _perf(stack)
     if ps is None or not ps.deferred or not ps.chain:
         return None
-    restored = sigreturn_regs(ps.sample)
-    if restored is None or restored.ip != d.got[0]:
+    found = sigreturn_regs(ps.sample)
+    if found is None:
+        return None
+    restored, at = found
+    if restored.ip != d.got[0]:
         return None
     walk = unwind_user(stack_memory(ps.sample), restored, UnwindConfig(max_entries=stack.max_entries))
     how = chain_agrees(ps.sample, walk, ps.chain)
     if how is None:
         return None
     sp = ps.sample.regs.sp
-    return evidence(f"the sample is in rt_sigreturn: the signal frame's sigcontext at sp {sp:#x} + 40 holds ip "
+    call = "sigreturn" if ps.sample.regs.compat and at == 0 else "rt_sigreturn"
+    return evidence(f"the sample is in {call}: the signal frame's sigcontext at sp {sp:#x} + {at} holds ip "
                     f"{restored.ip:#x} sp {restored.sp:#x} bp {restored.bp:#x}, and the walk from those registers "
                     f"gives the kernel's record ({how})", frame_sp=sp, restored_ip=restored.ip,
                     restored_sp=restored.sp, restored_bp=restored.bp)

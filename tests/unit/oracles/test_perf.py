@@ -19,7 +19,7 @@ import struct
 import pytest
 
 from harness.memory import MemoryFault
-from harness.oracles.base import NotChecked, OracleFrames
+from harness.oracles.base import NotChecked, OracleFrames, Request, Stack
 from harness.oracles.perf import (
     SIGCONTEXT_64,
     UC_MCONTEXT,
@@ -30,9 +30,12 @@ from harness.oracles.perf import (
     stack_memory,
     word,
 )
-from harness.perf.oracle import PerfOracle
+from harness.perf.oracle import PerfOracle, check_capture
 from harness.perfparse.records import CallchainDeferred, Sample, TaskEvent, parse_capture
+from harness.regs import SIGCONTEXT_32, compat_sigcontext_at
 from harness.unwind.user import StopReason, unwind_user
+from harness.verdicts.causes import CAUSES
+from harness.verdicts.types import REGS, Divergence
 from tests.support.gating import require
 from tests.support.paths import TEST_DATA
 
@@ -116,17 +119,68 @@ def test_the_restored_registers_are_the_sigcontexts_words(plain):
     s = samples(plain)[0]  # not in rt_sigreturn: the words are what a frame there would restore
     sp = s.regs.sp
     for dump in (s, dataclasses.replace(s, stack=s.stack[:SIGCONTEXT_END])):  # the whole dump; just enough of it
-        r = sigreturn_regs(dump)
-        assert r is not None
+        r, at = sigreturn_regs(dump)
+        assert at == UC_MCONTEXT
         assert {n: getattr(r, n) for n in SIGCONTEXT_64} == {
             n: word(s, sp + UC_MCONTEXT + 8 * i) for i, n in enumerate(SIGCONTEXT_64)}
         assert (r.cs, r.ss, r.compat) == (0x33, 0x2B, False)  # a 64-bit task's segments
     assert sigreturn_regs(dataclasses.replace(s, stack=s.stack[:SIGCONTEXT_END - 1])) is None
 
 
-def test_a_32_bit_task_has_no_sigcontext_64(compat):
-    s = in_c(compat)
-    assert len(s.stack) >= SIGCONTEXT_END and sigreturn_regs(s) is None
+@pytest.fixture(scope="module")
+def i386_signals():
+    return capture("i386-sigreturn/perfcc.out.gz")
+
+
+SIGRETURN_IP_32 = 0xF7FFCD88  # after the int $0x80 of the vDSO's __kernel_sigreturn (tests/data/i386-sigreturn)
+
+
+def in_sigreturn_32(cap) -> list[Sample]:
+    return [s for s in samples(cap) if s.regs is not None and s.regs.compat and s.regs.ip == SIGRETURN_IP_32]
+
+
+def test_a_32_bit_tasks_sigreturn_restores_the_sigcontext_at_sp(i386_signals):
+    """A real i386 capture: a handler without SA_SIGINFO has a sigframe_ia32, whose restorer pops
+    the signal number, so at sigreturn's syscall the sigcontext_32 is at sp.  The registers read
+    there are 32-bit ones, and the walk from them over the dump is the kernel's deferred record
+    of that entry (taken at the return to user space, after sigreturn restored them)."""
+    records = {r.cookie: r for r in i386_signals.records() if isinstance(r, CallchainDeferred)}
+    found = in_sigreturn_32(i386_signals)
+    assert len(found) == 5
+    for s in found:
+        r, at = sigreturn_regs(s)
+        assert at == 0 and r.compat and (r.cs, r.ss) == (0x23, 0x2B)
+        assert (r.ip, r.sp, r.bp) == (0x804975F, *struct.unpack_from("<II", s.stack, 4 * 6)[::-1])  # bp, sp
+        assert tuple(unwind_user(stack_memory(s), r).ips) == records[s.cookie].ips
+
+
+def test_a_32_bit_rt_frame_is_told_by_its_pinfo_and_puc(i386_signals):
+    """An rt_sigframe_ia32 (a handler with SA_SIGINFO) has its sigcontext at sp + 160, where its
+    pinfo and puc words, sp + 12 and sp + 140, say so; a dump whose words say neither frame has
+    no restored registers."""
+    s = in_sigreturn_32(i386_signals)[0]
+    sp = s.regs.sp
+    sc = s.stack[:4 * len(SIGCONTEXT_32)]
+    rt = bytearray(0x200)
+    struct.pack_into("<III", rt, 0, 14, sp + 12, sp + 140)
+    rt[160:160 + len(sc)] = sc
+    got = sigreturn_regs(dataclasses.replace(s, stack=bytes(rt)))
+    assert got is not None and got[1] == 160 and got[0] == sigreturn_regs(s)[0]
+    assert compat_sigcontext_at(bytes(rt), sp + 4) is None  # pointers that are not this frame's: no rt frame
+    assert sigreturn_regs(dataclasses.replace(s, stack=bytes(0x200))) is None
+    assert sigreturn_regs(dataclasses.replace(s, stack=s.stack[:4 * len(SIGCONTEXT_32) - 1])) is None
+
+
+def test_the_perf_oracle_proves_the_32_bit_sigreturn(i386_signals):
+    """The whole check of the capture: the five samples in sigreturn are proven sigreturn-restored,
+    the frame named, none unexplained.  (Without the program's files the execve of the launcher
+    is not proven here: its ELF entry is not known.)"""
+    d = check_capture(i386_signals, None).deferred
+    assert d.expected.get("sigreturn-restored") == 5
+    assert not [f for f in d.failures if f"ip={SIGRETURN_IP_32:#x}" in f], d.failures
+    texts = [e.evidence["text"] for e in d.explained if e.cause == "sigreturn-restored"]
+    assert texts and all(t.startswith("the sample is in sigreturn: the signal frame's sigcontext at sp ") and
+                         " + 0 holds ip 0x804975f " in t for t in texts)
 
 
 # -- chain_agrees: our walk over the dump against a kernel chain ----------------------------------------
@@ -263,3 +317,31 @@ def test_a_sample_without_a_kernel_chain_is_not_checked(deferred):
     i, s, _, _ = answered(deferred)[0]
     assert o.perf.frames(o.stack(s, None, True, seq=i)) == NotChecked(
         "the kernel gave no user callchain for this sample")
+
+
+def test_the_engines_32_bit_sigreturn_is_told_by_its_syscall_number(i386_signals):
+    """The live engine's side (the regs oracle): a 32-bit task's request in sigreturn (compat
+    syscall 119) or rt_sigreturn (173) is walked on the registers restored from the frame, at sp
+    or at sp + 160 as the syscall says.  Read here from the real sample's registers and stack."""
+    s = in_sigreturn_32(i386_signals)[0]
+    restored, _ = sigreturn_regs(s)
+    rt = bytearray(0x200)
+    rt[160:160 + 4 * len(SIGCONTEXT_32)] = s.stack[:4 * len(SIGCONTEXT_32)]
+    predicate = CAUSES["sigreturn-restored"].predicate
+    d = Divergence("fp", "regs", REGS, 0, 0, (restored.ip,), (s.regs.ip,))
+
+    def judged(stack: bytes, syscall: int):
+        st = Stack(restored, unwind_user(stack_memory(s), restored), "fp", 127,
+                   stack_memory(dataclasses.replace(s, stack=stack)), None, None,
+                   request=Request(s.regs, syscall=syscall, own="main"))
+        return predicate(st, d)
+
+    ev = judged(s.stack, 119)
+    assert ev is not None and ev["text"].startswith("the task was in sigreturn (compat syscall 119) and the walked "
+                                                    f"registers are those it restored from the signal frame's "
+                                                    f"sigcontext at sp {s.regs.sp:#x} + 0")
+    ev = judged(bytes(rt), 173)
+    assert ev is not None and "in rt_sigreturn (compat syscall 173)" in ev["text"] and ev["text"].endswith(" + 160")
+    assert judged(s.stack, 173) is None  # the rt frame's place holds no such registers
+    assert judged(s.stack, 20) is None  # getpid: no frame restored
+    assert judged(bytes(0x200), 119) is None
