@@ -112,8 +112,8 @@ def sigreturn_regs(sample: Sample) -> tuple[UserRegs, int] | None:
     other; a sample carries no syscall number to tell them apart).  Read from the dump; None where
     the dump does not hold them.  The frame's own cs and ss words, which restore_sigcontext()
     takes, are not read: a 64-bit task's segments are UserRegs' defaults, as
-    :func:`harness.oracles.cfi.kernel_sigframe_regs` has them, a 32-bit task's
-    :func:`harness.regs.compat_sigcontext_regs`'."""
+    :func:`harness.oracles.cfi.kernel_sigframe_regs` has them, and a 32-bit task's the compat
+    user segments (:func:`harness.regs.compat_sigcontext_regs`)."""
     if sample.regs is None:
         return None
     if sample.regs.compat:

@@ -123,6 +123,11 @@ def test_shell_batch_script(kernel, tmp_path, request):
                            timeout=BOOT_TIMEOUT + 120)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         out = r.stdout
+        # The session's log (guest.sh's output among it) for the asserts below.  The flake
+        # campaign at be4d967 (run 2) had guest.sh("true") answer status 1 here, right after the
+        # kill, once; not reproduced in 48 runs of this script alone nor in 40 kill-then-sh
+        # rounds on one guest (2026-12-08), and what the command printed was not kept then.
+        log = r.stderr[-3000:]
     m = re.search(r"BATCH-DONE (\d+)", out)
     assert m, out[-3000:]
     assert re.search(rf"\n{m.group(1)}\s+{m.group(1)}\s+callchain-fp-sf\s+\d+\s+\S+\s+user", out), out
@@ -134,7 +139,7 @@ def test_shell_batch_script(kernel, tmp_path, request):
     assert re.search(rf"cpu 0: user mode at 0x[0-9a-f]+, current pid {pid} \(callchain-fp-sf\)\nguest stopped", out)
     assert re.search(r"stopped at hrtimer_interrupt\+0x0 on cpu 0, current pid \d+", out), out
     assert re.search(r"cpu 0: kernel mode at hrtimer_interrupt\+0x0, current pid \d+ .*\nguest stopped", out)
-    assert "0 sh-done" in out
+    assert "0 sh-done" in out, out[-1500:] + ("" if kernel == "default" else log)
 
 
 def test_shell_batch_script_that_raises_exits_1(tmp_path):
