@@ -125,8 +125,8 @@ def test_shell_batch_script(kernel, tmp_path, request):
         out = r.stdout
         # The session's log (guest.sh's output among it) for the asserts below.  The flake
         # campaign at be4d967 (run 2) had guest.sh("true") answer status 1 here, right after the
-        # kill, once; not reproduced in 48 runs of this script alone nor in 40 kill-then-sh
-        # rounds on one guest (2026-12-08), and what the command printed was not kept then.
+        # kill: /init's open of the command's output FIFO interrupted by the killed program's
+        # SIGCHLD, fixed in images/init.sh (tests/unit/images/test_init_script.py).
         log = r.stderr[-3000:]
     m = re.search(r"BATCH-DONE (\d+)", out)
     assert m, out[-3000:]
