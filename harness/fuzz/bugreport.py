@@ -31,11 +31,12 @@ from ..images.link import LINKER_BINARY, linker_version
 from ..report.finding import BugReport, Evidence
 from ..toolchain.binutils import TIMEOUT as TOOL_TIMEOUT
 from ..toolchain.binutils import binutils, reading_sframe
+from ..unwind.maps import ElfImage
 from .build import BuildConfig, build_source, toolchain
 from .campaign import SIGNATURE_JSON, CampaignError, _blocks_at, _register_user, load_reproducer
 from .finding import Signature, _decided_by_the_link
 from .shape import Shape
-from .static import StaticChecker
+from .static import StaticChecker, generated_functions
 
 __all__ = ["KNOWN", "Known", "gather", "reproducer_dirs"]
 
@@ -142,14 +143,8 @@ def _in_program(binary: Path, message: str) -> int | None:
     m = _OBJECT_WHERE.search(message)
     if m is None or not binary.is_file():
         return None
-    with open(binary, "rb") as f:
-        symtab = ELFFile(f).get_section_by_name(".symtab")
-        if not isinstance(symtab, SymbolTableSection):
-            return None
-        for sym in symtab.iter_symbols():
-            if sym.name == m.group(1) and sym["st_info"]["type"] == "STT_FUNC":
-                return sym["st_value"] + int(m.group(2), 16)
-    return None
+    fn = next((f for f in generated_functions(ElfImage.from_path(binary)) if f.name == m.group(1)), None)
+    return None if fn is None else fn.start + int(m.group(2), 16)
 
 
 def _section_and_symbol(binary: Path, addr: int) -> tuple[str | None, str | None]:
